@@ -28,6 +28,11 @@ PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check tmp_check_iso log
 
 PG_CONFIG ?= pg_config
+
+# The server headers are system headers to us: CI's -Wall -Wextra -Werror
+# then judges our code, not PostgreSQL's inline functions.
+PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 

@@ -222,10 +222,10 @@ SELECT jt.job_type,
        pg_catalog.count(o.status) FILTER (WHERE o.status = 'released') AS released,
        pg_catalog.count(o.status) FILTER (WHERE o.status = 'skipped') AS skipped,
        pg_catalog.count(o.status) FILTER (WHERE o.status = 'claimed'
-           AND o.heartbeat_at OPERATOR(pg_catalog.+) jt.lease
+           AND (o.heartbeat_at OPERATOR(pg_catalog.+) jt.lease)
                OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS stale,
        pg_catalog.min(o.claimed_at) FILTER (WHERE o.status = 'claimed'
-           AND o.heartbeat_at OPERATOR(pg_catalog.+) jt.lease
+           AND (o.heartbeat_at OPERATOR(pg_catalog.+) jt.lease)
                OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS oldest_stale_claimed_at
 FROM idempotency.job_types jt
 LEFT JOIN idempotency.operations o ON o.job_type OPERATOR(pg_catalog.=) jt.job_type

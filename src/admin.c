@@ -1,0 +1,241 @@
+/*-------------------------------------------------------------------------
+ *
+ * admin.c
+ *	  What people and sweepers call: stale_claims(), resolve_operation()
+ *	  and purge_operations().
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/tuplestore.h"
+
+#include "compat.h"
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(stale_claims);
+PG_FUNCTION_INFO_V1(resolve_operation);
+PG_FUNCTION_INFO_V1(purge_operations);
+
+#define STALE_CLAIMS_COLUMNS	8
+
+/*
+ * stale_claims(job_type text DEFAULT NULL) RETURNS TABLE (...)
+ *
+ * Every claimed record whose lease ran out, ordered by when it ran out.
+ * Reads only, so it works on a hot standby. It scans the table: no index
+ * covers status, on purpose (README, "Performance").
+ */
+Datum
+stale_claims(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	IdemCall	call;
+	Datum		args[2];
+	uint64		i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	args[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+
+	idem_begin(&call, "stale_claims()", false);
+	if (PG_ARGISNULL(0))
+		idem_execute(ST_STALE_ALL, args, NULL, 0);
+	else
+	{
+		text	   *job_type = idem_arg_job_type(fcinfo, 0);
+		text	   *no_key = cstring_to_text("");
+		OperationState state;
+
+		/* a typo in the job type is an error, not an empty list */
+		idem_lookup(job_type, no_key, &state);
+		idem_require_job_type(&state, job_type);
+
+		args[1] = PointerGetDatum(job_type);
+		idem_execute(ST_STALE_ONE, args, NULL, 0);
+	}
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		Datum		values[STALE_CLAIMS_COLUMNS];
+		bool		nulls[STALE_CLAIMS_COLUMNS];
+		int			col;
+
+		for (col = 0; col < STALE_CLAIMS_COLUMNS; col++)
+			values[col] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										col + 1, &nulls[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	idem_end(&call);
+
+	return (Datum) 0;
+}
+
+/*
+ * resolve_operation(job_type text, operation_key text, resolution text,
+ *					 note text DEFAULT NULL) RETURNS void
+ *
+ * A person's decision on a record that waits for one: a claim whose lease
+ * ran out (held, or stale under any policy), or a skipped record.
+ * 'completed': the effect did happen. 'retry': it did not; the record
+ * becomes released and the next delivery runs. Audited with current_user.
+ */
+Datum
+resolve_operation(PG_FUNCTION_ARGS)
+{
+	text	   *job_type = idem_arg_job_type(fcinfo, 0);
+	text	   *key = idem_arg_key(fcinfo, 1);
+	char	   *resolution;
+	Statement	st;
+	IdemCall	call;
+	int			tries;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("resolution must not be null"),
+				 errhint("Use 'completed' (the effect happened) or 'retry' (it did not).")));
+	resolution = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (strcmp(resolution, "completed") == 0)
+		st = ST_RESOLVE_COMPLETED;
+	else if (strcmp(resolution, "retry") == 0)
+		st = ST_RESOLVE_RETRY;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown resolution \"%s\"", resolution),
+				 errhint("Use 'completed' (the effect happened) or 'retry' (it did not).")));
+
+	idem_begin(&call, "resolve_operation()", true);
+	for (tries = 0;; tries++)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		OperationState state;
+		Datum		values[8];
+		char		nulls[8] = "        ";
+
+		if (tries >= IDEMPOTENCY_MAX_TRIES)
+			idem_too_many_tries("resolve", job_type, key);
+
+		idem_lookup(job_type, key, &state);
+		idem_require_record(&state, job_type, key);
+		if (!(state.status == OPERATION_SKIPPED ||
+			  (state.status == OPERATION_CLAIMED && now >= state.expires_at)))
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_WRONG_STATE),
+					 errmsg("operation \"%s\" of job type \"%s\" is not waiting for a decision",
+							idem_text(key), idem_text(job_type)),
+					 errdetail("It is %s%s.", idem_status_name(state.status),
+							   state.status == OPERATION_CLAIMED ? " and its lease has not run out" : ""),
+					 errhint("Only a stale claim or a skipped operation can be resolved.")));
+
+		values[0] = PointerGetDatum(job_type);
+		values[1] = PointerGetDatum(key);
+		values[2] = Int32GetDatum(state.attempt);
+		values[3] = TimestampTzGetDatum(state.heartbeat_at);
+		values[4] = CStringGetTextDatum(idem_status_name(state.status));
+		values[5] = TimestampTzGetDatum(now);
+		if (idem_execute(st, values, nulls, 0) == 0)
+			continue;			/* it changed under us: decide again */
+
+		/* audit: values[0..3] stay, [3] becomes the previous status */
+		values[3] = values[4];
+		values[4] = CStringGetTextDatum(resolution);
+		values[5] = CStringGetTextDatum(GetUserNameFromId(call.caller, false));
+		values[6] = TimestampTzGetDatum(now);
+		if (PG_ARGISNULL(3))
+			nulls[7] = 'n';
+		else
+			values[7] = PG_GETARG_DATUM(3);
+		idem_execute(ST_AUDIT, values, nulls, 0);
+		break;
+	}
+	idem_end(&call);
+
+	PG_RETURN_VOID();
+}
+
+/*
+ * purge_operations(batch_size integer DEFAULT 10000) RETURNS bigint
+ *
+ * Deletes completed and skipped records older than their job type's
+ * retention. One pass over the table through a cursor; each batch of
+ * batch_size rows is one DELETE by ctid that checks every condition again,
+ * so a record that changed since the scan is left alone. Claims of the
+ * records being deleted do not wait for it: they only read.
+ */
+Datum
+purge_operations(PG_FUNCTION_ARGS)
+{
+	int32		batch_size;
+	IdemCall	call;
+	Portal		portal;
+	Datum		now;
+	int64		deleted = 0;
+	MemoryContext batch_cxt;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("batch_size must not be null")));
+	batch_size = PG_GETARG_INT32(0);
+	if (batch_size < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size must be positive, not %d", batch_size)));
+
+	now = TimestampTzGetDatum(GetCurrentTimestamp());
+	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency purge batch",
+									  ALLOCSET_DEFAULT_SIZES);
+
+	idem_begin(&call, "purge_operations()", true);
+	portal = idem_cursor(ST_PURGE_SCAN, &now, NULL);
+	for (;;)
+	{
+		MemoryContext old;
+		Datum	   *tids;
+		Datum		args[2];
+		uint64		n,
+					i;
+
+		CHECK_FOR_INTERRUPTS();
+		SPI_cursor_fetch(portal, true, batch_size);
+		n = SPI_processed;
+		if (n == 0)
+			break;
+
+		old = MemoryContextSwitchTo(batch_cxt);
+		tids = palloc(sizeof(Datum) * n);
+		for (i = 0; i < n; i++)
+		{
+			bool		isnull;
+			ItemPointer tid = (ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[i],
+																		  SPI_tuptable->tupdesc,
+																		  1, &isnull));
+			ItemPointer copy = palloc(sizeof(ItemPointerData));
+
+			ItemPointerCopy(tid, copy);
+			tids[i] = PointerGetDatum(copy);
+		}
+		args[0] = now;
+		args[1] = PointerGetDatum(construct_array(tids, (int) n, TIDOID,
+												  sizeof(ItemPointerData), false,
+												  TYPALIGN_SHORT));
+		MemoryContextSwitchTo(old);
+		SPI_freetuptable(SPI_tuptable);
+
+		deleted += idem_execute(ST_PURGE_DELETE, args, NULL, 0);
+		MemoryContextReset(batch_cxt);
+	}
+	SPI_cursor_close(portal);
+	idem_end(&call);
+	MemoryContextDelete(batch_cxt);
+
+	PG_RETURN_INT64(deleted);
+}

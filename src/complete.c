@@ -1,0 +1,202 @@
+/*-------------------------------------------------------------------------
+ *
+ * complete.c
+ *	  What the owner of a claim reports: complete_operation(),
+ *	  release_operation() and extend_lease().
+ *
+ * Each is one fenced UPDATE (the attempt is in its WHERE clause). Only when
+ * it updates nothing is the record read, to tell the caller exactly why, or
+ * to accept a repeated call as a no-op.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/builtins.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(complete_operation);
+PG_FUNCTION_INFO_V1(release_operation);
+PG_FUNCTION_INFO_V1(extend_lease);
+
+#define STATUS_BIT(s)	(1 << (s))
+#define CLAIMED_OR_SKIPPED	(STATUS_BIT(OPERATION_CLAIMED) | STATUS_BIT(OPERATION_SKIPPED))
+
+/*
+ * The fenced update of `action` matched nothing: read the record and raise
+ * the error that says why. Returns true when the call is a harmless repeat
+ * (the record is already `done` under this attempt; done < 0: never), false
+ * when the record is in one of the `allowed` states again (it changed under
+ * us: the caller tries once more).
+ */
+static bool
+explain_refusal(text *job_type, text *key, int32 attempt, const char *action,
+				int allowed, int done)
+{
+	OperationState state;
+
+	idem_lookup(job_type, key, &state);
+	idem_require_record(&state, job_type, key);
+
+	if (attempt < state.attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED),
+				 errmsg("attempt %d of operation \"%s\" of job type \"%s\" was superseded",
+						attempt, idem_text(key), idem_text(job_type)),
+				 errdetail("The operation was taken over after its lease ran out; its current attempt is %d.",
+						   state.attempt),
+				 errhint("Another worker owns this operation now: do not %s it from this attempt.",
+						 action)));
+	if (attempt > state.attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED),
+				 errmsg("attempt %d of operation \"%s\" of job type \"%s\" does not exist",
+						attempt, idem_text(key), idem_text(job_type)),
+				 errdetail("The current attempt is %d.", state.attempt),
+				 errhint("Pass the attempt that claim_operation() returned.")));
+
+	if ((int) state.status == done)
+		return true;
+	if (allowed & STATUS_BIT(state.status))
+		return false;
+
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEMPOTENCY_WRONG_STATE),
+			 errmsg("cannot %s operation \"%s\" of job type \"%s\": it is %s",
+					action, idem_text(key), idem_text(job_type),
+					idem_status_name(state.status)),
+			 errdetail("Only a %s operation can be given this call.",
+					   allowed == CLAIMED_OR_SKIPPED ? "claimed or skipped" : "claimed")));
+	pg_unreachable();
+}
+
+/*
+ * complete_operation(job_type text, operation_key text, attempt integer,
+ *					  result jsonb) RETURNS void
+ *
+ * claimed or skipped (with no takeover since) -> completed. Completing an
+ * already completed record with the same attempt is a no-op; the result
+ * stored first is kept.
+ */
+Datum
+complete_operation(PG_FUNCTION_ARGS)
+{
+	text	   *job_type = idem_arg_job_type(fcinfo, 0);
+	text	   *key = idem_arg_key(fcinfo, 1);
+	int32		attempt = idem_arg_attempt(fcinfo, 2);
+	IdemCall	call;
+	int			tries;
+
+	idem_begin(&call, "complete_operation()", true);
+	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
+	{
+		Datum		values[5];
+		char		nulls[5] = "     ";
+
+		values[0] = PointerGetDatum(job_type);
+		values[1] = PointerGetDatum(key);
+		values[2] = Int32GetDatum(attempt);
+		values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+		if (PG_ARGISNULL(3))
+		{
+			values[4] = (Datum) 0;
+			nulls[4] = 'n';
+		}
+		else
+			values[4] = PG_GETARG_DATUM(3);
+
+		if (idem_execute(ST_COMPLETE, values, nulls, 0) == 1 ||
+			explain_refusal(job_type, key, attempt, "complete",
+							CLAIMED_OR_SKIPPED, OPERATION_COMPLETED))
+			break;
+	}
+	if (tries == IDEMPOTENCY_MAX_TRIES)
+		idem_too_many_tries("complete", job_type, key);
+	idem_end(&call);
+
+	PG_RETURN_VOID();
+}
+
+/*
+ * release_operation(job_type text, operation_key text, attempt integer)
+ * RETURNS void
+ *
+ * claimed or skipped -> released: the effect did not happen, the next claim
+ * runs with attempt + 1. Releasing twice is a no-op.
+ */
+Datum
+release_operation(PG_FUNCTION_ARGS)
+{
+	text	   *job_type = idem_arg_job_type(fcinfo, 0);
+	text	   *key = idem_arg_key(fcinfo, 1);
+	int32		attempt = idem_arg_attempt(fcinfo, 2);
+	IdemCall	call;
+	int			tries;
+
+	idem_begin(&call, "release_operation()", true);
+	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
+	{
+		Datum		values[3];
+
+		values[0] = PointerGetDatum(job_type);
+		values[1] = PointerGetDatum(key);
+		values[2] = Int32GetDatum(attempt);
+		if (idem_execute(ST_RELEASE, values, NULL, 0) == 1 ||
+			explain_refusal(job_type, key, attempt, "release",
+							CLAIMED_OR_SKIPPED, OPERATION_RELEASED))
+			break;
+	}
+	if (tries == IDEMPOTENCY_MAX_TRIES)
+		idem_too_many_tries("release", job_type, key);
+	idem_end(&call);
+
+	PG_RETURN_VOID();
+}
+
+/*
+ * extend_lease(job_type text, operation_key text, attempt integer)
+ * RETURNS timestamptz
+ *
+ * A heartbeat: the claim's lease restarts now. Returns the new expiry.
+ * A stale claim that nobody took over yet can still be extended: its worker
+ * is evidently alive.
+ */
+Datum
+extend_lease(PG_FUNCTION_ARGS)
+{
+	text	   *job_type = idem_arg_job_type(fcinfo, 0);
+	text	   *key = idem_arg_key(fcinfo, 1);
+	int32		attempt = idem_arg_attempt(fcinfo, 2);
+	IdemCall	call;
+	TimestampTz expires_at = 0;
+	int			tries;
+
+	idem_begin(&call, "extend_lease()", true);
+	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
+	{
+		Datum		values[4];
+
+		values[0] = PointerGetDatum(job_type);
+		values[1] = PointerGetDatum(key);
+		values[2] = Int32GetDatum(attempt);
+		values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+		if (idem_execute(ST_EXTEND, values, NULL, 0) == 1)
+		{
+			bool		isnull;
+
+			expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+														   SPI_tuptable->tupdesc,
+														   1, &isnull));
+			break;
+		}
+		(void) explain_refusal(job_type, key, attempt, "extend the lease of",
+							   STATUS_BIT(OPERATION_CLAIMED), -1);
+	}
+	if (tries == IDEMPOTENCY_MAX_TRIES)
+		idem_too_many_tries("extend the lease of", job_type, key);
+	idem_end(&call);
+
+	PG_RETURN_TIMESTAMPTZ(expires_at);
+}

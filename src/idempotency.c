@@ -1,0 +1,525 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.c
+ *	  Exactly-once effects for at-least-once queues: the shared machinery.
+ *
+ * The claim protocol
+ * ------------------
+ * idempotency.operations holds one row per (job_type, operation_key); its
+ * primary key is its only index. A worker claims the key before the work
+ * (claim_operation) and completes it after (complete_operation). Every
+ * function here is a short sequence of prepared SPI statements on that one
+ * row; there are no explicit locks. Correctness rests on two PostgreSQL
+ * guarantees:
+ *
+ * 1. INSERT ... ON CONFLICT DO NOTHING on the primary key. A claim that
+ *	  meets another session's uncommitted insert of the same key waits for
+ *	  that transaction. If it commits, the insert does nothing and the claim
+ *	  re-reads the record (a new snapshot under READ COMMITTED) and answers
+ *	  from what was committed; if it aborts, the insert goes ahead. This is
+ *	  what makes the transactional mode exactly-once: claim, side-effect row
+ *	  and completion in one transaction are seen all together or not at all.
+ *	  Under REPEATABLE READ and SERIALIZABLE a conflict with a row the
+ *	  snapshot cannot see raises a serialization failure instead.
+ *
+ * 2. Compare-and-swap updates. Every change of an existing record names, in
+ *	  its WHERE clause, the attempt, the heartbeat and the status it read.
+ *	  Under READ COMMITTED an UPDATE that meets a concurrently updated row
+ *	  waits, then re-evaluates its WHERE clause on the newest version; if
+ *	  the record changed, nothing is updated and the caller re-reads it and
+ *	  decides again (at most IDEMPOTENCY_MAX_TRIES times). So of two
+ *	  redeliveries that take over one stale claim at the same moment, one
+ *	  updates it and the other re-reads a young claim: in_progress. Under
+ *	  REPEATABLE READ and SERIALIZABLE the second one gets a serialization
+ *	  failure, never a wrong verdict.
+ *
+ * The attempt number is a fencing token: complete, release and extend name
+ * the attempt their claim returned and match it in the same WHERE clause,
+ * so a worker whose claim was taken over cannot record anything over the
+ * new owner's work.
+ *
+ * Time is the database clock at the moment of the call
+ * (GetCurrentTimestamp), not the transaction start, so a claim made inside a
+ * long transaction is not born old. A claim is stale when its heartbeat
+ * (the claim, or the last extend_lease) plus its job type's lease, read from
+ * idempotency.job_types at every call, is not in the future.
+ *
+ * A claim of a completed key is a single primary-key lookup (the job type's
+ * configuration is joined in the same statement): it writes no WAL and takes
+ * no transaction id.
+ *
+ * Rights
+ * ------
+ * The statements run with the rights of the owner of
+ * idempotency.operations (SECURITY_LOCAL_USERID_CHANGE, as PostgreSQL's own
+ * RI triggers do), so EXECUTE on a function is the permission and workers
+ * need no privilege on the tables. Unlike SECURITY DEFINER this keeps the
+ * caller known (resolve_operation records current_user). Every name in the
+ * statements is schema-qualified, operators included, so the caller's
+ * search_path cannot capture them.
+ *
+ * Plans are prepared once per backend and kept (SPI_keepplan). They are
+ * written against text, integer, timestamptz and jsonb parameters only, so
+ * when the extension is dropped and created again the plan cache
+ * re-analyzes them against the new objects.
+ *
+ * Copyright (c) 2026, the idempotency authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "compat.h"
+#include "idempotency.h"
+
+PG_MODULE_MAGIC;
+
+/* Shorthands for the statement texts */
+#define EQ		" OPERATOR(pg_catalog.=) "
+#define LE		" OPERATOR(pg_catalog.<=) "
+#define PLUS	" OPERATOR(pg_catalog.+) "
+#define MINUS	" OPERATOR(pg_catalog.-) "
+#define THIS_OPERATION	"o.job_type" EQ "$1 AND o.operation_key" EQ "$2"
+
+typedef struct StatementDef
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[8];
+} StatementDef;
+
+static const StatementDef statements[ST_COUNT] = {
+	[ST_LOOKUP] = {
+		"SELECT jt.stale_policy::pg_catalog.text, jt.max_attempts,"
+		" o.status::pg_catalog.text, o.attempt, o.heartbeat_at,"
+		" o.heartbeat_at" PLUS "jt.lease, o.fingerprint, o.result"
+		" FROM idempotency.job_types jt"
+		" LEFT JOIN idempotency.operations o"
+		" ON o.job_type" EQ "jt.job_type AND o.operation_key" EQ "$2"
+		" WHERE jt.job_type" EQ "$1",
+		2, {TEXTOID, TEXTOID}
+	},
+	/* $3 now, $4 worker, $5 fingerprint */
+	[ST_INSERT] = {
+		"INSERT INTO idempotency.operations AS o"
+		" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,"
+		" claimed_by, fingerprint)"
+		" VALUES ($1, $2, 'claimed', 1, $3, $3, $4, $5)"
+		" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING",
+		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID}
+	},
+	/* $3 attempt, $4 heartbeat, $5 status read; $6 now, $7 worker, $8 fingerprint */
+	[ST_TAKEOVER] = {
+		"UPDATE idempotency.operations o"
+		" SET status = 'claimed', attempt = o.attempt" PLUS "1,"
+		" claimed_at = $6, heartbeat_at = $6, completed_at = NULL,"
+		" claimed_by = $7, fingerprint = COALESCE(o.fingerprint, $8), result = NULL"
+		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
+		" AND o.heartbeat_at" EQ "$4 AND o.status::pg_catalog.text" EQ "$5",
+		8, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID,
+			TIMESTAMPTZOID, TEXTOID, TEXTOID}
+	},
+	/* $3 attempt, $4 heartbeat read; $5 now */
+	[ST_SKIP] = {
+		"UPDATE idempotency.operations o"
+		" SET status = 'skipped', completed_at = $5"
+		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
+		" AND o.heartbeat_at" EQ "$4 AND o.status" EQ "'claimed'",
+		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* $3 attempt, $4 now, $5 result */
+	[ST_COMPLETE] = {
+		"UPDATE idempotency.operations o"
+		" SET status = 'completed', completed_at = $4, result = $5"
+		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
+		" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')",
+		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
+	},
+	/* $3 attempt */
+	[ST_RELEASE] = {
+		"UPDATE idempotency.operations o"
+		" SET status = 'released', completed_at = NULL, result = NULL"
+		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
+		" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')",
+		3, {TEXTOID, TEXTOID, INT4OID}
+	},
+	/* $3 attempt, $4 now; returns the new expiry */
+	[ST_EXTEND] = {
+		"UPDATE idempotency.operations o SET heartbeat_at = $4"
+		" FROM idempotency.job_types jt"
+		" WHERE " THIS_OPERATION " AND jt.job_type" EQ "o.job_type"
+		" AND o.attempt" EQ "$3 AND o.status" EQ "'claimed'"
+		" RETURNING o.heartbeat_at" PLUS "jt.lease",
+		4, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID}
+	},
+	/* $1 now; columns as in stale_claims() */
+#define STALE_CLAIMS_SQL \
+		"SELECT o.job_type, o.operation_key, o.attempt, o.claimed_at," \
+		" o.claimed_by, jt.stale_policy, o.heartbeat_at" PLUS "jt.lease," \
+		" $1" MINUS "(o.heartbeat_at" PLUS "jt.lease)" \
+		" FROM idempotency.operations o" \
+		" JOIN idempotency.job_types jt ON jt.job_type" EQ "o.job_type" \
+		" WHERE o.status" EQ "'claimed'" \
+		" AND (o.heartbeat_at" PLUS "jt.lease)" LE "$1"
+	[ST_STALE_ALL] = {
+		STALE_CLAIMS_SQL " ORDER BY 7, 1, 2",
+		1, {TIMESTAMPTZOID}
+	},
+	/* $2 job type */
+	[ST_STALE_ONE] = {
+		STALE_CLAIMS_SQL " AND o.job_type" EQ "$2 ORDER BY 7, 1, 2",
+		2, {TIMESTAMPTZOID, TEXTOID}
+	},
+	/* $3 attempt, $4 heartbeat, $5 status read; $6 now */
+	[ST_RESOLVE_COMPLETED] = {
+		"UPDATE idempotency.operations o"
+		" SET status = 'completed', completed_at = $6"
+		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
+		" AND o.heartbeat_at" EQ "$4 AND o.status::pg_catalog.text" EQ "$5",
+		6, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
+	},
+	[ST_RESOLVE_RETRY] = {
+		"UPDATE idempotency.operations o"
+		" SET status = 'released', completed_at = NULL, result = NULL"
+		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
+		" AND o.heartbeat_at" EQ "$4 AND o.status::pg_catalog.text" EQ "$5",
+		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
+	},
+	/* $3 attempt, $4 previous status, $5 resolution, $6 who, $7 now, $8 note */
+	[ST_AUDIT] = {
+		"INSERT INTO idempotency.resolutions"
+		" (job_type, operation_key, attempt, previous_status, resolution,"
+		" resolved_by, resolved_at, note)"
+		" VALUES ($1, $2, $3, $4::idempotency.operation_status, $5,"
+		" $6::pg_catalog.name, $7, $8)",
+		8, {TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID,
+			TIMESTAMPTZOID, TEXTOID}
+	},
+	/* $1 now */
+#define PURGEABLE \
+		" jt.job_type" EQ "o.job_type AND jt.retention IS NOT NULL" \
+		" AND (o.status" EQ "'completed' OR o.status" EQ "'skipped')" \
+		" AND o.completed_at" LE "($1" MINUS "jt.retention)"
+	[ST_PURGE_SCAN] = {
+		"SELECT o.ctid FROM idempotency.operations o, idempotency.job_types jt"
+		" WHERE" PURGEABLE,
+		1, {TIMESTAMPTZOID}
+	},
+	/* $2 the ctids of one batch; every condition is checked again */
+	[ST_PURGE_DELETE] = {
+		"DELETE FROM idempotency.operations o USING idempotency.job_types jt"
+		" WHERE o.ctid" EQ "ANY ($2) AND" PURGEABLE,
+		2, {TIMESTAMPTZOID, TIDARRAYOID}
+	},
+};
+
+static SPIPlanPtr plans[ST_COUNT];
+
+/*
+ * The owner of idempotency.operations, whose rights the statements run
+ * with. Looked up at every call: three syscache probes, and always right
+ * after the extension was dropped, created again or handed to a new owner.
+ */
+static Oid
+operations_owner(void)
+{
+	Oid			nspid = get_namespace_oid("idempotency", true);
+	Oid			relid = InvalidOid;
+	HeapTuple	tuple;
+	Oid			owner;
+
+	if (OidIsValid(nspid))
+		relid = get_relname_relid("operations", nspid);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table idempotency.operations does not exist"),
+				 errhint("Run CREATE EXTENSION idempotency in this database.")));
+
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/*
+ * Start a call: refuse to write where writing is impossible (with a clear
+ * 25006 instead of whatever the first write would say), switch to the
+ * table owner's rights and connect to SPI.
+ */
+void
+idem_begin(IdemCall *call, const char *fname, bool writes)
+{
+	Oid			owner;
+
+	if (writes)
+	{
+		PreventCommandDuringRecovery(fname);
+		PreventCommandIfReadOnly(fname);
+	}
+
+	owner = operations_owner();
+	GetUserIdAndSecContext(&call->caller, &call->save_sec_context);
+	SetUserIdAndSecContext(owner,
+						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+/* End a call begun with idem_begin. (On error, transaction abort does both.) */
+void
+idem_end(IdemCall *call)
+{
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	SetUserIdAndSecContext(call->caller, call->save_sec_context);
+}
+
+static SPIPlanPtr
+get_plan(Statement st)
+{
+	if (plans[st] == NULL)
+	{
+		const StatementDef *def = &statements[st];
+		SPIPlanPtr	plan = SPI_prepare(def->sql, def->nargs, (Oid *) def->argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for statement %d: %s",
+				 (int) st, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plans[st] = plan;
+	}
+	return plans[st];
+}
+
+/* Run one prepared statement; returns SPI_processed */
+int
+idem_execute(Statement st, Datum *values, const char *nulls, long count)
+{
+	int			rc = SPI_execute_plan(get_plan(st), values, nulls, false, count);
+
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for statement %d: %s",
+			 (int) st, SPI_result_code_string(rc));
+	return (int) SPI_processed;
+}
+
+/* Open a cursor on one prepared statement */
+Portal
+idem_cursor(Statement st, Datum *values, const char *nulls)
+{
+	Portal		portal = SPI_cursor_open(NULL, get_plan(st), values, nulls, false);
+
+	if (portal == NULL)
+		elog(ERROR, "SPI_cursor_open failed for statement %d: %s",
+			 (int) st, SPI_result_code_string(SPI_result));
+	return portal;
+}
+
+static OperationStatus
+parse_status(const char *s)
+{
+	if (strcmp(s, "claimed") == 0)
+		return OPERATION_CLAIMED;
+	if (strcmp(s, "completed") == 0)
+		return OPERATION_COMPLETED;
+	if (strcmp(s, "released") == 0)
+		return OPERATION_RELEASED;
+	if (strcmp(s, "skipped") == 0)
+		return OPERATION_SKIPPED;
+	elog(ERROR, "unexpected operation status \"%s\"", s);
+	pg_unreachable();
+}
+
+static StalePolicy
+parse_policy(const char *s)
+{
+	if (strcmp(s, "hold") == 0)
+		return STALE_HOLD;
+	if (strcmp(s, "retry") == 0)
+		return STALE_RETRY;
+	if (strcmp(s, "skip") == 0)
+		return STALE_SKIP;
+	if (strcmp(s, "lookup") == 0)
+		return STALE_LOOKUP;
+	elog(ERROR, "unexpected stale policy \"%s\"", s);
+	pg_unreachable();
+}
+
+const char *
+idem_status_name(OperationStatus status)
+{
+	switch (status)
+	{
+		case OPERATION_CLAIMED:
+			return "claimed";
+		case OPERATION_COMPLETED:
+			return "completed";
+		case OPERATION_RELEASED:
+			return "released";
+		case OPERATION_SKIPPED:
+			return "skipped";
+	}
+	pg_unreachable();
+}
+
+/*
+ * Read a job type's configuration and the record of one key, in one
+ * primary-key lookup each. Fills *state; see OperationState.
+ */
+void
+idem_lookup(text *job_type, text *key, OperationState *state)
+{
+	Datum		values[2] = {PointerGetDatum(job_type), PointerGetDatum(key)};
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	bool		isnull;
+
+	memset(state, 0, sizeof(*state));
+	if (idem_execute(ST_LOOKUP, values, NULL, 1) == 0)
+		return;
+
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	state->job_type_found = true;
+	state->policy = parse_policy(SPI_getvalue(tuple, desc, 1));
+	state->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+	if (isnull)
+		state->max_attempts = 0;
+
+	(void) SPI_getbinval(tuple, desc, 3, &isnull);
+	if (isnull)
+		return;					/* no record */
+	state->found = true;
+	state->status = parse_status(SPI_getvalue(tuple, desc, 3));
+	state->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
+	state->heartbeat_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+	state->expires_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull));
+	{
+		Datum		fp = SPI_getbinval(tuple, desc, 7, &isnull);
+
+		state->fingerprint = isnull ? NULL : DatumGetTextPP(fp);
+	}
+	state->result = SPI_getbinval(tuple, desc, 8, &state->result_isnull);
+}
+
+void
+idem_require_job_type(const OperationState *state, text *job_type)
+{
+	if (!state->job_type_found)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_UNKNOWN_JOB_TYPE),
+				 errmsg("job type \"%s\" is not registered", idem_text(job_type)),
+				 errdetail("A job type needs a lease and a stale-claim policy before its operations can be claimed."),
+				 errhint("Register it: INSERT INTO idempotency.job_types (job_type, lease, stale_policy) VALUES ('%s', '10 minutes', 'hold');",
+						 idem_text(job_type))));
+}
+
+void
+idem_require_record(const OperationState *state, text *job_type, text *key)
+{
+	idem_require_job_type(state, job_type);
+	if (!state->found)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_OPERATION_NOT_FOUND),
+				 errmsg("operation \"%s\" of job type \"%s\" was never claimed",
+						idem_text(key), idem_text(job_type)),
+				 errhint("Call idempotency.claim_operation() first and use the attempt it returns.")));
+}
+
+/*
+ * The record changed under every one of IDEMPOTENCY_MAX_TRIES reads: give
+ * up with a serialization failure, which clients retry anyway.
+ */
+void
+idem_too_many_tries(const char *action, text *job_type, text *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not %s operation \"%s\" of job type \"%s\"",
+					action, idem_text(key), idem_text(job_type)),
+			 errdetail("The record changed under %d consecutive attempts to read it.",
+					   IDEMPOTENCY_MAX_TRIES),
+			 errhint("Retry the call.")));
+}
+
+char *
+idem_text(text *t)
+{
+	return text_to_cstring(t);
+}
+
+/*
+ * Argument checks. Each bad input gets its own message; NULL is 22004,
+ * empty is 22023, too long is 22001.
+ */
+static text *
+arg_name(FunctionCallInfo fcinfo, int argno, const char *what, int maxbytes)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what)));
+	if (len > maxbytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is too long", what),
+				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxbytes),
+				 errhint("Use a shorter identifier, or a hash of the long one (for example sha256).")));
+	return t;
+}
+
+text *
+idem_arg_job_type(FunctionCallInfo fcinfo, int argno)
+{
+	return arg_name(fcinfo, argno, "job_type", IDEMPOTENCY_MAX_JOB_TYPE_BYTES);
+}
+
+text *
+idem_arg_key(FunctionCallInfo fcinfo, int argno)
+{
+	return arg_name(fcinfo, argno, "operation_key", IDEMPOTENCY_MAX_KEY_BYTES);
+}
+
+int32
+idem_arg_attempt(FunctionCallInfo fcinfo, int argno)
+{
+	int32		attempt;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("attempt must not be null"),
+				 errhint("Pass the attempt that claim_operation() returned.")));
+	attempt = PG_GETARG_INT32(argno);
+	if (attempt < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt must be positive, not %d", attempt),
+				 errhint("Pass the attempt that claim_operation() returned.")));
+	return attempt;
+}

@@ -1,0 +1,117 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.h
+ *	  Shared declarations of the idempotency extension.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPOTENCY_H
+#define IDEMPOTENCY_H
+
+#include "fmgr.h"
+#include "utils/timestamp.h"
+
+/*
+ * SQLSTATEs of our own, class "ID". Clients branch on them; the README's
+ * SQLSTATE table lists every code the extension raises.
+ */
+#define ERRCODE_IDEMPOTENCY_UNKNOWN_JOB_TYPE		MAKE_SQLSTATE('I','D','0','0','1')
+#define ERRCODE_IDEMPOTENCY_FINGERPRINT_MISMATCH	MAKE_SQLSTATE('I','D','0','0','2')
+#define ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED		MAKE_SQLSTATE('I','D','0','0','3')
+#define ERRCODE_IDEMPOTENCY_OPERATION_NOT_FOUND		MAKE_SQLSTATE('I','D','0','0','4')
+#define ERRCODE_IDEMPOTENCY_WRONG_STATE				MAKE_SQLSTATE('I','D','0','0','5')
+
+/* Input limits, checked before anything reaches the btree */
+#define IDEMPOTENCY_MAX_JOB_TYPE_BYTES	128
+#define IDEMPOTENCY_MAX_KEY_BYTES		1024
+
+/*
+ * How often one call re-reads a record that another session changed under
+ * it before giving up with a serialization failure. Every retry needs a
+ * concurrent commit on the same key, so this is never reached in practice.
+ */
+#define IDEMPOTENCY_MAX_TRIES			16
+
+/* NOTIFY channel for claims that turned out stale and are held */
+#define IDEMPOTENCY_HELD_CHANNEL		"idempotency_held"
+
+typedef enum OperationStatus
+{
+	OPERATION_CLAIMED,
+	OPERATION_COMPLETED,
+	OPERATION_RELEASED,
+	OPERATION_SKIPPED
+} OperationStatus;
+
+typedef enum StalePolicy
+{
+	STALE_HOLD,
+	STALE_RETRY,
+	STALE_SKIP,
+	STALE_LOOKUP
+} StalePolicy;
+
+/* The prepared statements, see statements[] in idempotency.c */
+typedef enum Statement
+{
+	ST_LOOKUP,
+	ST_INSERT,
+	ST_TAKEOVER,
+	ST_SKIP,
+	ST_COMPLETE,
+	ST_RELEASE,
+	ST_EXTEND,
+	ST_STALE_ALL,
+	ST_STALE_ONE,
+	ST_RESOLVE_COMPLETED,
+	ST_RESOLVE_RETRY,
+	ST_AUDIT,
+	ST_PURGE_SCAN,
+	ST_PURGE_DELETE,
+	ST_COUNT
+} Statement;
+
+/*
+ * What ST_LOOKUP read: the job type's configuration and, if it exists, the
+ * record. Pointers point into the SPI tuple table of the lookup and are
+ * valid until the next statement.
+ */
+typedef struct OperationState
+{
+	bool		job_type_found;
+	StalePolicy policy;
+	int32		max_attempts;	/* 0: no limit */
+
+	bool		found;
+	OperationStatus status;
+	int32		attempt;
+	TimestampTz heartbeat_at;
+	TimestampTz expires_at;		/* heartbeat_at + lease */
+	text	   *fingerprint;	/* NULL if none */
+	Datum		result;
+	bool		result_isnull;
+} OperationState;
+
+/* One SQL-callable call: the caller's identity, restored at the end */
+typedef struct IdemCall
+{
+	Oid			caller;
+	int			save_sec_context;
+} IdemCall;
+
+/* idempotency.c */
+extern void idem_begin(IdemCall *call, const char *fname, bool writes);
+extern void idem_end(IdemCall *call);
+extern int	idem_execute(Statement st, Datum *values, const char *nulls, long count);
+extern Portal idem_cursor(Statement st, Datum *values, const char *nulls);
+extern void idem_lookup(text *job_type, text *key, OperationState *state);
+extern void idem_require_job_type(const OperationState *state, text *job_type);
+extern void idem_require_record(const OperationState *state, text *job_type, text *key);
+extern text *idem_arg_job_type(FunctionCallInfo fcinfo, int argno);
+extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno);
+extern int32 idem_arg_attempt(FunctionCallInfo fcinfo, int argno);
+extern const char *idem_status_name(OperationStatus status);
+extern void idem_too_many_tries(const char *action, text *job_type, text *key) pg_attribute_noreturn();
+extern char *idem_text(text *t);
+
+#endif							/* IDEMPOTENCY_H */
