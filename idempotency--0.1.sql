@@ -3,6 +3,10 @@
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
+CREATE SCHEMA idempotency;
+COMMENT ON SCHEMA idempotency IS 'idempotency extension: handled operations, their configuration and the claim protocol';
+REVOKE ALL ON SCHEMA idempotency FROM PUBLIC;
+
 --
 -- Types
 --

@@ -47,8 +47,7 @@ explain_refusal(text *job_type, text *key, int32 attempt, const char *action,
 						attempt, idem_text(key), idem_text(job_type)),
 				 errdetail("The operation was taken over after its lease ran out; its current attempt is %d.",
 						   state.attempt),
-				 errhint("Another worker owns this operation now: do not %s it from this attempt.",
-						 action)));
+				 errhint("Another worker owns this operation now: stop, and record nothing for this attempt.")));
 	if (attempt > state.attempt)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED),

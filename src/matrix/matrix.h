@@ -1,0 +1,246 @@
+/*
+ * matrix.h
+ *		The replay matrix runner: shared types.
+ *
+ * idempotency-matrix is a libpq client, not part of the extension. It runs
+ * the seed's reference job (send_confirmation for ORD-1001, ORD-1002, ...)
+ * through real worker processes, kills them at exact points, and checks the
+ * emails, the record and the verdicts against each stale-claim policy.
+ *
+ * Files:
+ *	main.c		options, connection, the run, cleanup
+ *	cases.c		the cases and what each must show, per policy
+ *	worker.c	worker processes (fork, one connection each) and their events
+ *	provider.c	the fake mail provider: an append-only, fsync'd file
+ *	report.c	terminal tables, --html and --json
+ *	util.c		strings, escaping, clocks
+ */
+#ifndef IDEMPOTENCY_MATRIX_H
+#define IDEMPOTENCY_MATRIX_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#include "libpq-fe.h"
+
+#define MATRIX_VERSION "0.1"
+
+#if defined(__GNUC__)
+#define MX_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MX_PRINTF(f, a)
+#endif
+
+typedef enum policy_t
+{
+	POLICY_HOLD,
+	POLICY_RETRY,
+	POLICY_SKIP,
+	POLICY_LOOKUP,
+	N_POLICIES
+} policy_t;
+
+extern const char *const policy_names[N_POLICIES];
+extern const char *const policy_blurbs[N_POLICIES];
+
+/* growable string */
+typedef struct sbuf
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+} sbuf;
+
+void		sb_init(sbuf *b);
+void		sb_free(sbuf *b);
+void		sb_reset(sbuf *b);
+void		sb_append(sbuf *b, const char *s, size_t n);
+void		sb_puts(sbuf *b, const char *s);
+void		sb_printf(sbuf *b, const char *fmt,...) MX_PRINTF(2, 3);
+void		sb_vprintf(sbuf *b, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+const char *sb_str(const sbuf *b);
+
+void		html_escape(sbuf *b, const char *s);
+void		json_string(sbuf *b, const char *s);
+size_t		display_width(const char *s);
+double		now_seconds(void);
+void		sleep_ms(int ms);
+void		iso_time(char *buf, size_t sz, bool utc_millis);
+void		copy_str(char *dst, size_t sz, const char *src);
+
+/* one row of the matrix: a case under one policy */
+#define CELL 192
+
+typedef struct case_result
+{
+	const char *id;				/* "1", "3s", "7a", ... */
+	char		title[96];		/* "first delivery" */
+	char		expected_text[96];	/* the seed's "expected" words */
+	int			exp_emails;
+	int			obs_emails;		/* -1: not observed */
+	char		exp_record[CELL];
+	char		obs_record[CELL];
+	char		exp_verdicts[CELL];
+	char		obs_verdicts[CELL];
+	bool		emails_ok;
+	bool		record_ok;
+	bool		verdicts_ok;
+	bool		checks_ok;		/* the checks behind the notes */
+	bool		ran;
+	bool		pass;
+	sbuf		notes;			/* what else was checked; why a cell failed */
+	double		seconds;
+} case_result;
+
+#define MAX_CASES 16
+
+typedef struct policy_result
+{
+	policy_t	policy;			/* configured in the job types */
+	policy_t	checked_as;		/* whose expectations were checked */
+	int			ncases;
+	case_result cases[MAX_CASES];
+	double		seconds;
+} policy_result;
+
+typedef struct matrix_ctx
+{
+	PGconn	   *conn;			/* the runner's own (control) connection */
+	const char *dsn;			/* NULL: libpq environment variables */
+	double		lease_s;
+	char		lease_sql[32];	/* "2 seconds" */
+	int			stress;			/* workers in case 3s; 0 skips it */
+	char		run_id[32];
+	char		prefix[64];		/* job type prefix, unique to this run */
+	char		maildir[256];
+	char		effects_table[300]; /* quoted, qualified; "" until created */
+	char		effects_error[256];
+	bool		color;
+	bool		utf8;
+	bool		progress;
+	bool		progress_tty;
+	bool		keep;
+	double		timeout_s;		/* longest wait for one worker event */
+
+	/* what the report shows */
+	char		started_at[40];
+	char		ext_version[64];
+	char		server_version[64];
+	char		server_version_full[256];
+	char		server_desc[256];	/* host, port, database, user */
+	char		isolation[64];
+	char		check_as_note[128];
+	double		seconds;
+} matrix_ctx;
+
+extern volatile sig_atomic_t matrix_interrupted;
+
+/* main.c */
+void		progress(matrix_ctx *ctx, const char *fmt,...) MX_PRINTF(2, 3);
+PGresult   *db_exec(matrix_ctx *ctx, const char *sql, int nparams,
+					 const char *const *params);
+
+/* cases.c */
+typedef struct case_def
+{
+	const char *id;
+	const char *title;
+	void		(*run) (matrix_ctx *ctx, policy_t policy, policy_t checked_as,
+						case_result *cr);
+} case_def;
+
+extern const case_def matrix_cases[];
+extern const int n_matrix_cases;
+void		case_expectations(matrix_ctx *ctx, policy_t checked_as,
+							  const case_def *def, case_result *cr);
+bool		case_selected(const char *list, const char *id);
+void		case_finish(case_result *cr);
+
+/* worker.c */
+typedef enum worker_mode
+{
+	W_NORMAL,					/* claim, (look up), send, complete */
+	W_TX,						/* BEGIN; claim; effect row; complete; COMMIT */
+	W_RELEASE,					/* claim; the provider refuses; release */
+	W_HEARTBEAT					/* claim; extend_lease until told to go on */
+} worker_mode;
+
+#define PAUSE_CLAIMED	0x1		/* after the claim committed (TX: in the txn) */
+#define PAUSE_SENT		0x2		/* after the email left, before completion */
+
+typedef struct worker_spec
+{
+	const char *job_type;
+	const char *key;
+	const char *fingerprint;	/* NULL: none */
+	worker_mode mode;
+	unsigned	pauses;
+	const char *mailbox;
+	bool		lookup_provider;
+	double		heartbeat_s;
+	const char *effects_table;
+} worker_spec;
+
+typedef struct worker
+{
+	pid_t		pid;
+	int			ev_fd;			/* events from the worker */
+	int			cmd_fd;			/* commands to the worker */
+	char		name[48];
+	char		buf[4096];
+	size_t		buflen;
+	bool		eof;
+	bool		reaped;
+	bool		killed;
+	int			exit_status;
+
+	/* what its events said */
+	int			backend_pid;
+	bool		ready;
+	char		verdict[32];	/* "" until the claim answered */
+	int			attempt;
+	char		result[512];
+	char		claim_error[8]; /* SQLSTATE of a failed claim */
+	char		error_text[256];
+	int			lookup;			/* -1 none, 0 missing, 1 found */
+	int			sent;
+	char		message_id[96];
+	bool		effect;
+	bool		paused;
+	int			extended;
+	bool		released;
+	bool		completed;
+	char		complete_error[8];
+	char		problem[256];	/* why a wait failed */
+} worker;
+
+int			worker_spawn(matrix_ctx *ctx, worker *w, const worker_spec *spec,
+						 const char *name, int barrier_rd);
+bool		worker_wait(matrix_ctx *ctx, worker *w, const char *event);
+bool		worker_drain(worker *w);
+void		worker_go(worker *w);
+void		worker_kill(worker *w);
+void		worker_dispose(worker *w);
+void		workers_kill_all(void);
+const char *worker_verdict_text(const worker *w, char *buf, size_t sz);
+
+/* provider.c */
+int			provider_send(const char *mailbox, bool with_ref, const char *key,
+						  const char *worker, int attempt,
+						  char *message_id, size_t idsz);
+int			provider_lookup(const char *mailbox, const char *key);
+int			provider_count(const char *mailbox, const char *key);
+
+/* report.c */
+void		report_policy(matrix_ctx *ctx, const policy_result *pr);
+void		report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
+						   int *passed, int *failed);
+int			report_html(matrix_ctx *ctx, const char *path,
+						const policy_result *prs, int npr);
+int			report_json(matrix_ctx *ctx, const char *path,
+						const policy_result *prs, int npr);
+
+#endif							/* IDEMPOTENCY_MATRIX_H */

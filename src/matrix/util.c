@@ -1,0 +1,223 @@
+/*
+ * util.c
+ *		Strings, escaping and clocks for the replay matrix runner.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "matrix.h"
+
+void
+sb_init(sbuf *b)
+{
+	b->data = NULL;
+	b->len = 0;
+	b->cap = 0;
+}
+
+void
+sb_free(sbuf *b)
+{
+	free(b->data);
+	sb_init(b);
+}
+
+void
+sb_reset(sbuf *b)
+{
+	b->len = 0;
+	if (b->data)
+		b->data[0] = '\0';
+}
+
+static void
+sb_reserve(sbuf *b, size_t extra)
+{
+	size_t		need = b->len + extra + 1;
+	size_t		cap = b->cap ? b->cap : 256;
+
+	if (need <= b->cap)
+		return;
+	while (cap < need)
+		cap *= 2;
+	b->data = realloc(b->data, cap);
+	if (b->data == NULL)
+	{
+		fprintf(stderr, "idempotency-matrix: out of memory\n");
+		abort();
+	}
+	b->cap = cap;
+}
+
+void
+sb_append(sbuf *b, const char *s, size_t n)
+{
+	sb_reserve(b, n);
+	memcpy(b->data + b->len, s, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+void
+sb_puts(sbuf *b, const char *s)
+{
+	sb_append(b, s, strlen(s));
+}
+
+void
+sb_vprintf(sbuf *b, const char *fmt, va_list ap)
+{
+	va_list		ap2;
+	int			n;
+
+	va_copy(ap2, ap);
+	n = vsnprintf(NULL, 0, fmt, ap2);
+	va_end(ap2);
+	if (n < 0)
+		return;
+	sb_reserve(b, (size_t) n);
+	vsnprintf(b->data + b->len, (size_t) n + 1, fmt, ap);
+	b->len += (size_t) n;
+}
+
+void
+sb_printf(sbuf *b, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	sb_vprintf(b, fmt, ap);
+	va_end(ap);
+}
+
+const char *
+sb_str(const sbuf *b)
+{
+	return b->data ? b->data : "";
+}
+
+void
+html_escape(sbuf *b, const char *s)
+{
+	for (; *s; s++)
+	{
+		switch (*s)
+		{
+			case '&':
+				sb_puts(b, "&amp;");
+				break;
+			case '<':
+				sb_puts(b, "&lt;");
+				break;
+			case '>':
+				sb_puts(b, "&gt;");
+				break;
+			case '"':
+				sb_puts(b, "&quot;");
+				break;
+			case '\'':
+				sb_puts(b, "&#39;");
+				break;
+			default:
+				sb_append(b, s, 1);
+		}
+	}
+}
+
+/* a JSON string literal, quotes included */
+void
+json_string(sbuf *b, const char *s)
+{
+	sb_puts(b, "\"");
+	for (; *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (c == '"' || c == '\\')
+		{
+			sb_append(b, "\\", 1);
+			sb_append(b, s, 1);
+		}
+		else if (c == '\n')
+			sb_puts(b, "\\n");
+		else if (c == '\t')
+			sb_puts(b, "\\t");
+		else if (c == '\r')
+			sb_puts(b, "\\r");
+		else if (c < 0x20)
+			sb_printf(b, "\\u%04x", c);
+		else
+			sb_append(b, s, 1);
+	}
+	sb_puts(b, "\"");
+}
+
+/*
+ * Columns a UTF-8 string takes in a terminal. Every character this program
+ * prints is one column wide, so counting characters is enough.
+ */
+size_t
+display_width(const char *s)
+{
+	size_t		n = 0;
+
+	for (; *s; s++)
+		if (((unsigned char) *s & 0xC0) != 0x80)
+			n++;
+	return n;
+}
+
+double
+now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+void
+sleep_ms(int ms)
+{
+	struct timespec ts;
+
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (long) (ms % 1000) * 1000000L;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !matrix_interrupted)
+		;
+}
+
+/* local time with offset ("2025-11-29 09:10:11 +0000"), or UTC with ms */
+void
+iso_time(char *buf, size_t sz, bool utc_millis)
+{
+	struct timespec ts;
+	struct tm	tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (utc_millis)
+	{
+		char		base[32];
+
+		gmtime_r(&ts.tv_sec, &tm);
+		strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(buf, sz, "%s.%03ldZ", base, ts.tv_nsec / 1000000L);
+	}
+	else
+	{
+		localtime_r(&ts.tv_sec, &tm);
+		strftime(buf, sz, "%Y-%m-%d %H:%M:%S %z", &tm);
+	}
+}
+
+void
+copy_str(char *dst, size_t sz, const char *src)
+{
+	if (sz == 0)
+		return;
+	snprintf(dst, sz, "%s", src ? src : "");
+}
