@@ -1,0 +1,1287 @@
+/*
+ * cases.c
+ *		The replay cases, and what each must show under each policy.
+ *
+ * Every case works in its own job type (<prefix>_<policy>_<case>) with its
+ * own mailbox, so the cases cannot see each other and the keys can be the
+ * seed's own: ORD-1001 (and ORD-1002 in case 4). A case fills three cells
+ * from what it observed -- the emails in the provider's mailbox, the record
+ * afterwards ("completed #2": status and attempt), and the verdicts the
+ * workers got -- and notes on everything else it checked. The expectations
+ * come from case_expectations(), per policy: cases 1-7 as the seed writes
+ * them, cases 8-13 as issue 3 adds them.
+ *
+ * Waiting for a lease to run out is done by polling stale_claims() on the
+ * runner's connection until it lists the key, never by sleeping a guessed
+ * time; a worker dies by SIGKILL while it is paused at the named point.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "matrix.h"
+
+#define POLL_MS 10				/* database polling interval */
+#define MAX_WORKERS 64
+
+typedef struct case_env
+{
+	matrix_ctx *ctx;
+	policy_t	policy;			/* configured in the job type */
+	policy_t	as;				/* whose expectations are checked */
+	case_result *cr;
+	char		job_type[160];
+	char		mailbox[400];
+	bool		lookup_provider;
+} case_env;
+
+/* ---------------------------------------------------------------------
+ * Expectations
+ * --------------------------------------------------------------------- */
+
+static void
+expect(case_result *cr, int emails, const char *record, const char *verdicts,
+	   const char *text)
+{
+	cr->exp_emails = emails;
+	copy_str(cr->exp_record, sizeof(cr->exp_record), record);
+	copy_str(cr->exp_verdicts, sizeof(cr->exp_verdicts), verdicts);
+	copy_str(cr->expected_text, sizeof(cr->expected_text), text);
+}
+
+void
+case_expectations(matrix_ctx *ctx, policy_t as, const case_def *def,
+				  case_result *cr)
+{
+	const char *id = def->id;
+	const char *x = ctx->utf8 ? "\xC3\x97" : "x";	/* × */
+
+	memset(cr, 0, sizeof(*cr));
+	sb_init(&cr->notes);
+	cr->id = def->id;
+	cr->obs_emails = -1;
+	cr->checks_ok = true;
+	copy_str(cr->title, sizeof(cr->title), def->title);
+
+	if (strcmp(id, "1") == 0)
+		expect(cr, 1, "completed #1", "run", "sent once");
+	else if (strcmp(id, "2") == 0)
+		expect(cr, 1, "completed #1", "run, completed", "skipped");
+	else if (strcmp(id, "3") == 0)
+		expect(cr, 1, "completed #1", "run, in_progress", "one claims, one skips");
+	else if (strcmp(id, "3s") == 0)
+	{
+		char		v[64];
+		char		t[64];
+
+		snprintf(cr->title, sizeof(cr->title),
+				 "same message to %d workers at once (stress)", ctx->stress);
+		snprintf(v, sizeof(v), "run, %d%s in_progress", ctx->stress - 1, x);
+		snprintf(t, sizeof(t), "one claims, %d skip", ctx->stress - 1);
+		expect(cr, 1, "completed #1", v, t);
+	}
+	else if (strcmp(id, "4") == 0)
+		expect(cr, 2, "completed #1, completed #1", "run, run", "both processed");
+	else if (strcmp(id, "5") == 0)
+	{
+		switch (as)
+		{
+			case POLICY_HOLD:
+				expect(cr, 0, "claimed #1 (stale)", "run (killed), held",
+					   "held for a person after the lease");
+				break;
+			case POLICY_RETRY:
+				expect(cr, 1, "completed #2", "run (killed), run",
+					   "sent after the lease by a takeover");
+				break;
+			case POLICY_SKIP:
+				expect(cr, 0, "skipped #1", "run (killed), skipped",
+					   "skipped for good: never emailed");
+				break;
+			default:
+				expect(cr, 1, "completed #2", "run (killed), verify (not found)",
+					   "looked up: not found, so sent");
+				break;
+		}
+	}
+	else if (strcmp(id, "6") == 0)
+	{
+		switch (as)
+		{
+			case POLICY_HOLD:
+				expect(cr, 1, "claimed #1 (stale)", "run (killed), held",
+					   "held for a person after the lease");
+				break;
+			case POLICY_RETRY:
+				expect(cr, 2, "completed #2", "run (killed), run",
+					   "sent again after the lease: a duplicate");
+				break;
+			case POLICY_SKIP:
+				expect(cr, 1, "skipped #1", "run (killed), skipped",
+					   "skipped for good");
+				break;
+			default:
+				expect(cr, 1, "completed #2", "run (killed), verify (found)",
+					   "looked up: found, not sent again");
+				break;
+		}
+	}
+	else if (strcmp(id, "7a") == 0)
+		expect(cr, 0, "claimed #1 (young)", "run (killed), in_progress",
+			   "skipped; no second worker takes over");
+	else if (strcmp(id, "7b") == 0)
+		expect(cr, 1, "claimed #1 (young)", "run (killed), in_progress",
+			   "skipped; no second worker takes over");
+	else if (strcmp(id, "8") == 0)
+		expect(cr, 1, "none, then completed #1",
+			   "run (killed in transaction), run",
+			   "nothing recorded; the redelivery runs once");
+	else if (strcmp(id, "9") == 0)
+	{
+		switch (as)
+		{
+			case POLICY_HOLD:
+				expect(cr, 1, "completed #1", "run (slow), held, late completion ok",
+					   "no takeover: the late completion counts");
+				break;
+			case POLICY_RETRY:
+				expect(cr, 2, "completed #2", "run (slow), run, late completion ID003",
+					   "taken over: the late completion is refused");
+				break;
+			case POLICY_SKIP:
+				expect(cr, 1, "completed #1", "run (slow), skipped, late completion ok",
+					   "no takeover: the late completion counts");
+				break;
+			default:
+				expect(cr, 1, "completed #2",
+					   "run (slow), verify (found), late completion ID003",
+					   "taken over: the late completion is refused");
+				break;
+		}
+	}
+	else if (strcmp(id, "10") == 0)
+		expect(cr, 1, "completed #2", "run, released, run", "the next delivery runs");
+	else if (strcmp(id, "11") == 0)
+		expect(cr, 1, "completed #1", "run, ID002, completed",
+			   "refused: fingerprint mismatch");
+	else if (strcmp(id, "12") == 0)
+		expect(cr, 1, "completed #1", "run (heartbeats), in_progress",
+			   "never taken over");
+	else if (strcmp(id, "13") == 0)
+		expect(cr, 0, "claimed #1 (stale)", "run (killed), listed by stale_claims()",
+			   "found by stale_claims()");
+}
+
+/* the three cells and the notes' checks make the mark */
+void
+case_finish(case_result *cr)
+{
+	cr->emails_ok = cr->obs_emails == cr->exp_emails;
+	cr->record_ok = strcmp(cr->obs_record, cr->exp_record) == 0;
+	cr->verdicts_ok = strcmp(cr->obs_verdicts, cr->exp_verdicts) == 0;
+	cr->pass = cr->ran && cr->emails_ok && cr->record_ok && cr->verdicts_ok &&
+		cr->checks_ok;
+}
+
+/*
+ * Is case `id` in the --cases list ("1-7,12,3s")? A number also selects its
+ * variants (3: 3 and 3s; 7: 7a and 7b).
+ */
+bool
+case_selected(const char *list, const char *id)
+{
+	const char *p = list;
+	int			n = atoi(id);
+
+	if (list == NULL || *list == '\0')
+		return true;
+	while (*p)
+	{
+		char		tok[32];
+		size_t		len = strcspn(p, ",");
+		char	   *dash;
+
+		if (len >= sizeof(tok))
+			len = sizeof(tok) - 1;
+		memcpy(tok, p, len);
+		tok[len] = '\0';
+		p += len;
+		if (*p == ',')
+			p++;
+		dash = strchr(tok, '-');
+		if (dash)
+		{
+			int			lo = atoi(tok);
+			int			hi = atoi(dash + 1);
+
+			if (n >= lo && n <= hi)
+				return true;
+		}
+		else if (strcmp(tok, id) == 0 ||
+				 (strspn(tok, "0123456789") == strlen(tok) && atoi(tok) == n))
+			return true;
+	}
+	return false;
+}
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * --------------------------------------------------------------------- */
+
+static void note(case_env *e, const char *fmt,...) MX_PRINTF(2, 3);
+
+/* a sentence for the report, about what was checked */
+static void
+note(case_env *e, const char *fmt,...)
+{
+	va_list		ap;
+
+	if (e->cr->notes.len)
+		sb_puts(&e->cr->notes, "\n");
+	va_start(ap, fmt);
+	sb_vprintf(&e->cr->notes, fmt, ap);
+	va_end(ap);
+}
+
+static void fail(case_env *e, const char *fmt,...) MX_PRINTF(2, 3);
+
+/* a check that did not hold: the case fails, the note says why */
+static void
+fail(case_env *e, const char *fmt,...)
+{
+	va_list		ap;
+
+	if (e->cr->notes.len)
+		sb_puts(&e->cr->notes, "\n");
+	sb_puts(&e->cr->notes, "FAILED: ");
+	va_start(ap, fmt);
+	sb_vprintf(&e->cr->notes, fmt, ap);
+	va_end(ap);
+	e->cr->checks_ok = false;
+}
+
+static void
+worker_failed(case_env *e, const worker *w)
+{
+	fail(e, "%s: %s", w->name, w->problem[0] ? w->problem : "failed");
+}
+
+/* "SQLSTATE: primary message" of a failed query, on one line */
+static const char *
+sql_error(PGresult *res, matrix_ctx *ctx)
+{
+	static char buf[512];
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	char	   *p;
+
+	if (msg == NULL)
+		msg = PQerrorMessage(ctx->conn);
+	snprintf(buf, sizeof(buf), "%s%s%s", state ? state : "", state ? ": " : "", msg);
+	for (p = buf; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
+	while (p > buf && p[-1] == ' ')
+		*--p = '\0';
+	return buf;
+}
+
+/* register the case's own job type; false (noted) if that fails */
+static bool
+env_setup(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr,
+		  case_env *e)
+{
+	const char *params[3];
+	PGresult   *res;
+	bool		ok;
+
+	memset(e, 0, sizeof(*e));
+	e->ctx = ctx;
+	e->policy = policy;
+	e->as = as;
+	e->cr = cr;
+	e->lookup_provider = policy == POLICY_LOOKUP;
+	snprintf(e->job_type, sizeof(e->job_type), "%s_%s_%s",
+			 ctx->prefix, policy_names[policy], cr->id);
+	snprintf(e->mailbox, sizeof(e->mailbox), "%s/%s-%s.mbox",
+			 ctx->maildir, policy_names[policy], cr->id);
+
+	params[0] = e->job_type;
+	params[1] = ctx->lease_sql;
+	params[2] = policy_names[policy];
+	res = db_exec(ctx,
+				  "INSERT INTO idempotency.job_types "
+				  "(job_type, lease, stale_policy, max_attempts, retention) "
+				  "VALUES ($1, $2::interval, $3::idempotency.stale_policy, NULL, NULL)",
+				  3, params);
+	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	if (!ok)
+		fail(e, "cannot register job type %s: %s", e->job_type, sql_error(res, ctx));
+	PQclear(res);
+	cr->ran = ok;
+	return ok;
+}
+
+static worker_spec
+spec_for(case_env *e, const char *key)
+{
+	worker_spec s;
+
+	memset(&s, 0, sizeof(s));
+	s.job_type = e->job_type;
+	s.key = key;
+	s.mode = W_NORMAL;
+	s.mailbox = e->mailbox;
+	s.lookup_provider = e->lookup_provider;
+	s.heartbeat_s = e->ctx->lease_s / 4.0;
+	s.effects_table = e->ctx->effects_table;
+	return s;
+}
+
+static void
+worker_label(case_env *e, const char *w, char *buf, size_t sz)
+{
+	snprintf(buf, sz, "%s/%s/%s", policy_names[e->policy], e->cr->id, w);
+}
+
+/* fork a worker and wait until it is connected */
+static bool
+start(case_env *e, worker *w, const worker_spec *s, const char *wname,
+	  int barrier_rd)
+{
+	char		name[64];
+
+	worker_label(e, wname, name, sizeof(name));
+	if (worker_spawn(e->ctx, w, s, name, barrier_rd) != 0 ||
+		!worker_wait(e->ctx, w, "ready"))
+	{
+		worker_failed(e, w);
+		return false;
+	}
+	return true;
+}
+
+/* one delivery, start to end */
+static bool
+deliver(case_env *e, worker *w, const worker_spec *s, const char *wname)
+{
+	bool		ok = start(e, w, s, wname, -1);
+
+	if (ok && !worker_wait(e->ctx, w, NULL))
+	{
+		worker_failed(e, w);
+		ok = false;
+	}
+	worker_dispose(w);
+	return ok;
+}
+
+/* wait until the worker stands at its pause point, then SIGKILL it */
+static bool
+kill_at_pause(case_env *e, worker *w, const char *where)
+{
+	if (!worker_wait(e->ctx, w, "paused"))
+	{
+		worker_failed(e, w);
+		worker_dispose(w);
+		return false;
+	}
+	worker_kill(w);
+	note(e, "%s (pid %d) got \"%s\" (attempt %d) and was killed with SIGKILL %s.",
+		 w->name, (int) w->pid, w->verdict, w->attempt, where);
+	worker_dispose(w);
+	return true;
+}
+
+/* "completed #1", "claimed #1 (stale)", "none", or "?" (noted) */
+static void
+record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
+			size_t rsz)
+{
+	const char *params[2];
+	PGresult   *res;
+
+	params[0] = e->job_type;
+	params[1] = key;
+	res = db_exec(e->ctx,
+				  "SELECT o.status::text, o.attempt, o.result::text, "
+				  "       EXISTS (SELECT 1 FROM idempotency.stale_claims($1) s "
+				  "               WHERE s.operation_key OPERATOR(pg_catalog.=) $2) "
+				  "FROM idempotency.operations o "
+				  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
+				  "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
+				  2, params);
+	if (result)
+		copy_str(result, rsz, "");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		fail(e, "cannot read the record of %s: %s", key, sql_error(res, e->ctx));
+		copy_str(buf, sz, "?");
+	}
+	else if (PQntuples(res) == 0)
+		copy_str(buf, sz, "none");
+	else
+	{
+		const char *status = PQgetvalue(res, 0, 0);
+
+		if (strcmp(status, "claimed") == 0)
+			snprintf(buf, sz, "claimed #%s (%s)", PQgetvalue(res, 0, 1),
+					 strcmp(PQgetvalue(res, 0, 3), "t") == 0 ? "stale" : "young");
+		else
+			snprintf(buf, sz, "%s #%s", status, PQgetvalue(res, 0, 1));
+		if (result)
+			copy_str(result, rsz, PQgetvalue(res, 0, 2));
+	}
+	PQclear(res);
+}
+
+/* is the key listed by stale_claims()? 1 yes, 0 no, -1 error (noted) */
+static int
+listed_stale(case_env *e, const char *key)
+{
+	const char *params[2];
+	PGresult   *res;
+	int			r;
+
+	params[0] = e->job_type;
+	params[1] = key;
+	res = db_exec(e->ctx,
+				  "SELECT 1 FROM idempotency.stale_claims($1) s "
+				  "WHERE s.operation_key OPERATOR(pg_catalog.=) $2",
+				  2, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		fail(e, "stale_claims() failed: %s", sql_error(res, e->ctx));
+		r = -1;
+	}
+	else
+		r = PQntuples(res) > 0 ? 1 : 0;
+	PQclear(res);
+	return r;
+}
+
+/*
+ * Wait until the claim's lease ran out, by asking the database: poll
+ * stale_claims() until it lists the key. No guessed sleep.
+ */
+static bool
+wait_stale(case_env *e, const char *key)
+{
+	double		t0 = now_seconds();
+	double		limit = e->ctx->lease_s + e->ctx->timeout_s;
+
+	progress(e->ctx, "%s case %s: waiting for the lease (%s) to run out",
+			 policy_names[e->policy], e->cr->id, e->ctx->lease_sql);
+	for (;;)
+	{
+		int			r = listed_stale(e, key);
+
+		if (r < 0)
+			return false;
+		if (r == 1)
+		{
+			note(e, "The lease ran out %.2f s later: stale_claims() lists the claim.",
+				 now_seconds() - t0);
+			return true;
+		}
+		if (matrix_interrupted)
+		{
+			fail(e, "interrupted");
+			return false;
+		}
+		if (now_seconds() - t0 > limit)
+		{
+			fail(e, "stale_claims() did not list %s within %.0f s", key, limit);
+			return false;
+		}
+		sleep_ms(POLL_MS);
+	}
+}
+
+static int
+emails(case_env *e, const char *key)
+{
+	int			n = provider_count(e->mailbox, key);
+
+	if (n < 0)
+		fail(e, "cannot read the mailbox %s: %s", e->mailbox, strerror(errno));
+	return n;
+}
+
+/* a stable fingerprint of a payload (FNV-1a, 64 bits) */
+static void
+fingerprint(const char *payload, char *buf, size_t sz)
+{
+	unsigned long long h = 14695981039346656037ULL;
+	const unsigned char *p;
+
+	for (p = (const unsigned char *) payload; *p; p++)
+	{
+		h ^= *p;
+		h *= 1099511628211ULL;
+	}
+	snprintf(buf, sz, "fnv1a64:%016llx", h);
+}
+
+static void
+append(char *buf, size_t sz, const char *s)
+{
+	size_t		len = strlen(buf);
+
+	snprintf(buf + len, sz - len, "%s%s", len ? ", " : "", s);
+}
+
+/* the common end: the mailbox and the record of the case's main key */
+static void
+observe(case_env *e, const char *key)
+{
+	e->cr->obs_emails = emails(e, key);
+	record_text(e, key, e->cr->obs_record, sizeof(e->cr->obs_record), NULL, 0);
+}
+
+/* ---------------------------------------------------------------------
+ * The cases
+ * --------------------------------------------------------------------- */
+
+/* 1: first delivery -- sent once */
+static void
+case_1(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w;
+	worker_spec s;
+	char		v[64];
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	s = spec_for(&e, "ORD-1001");
+	deliver(&e, &w, &s, "w1");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w, v, sizeof(v)));
+	if (strcmp(w.verdict, "run") == 0 && !w.completed)
+		fail(&e, "%s did not complete: %s", w.name, w.complete_error);
+	observe(&e, "ORD-1001");
+}
+
+/* 2: same message again after success -- skipped, with the stored result */
+static void
+case_2(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w1,
+				w2;
+	worker_spec s;
+	char		v[64];
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	s = spec_for(&e, "ORD-1001");
+	deliver(&e, &w1, &s, "w1");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
+	deliver(&e, &w2, &s, "w2");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	if (strcmp(w2.verdict, "completed") == 0)
+	{
+		if (w1.message_id[0] && strstr(w2.result, w1.message_id))
+			note(&e, "The redelivery got the stored result back: %s.", w2.result);
+		else
+			fail(&e, "the redelivery's result %s is not what %s stored (message %s)",
+				 w2.result, w1.name, w1.message_id);
+	}
+	observe(&e, "ORD-1001");
+}
+
+/* a verdict list in a fixed order, equal ones counted: "run, 15× in_progress" */
+static void
+grouped_verdicts(case_env *e, worker *ws, int n, char *out, size_t sz)
+{
+	static const char *const order[] =
+	{"run", "verify", "completed", "in_progress", "held", "skipped"};
+	char		texts[MAX_WORKERS][64];
+	bool		used[MAX_WORKERS];
+	int			i,
+				j,
+				k;
+	const char *x = e->ctx->utf8 ? "\xC3\x97" : "x";
+
+	out[0] = '\0';
+	for (i = 0; i < n; i++)
+	{
+		worker_verdict_text(&ws[i], texts[i], sizeof(texts[i]));
+		used[i] = false;
+	}
+	/* the known verdicts first, in order; then anything else */
+	for (k = 0; k <= 6; k++)
+		for (i = 0; i < n; i++)
+		{
+			int			count = 0;
+			char		item[96];
+
+			if (used[i])
+				continue;
+			if (k < 6 && strcmp(texts[i], order[k]) != 0)
+				continue;
+			for (j = i; j < n; j++)
+				if (!used[j] && strcmp(texts[j], texts[i]) == 0)
+				{
+					used[j] = true;
+					count++;
+				}
+			if (count > 1)
+				snprintf(item, sizeof(item), "%d%s %s", count, x, texts[i]);
+			else
+				snprintf(item, sizeof(item), "%s", texts[i]);
+			append(out, sz, item);
+		}
+}
+
+/*
+ * 3 and 3s: n workers, released together by a barrier, claim one message.
+ * The one that gets "run" pauses until every other worker has its answer,
+ * so the others really meet its claim in flight.
+ */
+static void
+concurrent(case_env *e, int n)
+{
+	worker		ws[MAX_WORKERS];
+	int			barrier[2];
+	int			i;
+	int			winner = -1;
+	int			winners = 0;
+	double		t0;
+	worker_spec s = spec_for(e, "ORD-1001");
+
+	if (n > MAX_WORKERS)
+		n = MAX_WORKERS;
+	if (pipe(barrier) != 0)
+	{
+		fail(e, "pipe: %s", strerror(errno));
+		return;
+	}
+	s.pauses = PAUSE_CLAIMED;
+	for (i = 0; i < n; i++)
+	{
+		char		wname[16];
+
+		snprintf(wname, sizeof(wname), "w%d", i + 1);
+		if (!start(e, &ws[i], &s, wname, barrier[0]))
+			break;
+	}
+	close(barrier[0]);
+	if (i < n)
+	{
+		int			j;
+
+		close(barrier[1]);
+		for (j = 0; j <= i && j < n; j++)
+			worker_dispose(&ws[j]);
+		return;
+	}
+	/* all connected and blocked on the barrier: open it */
+	t0 = now_seconds();
+	close(barrier[1]);
+	for (i = 0; i < n; i++)
+	{
+		if (!worker_wait(e->ctx, &ws[i], "claim"))
+			worker_failed(e, &ws[i]);
+		else if (strcmp(ws[i].verdict, "run") == 0 || strcmp(ws[i].verdict, "verify") == 0)
+		{
+			winner = i;
+			winners++;
+		}
+	}
+	note(e, "%d workers, each with its own connection, left a barrier at once; all %d claims were answered within %.0f ms.",
+		 n, n, (now_seconds() - t0) * 1000.0);
+	if (winners > 1)
+		fail(e, "%d workers got run/verify", winners);
+	/* let the winner work only now */
+	for (i = 0; i < n; i++)
+	{
+		if (i == winner)
+		{
+			if (worker_wait(e->ctx, &ws[i], "paused"))
+				worker_go(&ws[i]);
+		}
+		if (!worker_wait(e->ctx, &ws[i], NULL))
+			worker_failed(e, &ws[i]);
+		if (i == winner && !ws[i].completed)
+			fail(e, "%s got run but did not complete", ws[i].name);
+	}
+	grouped_verdicts(e, ws, n, e->cr->obs_verdicts, CELL);
+	for (i = 0; i < n; i++)
+		worker_dispose(&ws[i]);
+	observe(e, "ORD-1001");
+}
+
+static void
+case_3(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+
+	if (env_setup(ctx, policy, as, cr, &e))
+		concurrent(&e, 2);
+}
+
+static void
+case_3s(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+
+	if (env_setup(ctx, policy, as, cr, &e))
+		concurrent(&e, ctx->stress);
+}
+
+/* 4: a different order with similar data, at the same instant: both run */
+static void
+case_4(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		ws[2];
+	worker_spec s[2];
+	char		fp[2][40];
+	int			barrier[2];
+	int			i;
+	int			started = 0;
+	bool		ok = true;
+	char		rec[CELL];
+	static const char *const keys[2] = {"ORD-1001", "ORD-1002"};
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	fingerprint("order=ORD-1001;customer=C-77;items=1;total=42.00", fp[0], sizeof(fp[0]));
+	fingerprint("order=ORD-1002;customer=C-77;items=1;total=42.00", fp[1], sizeof(fp[1]));
+	if (pipe(barrier) != 0)
+	{
+		fail(&e, "pipe: %s", strerror(errno));
+		return;
+	}
+	for (i = 0; i < 2 && ok; i++)
+	{
+		s[i] = spec_for(&e, keys[i]);
+		s[i].fingerprint = fp[i];
+		ok = start(&e, &ws[i], &s[i], i == 0 ? "w1" : "w2", barrier[0]);
+		started = i + 1;
+	}
+	close(barrier[0]);
+	close(barrier[1]);
+	for (i = 0; i < 2 && ok; i++)
+	{
+		char		v[64];
+
+		if (!worker_wait(ctx, &ws[i], NULL))
+			worker_failed(&e, &ws[i]);
+		append(cr->obs_verdicts, CELL, worker_verdict_text(&ws[i], v, sizeof(v)));
+	}
+	for (i = 0; i < started; i++)
+		worker_dispose(&ws[i]);
+	cr->obs_emails = emails(&e, NULL);
+	for (i = 0; i < 2; i++)
+	{
+		int			n = emails(&e, keys[i]);
+
+		if (n != 1)
+			fail(&e, "%s got %d emails", keys[i], n);
+		record_text(&e, keys[i], rec, sizeof(rec), NULL, 0);
+		append(cr->obs_record, CELL, rec);
+	}
+	note(&e, "Both orders were delivered at the same instant, with payloads that differ only in the order number; each got its own email.");
+}
+
+/*
+ * 5 and 6: the worker dies after its claim (before the email), or after the
+ * email (before completion); the redelivery comes after the lease ran out.
+ * 7a and 7b: the same deaths, the redelivery inside the lease.
+ */
+static void
+death(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr,
+	  unsigned pause, bool after_lease)
+{
+	case_env	e;
+	worker		w1,
+				w2;
+	worker_spec s;
+	char		v[64];
+	char		result[512];
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	s = spec_for(&e, "ORD-1001");
+	s.pauses = pause;
+	if (!start(&e, &w1, &s, "w1", -1))
+	{
+		worker_dispose(&w1);
+		return;
+	}
+	if (!kill_at_pause(&e, &w1, pause == PAUSE_CLAIMED
+					   ? "after its claim committed, before the email"
+					   : "after the email left, before completion"))
+		return;
+	append(cr->obs_verdicts, CELL, "run (killed)");
+	if (after_lease && !wait_stale(&e, "ORD-1001"))
+		return;
+	s.pauses = 0;
+	deliver(&e, &w2, &s, "w2");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	observe(&e, "ORD-1001");
+	record_text(&e, "ORD-1001", v, sizeof(v), result, sizeof(result));
+	if (!after_lease)
+	{
+		if (strcmp(w2.verdict, "in_progress") == 0)
+			note(&e, "The redelivery came inside the lease: %s stopped, and the attempt is still 1.", w2.name);
+		else if (strstr(cr->obs_record, "stale"))
+			fail(&e, "the lease had already run out at the redelivery: this machine is slow for --lease %s; try a longer one",
+				 ctx->lease_sql);
+	}
+	else if (strcmp(w2.verdict, "held") == 0)
+		note(&e, "The record stays claimed, waiting for a person (resolve_operation).");
+	else if (w2.verdict[0] && strcmp(w2.verdict, "skipped") != 0)
+		note(&e, "%s took the claim over as attempt %d; stored result: %s.",
+			 w2.name, w2.attempt, result[0] ? result : "none");
+}
+
+static void
+case_5(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	death(ctx, policy, as, cr, PAUSE_CLAIMED, true);
+}
+
+static void
+case_6(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	death(ctx, policy, as, cr, PAUSE_SENT, true);
+}
+
+static void
+case_7a(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	death(ctx, policy, as, cr, PAUSE_CLAIMED, false);
+}
+
+static void
+case_7b(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	death(ctx, policy, as, cr, PAUSE_SENT, false);
+}
+
+static int
+effect_rows(case_env *e, const char *key)
+{
+	char		sql[512];
+	const char *params[2];
+	PGresult   *res;
+	int			n = -1;
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM %s WHERE job_type OPERATOR(pg_catalog.=) $1 "
+			 "AND operation_key OPERATOR(pg_catalog.=) $2", e->ctx->effects_table);
+	params[0] = e->job_type;
+	params[1] = key;
+	res = db_exec(e->ctx, sql, 2, params);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		n = atoi(PQgetvalue(res, 0, 0));
+	else
+		fail(e, "cannot count effect rows: %s", sql_error(res, e->ctx));
+	PQclear(res);
+	return n;
+}
+
+/*
+ * 8: the effect is a row in the same database. A worker dies inside the
+ * transaction that holds claim + row; once its backend is gone, nothing of
+ * it is recorded, and the redelivery runs once, as attempt 1.
+ */
+static void
+case_8(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w1,
+				w2;
+	worker_spec s;
+	char		v[64];
+	char		before[CELL];
+	char		after[CELL];
+	char		pid[16];
+	const char *params[1];
+	double		t0;
+	int			rows_before;
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	if (ctx->effects_table[0] == '\0')
+	{
+		fail(&e, "no table for the side-effect rows: %s", ctx->effects_error);
+		return;
+	}
+	s = spec_for(&e, "ORD-1001");
+	s.mode = W_TX;
+	s.pauses = PAUSE_CLAIMED;
+	if (!start(&e, &w1, &s, "w1", -1))
+	{
+		worker_dispose(&w1);
+		return;
+	}
+	snprintf(pid, sizeof(pid), "%d", w1.backend_pid);
+	if (!kill_at_pause(&e, &w1, "inside its transaction, after the claim and the effect row, before COMMIT"))
+		return;
+	append(cr->obs_verdicts, CELL, "run (killed in transaction)");
+
+	/* the dead client's backend notices, rolls back and exits */
+	params[0] = pid;
+	t0 = now_seconds();
+	for (;;)
+	{
+		PGresult   *res = db_exec(ctx, "SELECT 1 FROM pg_catalog.pg_stat_activity "
+								  "WHERE pid OPERATOR(pg_catalog.=) $1::integer",
+								  1, params);
+		bool		gone = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 0;
+
+		PQclear(res);
+		if (gone)
+			break;
+		if (matrix_interrupted || now_seconds() - t0 > ctx->timeout_s)
+		{
+			fail(&e, "backend %s of the killed worker did not end", pid);
+			return;
+		}
+		sleep_ms(POLL_MS);
+	}
+	record_text(&e, "ORD-1001", before, sizeof(before), NULL, 0);
+	rows_before = effect_rows(&e, "ORD-1001");
+	note(&e, "Its backend (pid %s) ended %.0f ms later; then the record was \"%s\" and %d effect rows existed.",
+		 pid, (now_seconds() - t0) * 1000.0, before, rows_before);
+	if (rows_before != 0)
+		fail(&e, "the dead transaction's effect row is visible");
+
+	s.pauses = 0;
+	deliver(&e, &w2, &s, "w2");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	record_text(&e, "ORD-1001", after, sizeof(after), NULL, 0);
+	snprintf(cr->obs_record, CELL, "%s, then %s", before, after);
+	cr->obs_emails = effect_rows(&e, "ORD-1001");
+	note(&e, "The effect here is a row in the claim's own transaction, not an email: the emails column counts effect rows.");
+}
+
+/*
+ * 9: a slow (not dead) worker: it sent the email, then stalls past its
+ * lease; a redelivery meets the stale claim; then the slow one completes.
+ */
+static void
+case_9(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w1,
+				w2;
+	worker_spec s;
+	char		v[96];
+	char		result[512];
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	s = spec_for(&e, "ORD-1001");
+	s.pauses = PAUSE_SENT;
+	if (!start(&e, &w1, &s, "w1", -1))
+	{
+		worker_dispose(&w1);
+		return;
+	}
+	if (!worker_wait(ctx, &w1, "paused"))
+	{
+		worker_failed(&e, &w1);
+		worker_dispose(&w1);
+		return;
+	}
+	append(cr->obs_verdicts, CELL, "run (slow)");
+	note(&e, "%s claimed (attempt %d), sent the email and stalled (alive, connected).",
+		 w1.name, w1.attempt);
+	if (!wait_stale(&e, "ORD-1001"))
+	{
+		worker_dispose(&w1);
+		return;
+	}
+	s.pauses = 0;
+	deliver(&e, &w2, &s, "w2");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+
+	/* the slow worker wakes up and completes with its old attempt */
+	worker_go(&w1);
+	if (!worker_wait(ctx, &w1, NULL))
+		worker_failed(&e, &w1);
+	worker_dispose(&w1);
+	if (w1.completed)
+		append(cr->obs_verdicts, CELL, "late completion ok");
+	else
+	{
+		snprintf(v, sizeof(v), "late completion %s",
+				 w1.complete_error[0] ? w1.complete_error : "no answer");
+		append(cr->obs_verdicts, CELL, v);
+		if (w1.complete_error[0])
+			note(&e, "%s's completion with attempt %d was refused: %s (%s).",
+				 w1.name, w1.attempt, w1.complete_error, w1.error_text);
+	}
+	observe(&e, "ORD-1001");
+	record_text(&e, "ORD-1001", v, sizeof(v), result, sizeof(result));
+	if (w2.attempt > w1.attempt && (w2.completed))
+	{
+		if (strstr(result, w2.name))
+			note(&e, "The record keeps the new owner's result: %s.", result);
+		else
+			fail(&e, "the record's result %s is not %s's", result, w2.name);
+	}
+	else if (w1.completed && !strstr(result, w1.name))
+		fail(&e, "the record's result %s is not %s's", result, w1.name);
+}
+
+/* 10: a known failure is released; the next delivery runs */
+static void
+case_10(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w1,
+				w2;
+	worker_spec s;
+	char		v[64];
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	s = spec_for(&e, "ORD-1001");
+	s.mode = W_RELEASE;
+	deliver(&e, &w1, &s, "w1");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
+	append(cr->obs_verdicts, CELL, w1.released ? "released" : "release failed");
+	s.mode = W_NORMAL;
+	deliver(&e, &w2, &s, "w2");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	note(&e, "%s: the provider refused before sending, so the worker released the claim; %s then ran as attempt %d.",
+		 w1.name, w2.name, w2.attempt);
+	observe(&e, "ORD-1001");
+}
+
+/* 11: the same key with a different payload is refused, not "completed" */
+static void
+case_11(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w1,
+				w2,
+				w3;
+	worker_spec s;
+	char		v[64];
+	char		fp1[40];
+	char		fp2[40];
+	char		result[512];
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	fingerprint("order=ORD-1001;customer=C-77;items=1;total=42.00", fp1, sizeof(fp1));
+	fingerprint("order=ORD-1001;customer=C-77;items=2;total=84.00", fp2, sizeof(fp2));
+	s = spec_for(&e, "ORD-1001");
+	s.fingerprint = fp1;
+	deliver(&e, &w1, &s, "w1");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
+	s.fingerprint = fp2;
+	deliver(&e, &w2, &s, "w2");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	if (w2.claim_error[0])
+		note(&e, "%s (different payload) got %s: %s.", w2.name, w2.claim_error, w2.error_text);
+	s.fingerprint = fp1;
+	deliver(&e, &w3, &s, "w3");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w3, v, sizeof(v)));
+	note(&e, "%s (the original payload again) got \"%s\".", w3.name, w3.verdict);
+	observe(&e, "ORD-1001");
+	record_text(&e, "ORD-1001", v, sizeof(v), result, sizeof(result));
+	if (w1.message_id[0] && !strstr(result, w1.message_id))
+		fail(&e, "the stored result changed: %s", result);
+}
+
+/*
+ * 12: a long job heartbeats with extend_lease (every lease/4). It runs for
+ * 1.5 leases; then a redelivery must still see it in progress, and
+ * stale_claims() must never have listed it.
+ */
+static void
+case_12(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w1,
+				w2;
+	worker_spec s;
+	char		v[64];
+	const char *params[2];
+	double		t0;
+	int			listed = 0;
+	int			polls = 0;
+	bool		reached = false;
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	s = spec_for(&e, "ORD-1001");
+	s.mode = W_HEARTBEAT;
+	if (!start(&e, &w1, &s, "w1", -1) || !worker_wait(ctx, &w1, "claim"))
+	{
+		if (w1.problem[0])
+			worker_failed(&e, &w1);
+		worker_dispose(&w1);
+		return;
+	}
+	params[0] = e.job_type;
+	params[1] = "ORD-1001";
+	t0 = now_seconds();
+	progress(ctx, "%s case 12: a long job heartbeats past its lease", policy_names[policy]);
+	for (;;)
+	{
+		PGresult   *res;
+		bool		done = false;
+
+		if (!worker_drain(&w1) || w1.problem[0])
+		{
+			worker_failed(&e, &w1);
+			break;
+		}
+		res = db_exec(ctx,
+					  "SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) "
+					  "       (o.claimed_at OPERATOR(pg_catalog.+) (jt.lease OPERATOR(pg_catalog.*) 1.5)), "
+					  "       EXISTS (SELECT 1 FROM idempotency.stale_claims($1) sc "
+					  "               WHERE sc.operation_key OPERATOR(pg_catalog.=) $2) "
+					  "FROM idempotency.operations o "
+					  "JOIN idempotency.job_types jt ON jt.job_type OPERATOR(pg_catalog.=) o.job_type "
+					  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
+					  "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
+					  2, params);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		{
+			fail(&e, "cannot watch the claim: %s", sql_error(res, ctx));
+			PQclear(res);
+			break;
+		}
+		polls++;
+		if (strcmp(PQgetvalue(res, 0, 1), "t") == 0)
+			listed++;
+		done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (done)
+		{
+			reached = true;
+			break;
+		}
+		if (matrix_interrupted || now_seconds() - t0 > ctx->lease_s * 1.5 + ctx->timeout_s)
+		{
+			fail(&e, "the job never reached 1.5 leases");
+			break;
+		}
+		sleep_ms(POLL_MS);
+	}
+	append(cr->obs_verdicts, CELL, w1.extended > 0 ? "run (heartbeats)" : "run (no heartbeat)");
+	s.mode = W_NORMAL;
+	deliver(&e, &w2, &s, "w2");
+	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	if (listed_stale(&e, "ORD-1001") == 1)
+		listed++;
+	worker_go(&w1);
+	if (!worker_wait(ctx, &w1, NULL))
+		worker_failed(&e, &w1);
+	worker_dispose(&w1);
+	if (reached)
+		note(&e, "%s ran 1.5 leases with %d extend_lease calls (one every lease/4); the redelivery came after its first lease had run out.",
+			 w1.name, w1.extended);
+	if (listed)
+		fail(&e, "stale_claims() listed the heartbeating claim %d times", listed);
+	else if (reached)
+		note(&e, "stale_claims() never listed it (%d polls).", polls + 1);
+	if (!w1.completed)
+		fail(&e, "%s could not complete: %s", w1.name, w1.complete_error);
+	observe(&e, "ORD-1001");
+}
+
+/*
+ * 13: the queue lost the message: a dead worker's claim that no redelivery
+ * ever touches. stale_claims() must not list it inside the lease, and must
+ * list it (attempt, worker, policy) once the lease ran out.
+ */
+static void
+case_13(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
+{
+	case_env	e;
+	worker		w1;
+	worker_spec s;
+	const char *params[2];
+	PGresult   *res;
+	char		name[64];
+	int			early;
+
+	if (!env_setup(ctx, policy, as, cr, &e))
+		return;
+	s = spec_for(&e, "ORD-1001");
+	s.pauses = PAUSE_CLAIMED;
+	if (!start(&e, &w1, &s, "w1", -1))
+	{
+		worker_dispose(&w1);
+		return;
+	}
+	copy_str(name, sizeof(name), w1.name);
+	if (!kill_at_pause(&e, &w1, "after its claim; its message is lost, nothing redelivers it"))
+		return;
+	early = listed_stale(&e, "ORD-1001");
+	if (early == 1)
+		fail(&e, "stale_claims() listed the claim inside its lease");
+	else if (early == 0)
+		note(&e, "Inside the lease stale_claims() does not list it.");
+	if (!wait_stale(&e, "ORD-1001"))
+	{
+		append(cr->obs_verdicts, CELL, "run (killed), not listed");
+		observe(&e, "ORD-1001");
+		return;
+	}
+	params[0] = e.job_type;
+	params[1] = "ORD-1001";
+	res = db_exec(ctx,
+				  "SELECT attempt, claimed_by, stale_policy::text, stale_for::text, "
+				  "       lease_expired_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
+				  "FROM idempotency.stale_claims($1) "
+				  "WHERE operation_key OPERATOR(pg_catalog.=) $2",
+				  2, params);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	{
+		bool		ok = atoi(PQgetvalue(res, 0, 0)) == 1 &&
+			strcmp(PQgetvalue(res, 0, 1), name) == 0 &&
+			strcmp(PQgetvalue(res, 0, 2), policy_names[policy]) == 0 &&
+			strcmp(PQgetvalue(res, 0, 4), "t") == 0;
+
+		append(cr->obs_verdicts, CELL, ok ? "run (killed), listed by stale_claims()"
+			   : "run (killed), listed wrongly");
+		if (ok)
+			note(&e, "stale_claims() lists it with attempt 1, claimed_by %s, policy %s, stale for %s.",
+				 name, policy_names[policy], PQgetvalue(res, 0, 3));
+		else
+			fail(&e, "stale_claims() row: attempt %s, claimed_by %s, policy %s, expired in the past: %s",
+				 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+				 PQgetvalue(res, 0, 4));
+	}
+	else
+	{
+		append(cr->obs_verdicts, CELL, "run (killed), not listed");
+		fail(&e, "stale_claims(): %s", sql_error(res, ctx));
+	}
+	PQclear(res);
+	observe(&e, "ORD-1001");
+}
+
+const case_def matrix_cases[] = {
+	{"1", "first delivery", case_1},
+	{"2", "same message again after success", case_2},
+	{"3", "same message to two workers at once", case_3},
+	{"3s", "same message to many workers at once (stress)", case_3s},
+	{"4", "different order ORD-1002, similar data", case_4},
+	{"5", "worker dies after the claim, before the email", case_5},
+	{"6", "worker dies after the email, before completed", case_6},
+	{"7a", "redelivery of case 5 inside the lease", case_7a},
+	{"7b", "redelivery of case 6 inside the lease", case_7b},
+	{"8", "worker dies inside a transaction (claim + row)", case_8},
+	{"9", "slow worker completes after a redelivery", case_9},
+	{"10", "worker releases after a known failure", case_10},
+	{"11", "same key arrives with a different payload", case_11},
+	{"12", "long job heartbeats with extend_lease", case_12},
+	{"13", "stale claim that no redelivery touches", case_13},
+};
+const int	n_matrix_cases = (int) (sizeof(matrix_cases) / sizeof(matrix_cases[0]));

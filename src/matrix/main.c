@@ -1,0 +1,652 @@
+/*
+ * main.c
+ *		idempotency-matrix: the seed's replay matrix, run for real.
+ *
+ * For each stale-claim policy the runner registers one job type per case
+ * (all under a prefix unique to this run), runs the case with real worker
+ * processes against the idempotency extension, prints the policy's matrix,
+ * and at the end removes every record and job type it made. It connects
+ * with --dsn, or else with libpq's environment (PGHOST, PGPORT, ...); it
+ * never starts a server itself.
+ *
+ * Exit status: 0 every cell holds; 1 some do not; 2 it could not run
+ * (bad option, no connection, no extension); 130 interrupted.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "matrix.h"
+
+volatile sig_atomic_t matrix_interrupted = 0;
+
+const char *const policy_names[N_POLICIES] = {"hold", "retry", "skip", "lookup"};
+
+const char *const policy_blurbs[N_POLICIES] = {
+	"hold the order for a person",
+	"accept a rare duplicate: send again after the lease",
+	"accept a rare miss: skip for good",
+	"look the operation key up at the provider first",
+};
+
+static matrix_ctx ctx_storage;
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+			"idempotency-matrix runs the seed's replay matrix against the idempotency extension:\n"
+			"real worker processes, real deaths (SIGKILL at exact points), real concurrency.\n"
+			"\n"
+			"Usage: idempotency-matrix [OPTION]...\n"
+			"\n"
+			"  -d, --dsn=CONNINFO     libpq connection string or URI (default: PGHOST, PGPORT,\n"
+			"                         PGUSER, PGDATABASE, ... from the environment)\n"
+			"  -p, --policy=LIST      hold, retry, skip, lookup or all (default), comma-separated\n"
+			"  -l, --lease=SECONDS    lease of the runner's job types (default 2; e.g. 1, 1.5, 500ms)\n"
+			"  -c, --cases=LIST       run only these cases, e.g. 1-7 or 5,6,13 (default: all)\n"
+			"      --stress=N         workers in the stress variant of case 3 (default 16, 0: skip it)\n"
+			"      --html=FILE        write a self-contained HTML report\n"
+			"      --json=FILE        write the results as JSON\n"
+			"      --color=WHEN       auto (default: only on a terminal), always, never\n"
+			"  -q, --quiet            no progress lines on stderr\n"
+			"      --create-extension run CREATE EXTENSION IF NOT EXISTS idempotency first\n"
+			"      --keep             keep the job types, records and mailboxes for inspection\n"
+			"      --check-as=POLICY  check every policy against POLICY's expectations\n"
+			"                         (tests the runner itself: the mismatching cells must fail)\n"
+			"  -h, --help             this help\n"
+			"  -V, --version          the runner's version\n"
+			"\n"
+			"The runner works in its own job types (idempotency_matrix_<run id>_<policy>_<case>) and\n"
+			"deletes them and their records at the end. It needs: EXECUTE on the idempotency\n"
+			"functions; INSERT, SELECT, DELETE on idempotency.job_types and SELECT, DELETE on\n"
+			"idempotency.operations; CREATE on its current schema for case 8's effect table.\n"
+			"\n"
+			"Exit status: 0 every case holds, 1 some case fails, 2 cannot run, 130 interrupted.\n");
+}
+
+void
+progress(matrix_ctx *ctx, const char *fmt,...)
+{
+	va_list		ap;
+
+	if (!ctx->progress)
+		return;
+	if (ctx->progress_tty)
+		fputs("\r\033[K", stderr);
+	fputs("... ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (!ctx->progress_tty)
+		fputs("\n", stderr);
+	fflush(stderr);
+}
+
+static void
+progress_clear(matrix_ctx *ctx)
+{
+	if (ctx->progress && ctx->progress_tty)
+		fputs("\r\033[K", stderr);
+}
+
+PGresult *
+db_exec(matrix_ctx *ctx, const char *sql, int nparams, const char *const *params)
+{
+	return PQexecParams(ctx->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+}
+
+static void
+on_signal(int sig)
+{
+	(void) sig;
+	matrix_interrupted = 1;
+}
+
+static bool
+parse_lease(const char *s, double *out)
+{
+	char	   *end;
+	double		v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno != 0)
+		return false;
+	while (*end == ' ')
+		end++;
+	if (strcmp(end, "ms") == 0)
+		v /= 1000.0;
+	else if (*end != '\0' && strcmp(end, "s") != 0 && strcmp(end, "sec") != 0 &&
+			 strcmp(end, "second") != 0 && strcmp(end, "seconds") != 0)
+		return false;
+	if (!(v >= 0.1 && v <= 600.0))
+		return false;
+	*out = v;
+	return true;
+}
+
+static int
+policy_by_name(const char *s)
+{
+	int			i;
+
+	for (i = 0; i < N_POLICIES; i++)
+		if (strcmp(s, policy_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static bool
+parse_policies(const char *list, bool *want)
+{
+	char	   *copy = strdup(list);
+	char	   *save = NULL;
+	char	   *tok;
+	bool		ok = true;
+	int			i;
+
+	for (i = 0; i < N_POLICIES; i++)
+		want[i] = false;
+	for (tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
+	{
+		int			p = policy_by_name(tok);
+
+		if (strcmp(tok, "all") == 0)
+			for (i = 0; i < N_POLICIES; i++)
+				want[i] = true;
+		else if (p >= 0)
+			want[p] = true;
+		else
+			ok = false;
+	}
+	free(copy);
+	for (i = 0; i < N_POLICIES; i++)
+		if (want[i])
+			return ok;
+	return false;
+}
+
+static const char *
+one_line(const char *msg)
+{
+	static char buf[512];
+	char	   *p;
+
+	copy_str(buf, sizeof(buf), msg);
+	for (p = buf; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
+	while (p > buf && p[-1] == ' ')
+		*--p = '\0';
+	return buf;
+}
+
+/* a single value from a query, or NULL (message in err) */
+static bool
+query_value(matrix_ctx *ctx, const char *sql, char *out, size_t sz, char *err, size_t esz)
+{
+	PGresult   *res = PQexec(ctx->conn, sql);
+	bool		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	if (!ok)
+		copy_str(err, esz, one_line(PQresultErrorMessage(res)));
+	else if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0))
+	{
+		ok = false;
+		copy_str(err, esz, "no row");
+	}
+	else
+		copy_str(out, sz, PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return ok;
+}
+
+/* connect, check the extension, read what the report shows; 0 or exit code */
+static int
+prepare(matrix_ctx *ctx, bool create_extension)
+{
+	const char *keys[3];
+	const char *vals[3];
+	int			i = 0;
+	char		err[512];
+	PGresult   *res;
+
+	if (ctx->dsn)
+	{
+		keys[i] = "dbname";
+		vals[i++] = ctx->dsn;
+	}
+	keys[i] = "application_name";
+	vals[i++] = "idempotency-matrix";
+	keys[i] = NULL;
+	vals[i] = NULL;
+	ctx->conn = PQconnectdbParams(keys, vals, 1);
+	if (PQstatus(ctx->conn) != CONNECTION_OK)
+	{
+		fprintf(stderr, "idempotency-matrix: cannot connect to the database: %s\n",
+				one_line(PQerrorMessage(ctx->conn)));
+		fprintf(stderr, "Hint: pass --dsn, or set PGHOST, PGPORT, PGUSER and PGDATABASE; "
+				"scripts/matrix starts a throwaway cluster and runs the matrix on it.\n");
+		return 2;
+	}
+	res = PQexec(ctx->conn, "SET application_name = 'idempotency-matrix'");
+	PQclear(res);
+
+	if (create_extension)
+	{
+		res = PQexec(ctx->conn, "CREATE EXTENSION IF NOT EXISTS idempotency");
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
+			fprintf(stderr, "idempotency-matrix: CREATE EXTENSION idempotency failed: %s\n",
+					one_line(PQresultErrorMessage(res)));
+			PQclear(res);
+			return 2;
+		}
+		PQclear(res);
+	}
+	if (!query_value(ctx, "SELECT extversion FROM pg_catalog.pg_extension "
+					 "WHERE extname OPERATOR(pg_catalog.=) 'idempotency'",
+					 ctx->ext_version, sizeof(ctx->ext_version), err, sizeof(err)))
+	{
+		fprintf(stderr, "idempotency-matrix: the idempotency extension is not installed in database \"%s\" (%s)\n",
+				PQdb(ctx->conn), err);
+		fprintf(stderr, "Hint: make install, then CREATE EXTENSION idempotency; or pass --create-extension.\n");
+		return 2;
+	}
+	query_value(ctx, "SELECT pg_catalog.current_setting('server_version')",
+				ctx->server_version, sizeof(ctx->server_version), err, sizeof(err));
+	query_value(ctx, "SELECT pg_catalog.version()",
+				ctx->server_version_full, sizeof(ctx->server_version_full), err, sizeof(err));
+	query_value(ctx, "SELECT pg_catalog.current_setting('default_transaction_isolation')",
+				ctx->isolation, sizeof(ctx->isolation), err, sizeof(err));
+	snprintf(ctx->server_desc, sizeof(ctx->server_desc), "%s%s port %s, database %s, user %s",
+			 (PQhost(ctx->conn) && PQhost(ctx->conn)[0] == '/') ? "socket " : "",
+			 PQhost(ctx->conn) ? PQhost(ctx->conn) : "?", PQport(ctx->conn),
+			 PQdb(ctx->conn), PQuser(ctx->conn));
+	return 0;
+}
+
+/* the table for case 8's side-effect rows, in the current schema */
+static void
+create_effects_table(matrix_ctx *ctx)
+{
+	char		schema[200];
+	char		err[256];
+	char		sql[600];
+	char	   *qs;
+	char	   *qt;
+	char		table[100];
+	PGresult   *res;
+
+	if (!query_value(ctx, "SELECT pg_catalog.current_schema()", schema, sizeof(schema), err, sizeof(err)))
+	{
+		snprintf(ctx->effects_error, sizeof(ctx->effects_error),
+				 "no current schema (search_path): %s", err);
+		return;
+	}
+	snprintf(table, sizeof(table), "%s_effects", ctx->prefix);
+	qs = PQescapeIdentifier(ctx->conn, schema, strlen(schema));
+	qt = PQescapeIdentifier(ctx->conn, table, strlen(table));
+	snprintf(ctx->effects_table, sizeof(ctx->effects_table), "%s.%s", qs, qt);
+	PQfreemem(qs);
+	PQfreemem(qt);
+	snprintf(sql, sizeof(sql),
+			 "CREATE TABLE %s (job_type text NOT NULL, operation_key text NOT NULL, "
+			 "attempt integer NOT NULL, worker text NOT NULL)", ctx->effects_table);
+	res = PQexec(ctx->conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		snprintf(ctx->effects_error, sizeof(ctx->effects_error), "CREATE TABLE %s: %s",
+				 ctx->effects_table, one_line(PQresultErrorMessage(res)));
+		ctx->effects_table[0] = '\0';
+	}
+	PQclear(res);
+}
+
+/* remove everything this run made: records, job types, table, mailboxes */
+static void
+cleanup(matrix_ctx *ctx)
+{
+	workers_kill_all();
+	if (ctx->keep)
+	{
+		fprintf(stderr, "idempotency-matrix: kept job types %s_*, their records%s%s, and the mailboxes in %s\n",
+				ctx->prefix, ctx->effects_table[0] ? ", table " : "", ctx->effects_table, ctx->maildir);
+		return;
+	}
+	if (ctx->conn && PQstatus(ctx->conn) != CONNECTION_OK)
+		PQreset(ctx->conn);
+	if (ctx->conn && PQstatus(ctx->conn) == CONNECTION_OK && ctx->prefix[0])
+	{
+		char		like[80];
+		const char *params[1];
+		PGresult   *res;
+		static const char *const sql[] = {
+			"DELETE FROM idempotency.operations "
+			"WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
+			"DELETE FROM idempotency.job_types "
+			"WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
+		};
+		int			i;
+
+		snprintf(like, sizeof(like), "%s_", ctx->prefix);
+		params[0] = like;
+		for (i = 0; i < 2; i++)
+		{
+			res = db_exec(ctx, sql[i], 1, params);
+			if (PQresultStatus(res) != PGRES_COMMAND_OK)
+				fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+			PQclear(res);
+		}
+		if (ctx->effects_table[0])
+		{
+			char		drop[400];
+
+			snprintf(drop, sizeof(drop), "DROP TABLE IF EXISTS %s", ctx->effects_table);
+			res = PQexec(ctx->conn, drop);
+			if (PQresultStatus(res) != PGRES_COMMAND_OK)
+				fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+			PQclear(res);
+		}
+	}
+	else if (ctx->prefix[0])
+		fprintf(stderr, "idempotency-matrix: cleanup: no connection; job types %s_* are left behind\n",
+				ctx->prefix);
+	if (ctx->maildir[0])
+	{
+		DIR		   *d = opendir(ctx->maildir);
+		struct dirent *de;
+
+		if (d)
+		{
+			while ((de = readdir(d)) != NULL)
+			{
+				char		path[600];
+
+				if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+					continue;
+				snprintf(path, sizeof(path), "%s/%s", ctx->maildir, de->d_name);
+				unlink(path);
+			}
+			closedir(d);
+		}
+		rmdir(ctx->maildir);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dsn", required_argument, NULL, 'd'},
+		{"policy", required_argument, NULL, 'p'},
+		{"lease", required_argument, NULL, 'l'},
+		{"cases", required_argument, NULL, 'c'},
+		{"stress", required_argument, NULL, 1},
+		{"html", required_argument, NULL, 2},
+		{"json", required_argument, NULL, 3},
+		{"color", required_argument, NULL, 4},
+		{"colour", required_argument, NULL, 4},
+		{"no-color", no_argument, NULL, 5},
+		{"quiet", no_argument, NULL, 'q'},
+		{"create-extension", no_argument, NULL, 6},
+		{"keep", no_argument, NULL, 7},
+		{"check-as", required_argument, NULL, 8},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0}
+	};
+	matrix_ctx *ctx = &ctx_storage;
+	bool		want[N_POLICIES] = {true, true, true, true};
+	const char *cases = NULL;
+	const char *html = NULL;
+	const char *json = NULL;
+	const char *color = "auto";
+	bool		create_extension = false;
+	int			check_as = -1;
+	policy_result *prs;
+	int			npr = 0;
+	int			opt;
+	int			rc;
+	int			p,
+				k;
+	int			passed = 0,
+				failed = 0;
+	double		t0;
+	struct sigaction sa;
+	const char *tmp;
+	bool		need_effects = false;
+
+	setlocale(LC_ALL, "");
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->lease_s = 2.0;
+	ctx->stress = 16;
+	ctx->progress = true;
+	ctx->utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+
+	while ((opt = getopt_long(argc, argv, "d:p:l:c:qhV", longopts, NULL)) != -1)
+	{
+		switch (opt)
+		{
+			case 'd':
+				ctx->dsn = optarg;
+				break;
+			case 'p':
+				if (!parse_policies(optarg, want))
+				{
+					fprintf(stderr, "idempotency-matrix: --policy: \"%s\" is not a list of hold, retry, skip, lookup, all\n", optarg);
+					return 2;
+				}
+				break;
+			case 'l':
+				if (!parse_lease(optarg, &ctx->lease_s))
+				{
+					fprintf(stderr, "idempotency-matrix: --lease: \"%s\" is not a number of seconds between 0.1 and 600 (e.g. 2, 1.5, 500ms)\n", optarg);
+					return 2;
+				}
+				break;
+			case 'c':
+				cases = optarg;
+				break;
+			case 1:
+				{
+					char	   *end;
+					long		n = strtol(optarg, &end, 10);
+
+					if (*end != '\0' || n < 0 || n == 1 || n > 64)
+					{
+						fprintf(stderr, "idempotency-matrix: --stress: give 0 (skip case 3s) or 2 to 64 workers\n");
+						return 2;
+					}
+					ctx->stress = (int) n;
+				}
+				break;
+			case 2:
+				html = optarg;
+				break;
+			case 3:
+				json = optarg;
+				break;
+			case 4:
+				if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "always") != 0 &&
+					strcmp(optarg, "never") != 0)
+				{
+					fprintf(stderr, "idempotency-matrix: --color: auto, always or never\n");
+					return 2;
+				}
+				color = optarg;
+				break;
+			case 5:
+				color = "never";
+				break;
+			case 'q':
+				ctx->progress = false;
+				break;
+			case 6:
+				create_extension = true;
+				break;
+			case 7:
+				ctx->keep = true;
+				break;
+			case 8:
+				check_as = policy_by_name(optarg);
+				if (check_as < 0)
+				{
+					fprintf(stderr, "idempotency-matrix: --check-as: hold, retry, skip or lookup\n");
+					return 2;
+				}
+				break;
+			case 'h':
+				usage(stdout);
+				return 0;
+			case 'V':
+				printf("idempotency-matrix %s\n", MATRIX_VERSION);
+				return 0;
+			default:
+				usage(stderr);
+				return 2;
+		}
+	}
+	if (optind < argc)
+	{
+		fprintf(stderr, "idempotency-matrix: unexpected argument \"%s\"\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	for (k = 0; k < n_matrix_cases; k++)
+		if (case_selected(cases, matrix_cases[k].id) &&
+			!(strcmp(matrix_cases[k].id, "3s") == 0 && ctx->stress == 0))
+			break;
+	if (k == n_matrix_cases)
+	{
+		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: 1 2 3 3s 4 5 6 7a 7b 8 9 10 11 12 13)\n",
+				cases ? cases : "");
+		return 2;
+	}
+
+	ctx->color = strcmp(color, "always") == 0 ||
+		(strcmp(color, "auto") == 0 && isatty(STDOUT_FILENO) &&
+		 getenv("NO_COLOR") == NULL &&
+		 !(getenv("TERM") && strcmp(getenv("TERM"), "dumb") == 0));
+	ctx->progress_tty = isatty(STDERR_FILENO);
+	snprintf(ctx->lease_sql, sizeof(ctx->lease_sql), "%g second%s",
+			 ctx->lease_s, ctx->lease_s == 1.0 ? "" : "s");
+	/* the longest wait for one step of one worker */
+	ctx->timeout_s = 30.0 + 3.0 * ctx->lease_s;
+	iso_time(ctx->started_at, sizeof(ctx->started_at), false);
+	if (check_as >= 0)
+		snprintf(ctx->check_as_note, sizeof(ctx->check_as_note),
+				 "every policy checked against the expectations of %s (--check-as)",
+				 policy_names[check_as]);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = prepare(ctx, create_extension);
+	if (rc != 0)
+	{
+		PQfinish(ctx->conn);
+		return rc;
+	}
+
+	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
+			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
+	snprintf(ctx->prefix, sizeof(ctx->prefix), "idempotency_matrix_%s", ctx->run_id);
+	tmp = getenv("TMPDIR");
+	snprintf(ctx->maildir, sizeof(ctx->maildir), "%s/idempotency-matrix.XXXXXX",
+			 tmp && *tmp ? tmp : "/tmp");
+	if (mkdtemp(ctx->maildir) == NULL)
+	{
+		fprintf(stderr, "idempotency-matrix: cannot create a mail directory %s: %s\n",
+				ctx->maildir, strerror(errno));
+		ctx->maildir[0] = '\0';
+		PQfinish(ctx->conn);
+		return 2;
+	}
+	for (k = 0; k < n_matrix_cases; k++)
+		if (strcmp(matrix_cases[k].id, "8") == 0 && case_selected(cases, "8"))
+			need_effects = true;
+	if (need_effects)
+		create_effects_table(ctx);
+
+	printf("%sReplay matrix%s: send_confirmation for ORD-1001, idempotency %s on PostgreSQL %s\n",
+		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
+		   ctx->ext_version, ctx->server_version);
+	printf("server %s; lease %s; stress %d workers; %s\n",
+		   ctx->server_desc, ctx->lease_sql, ctx->stress, ctx->started_at);
+	fflush(stdout);
+
+	prs = calloc(N_POLICIES, sizeof(policy_result));
+	t0 = now_seconds();
+	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
+	{
+		policy_result *pr;
+		double		tp = now_seconds();
+
+		if (!want[p])
+			continue;
+		pr = &prs[npr++];
+		pr->policy = (policy_t) p;
+		pr->checked_as = check_as >= 0 ? (policy_t) check_as : (policy_t) p;
+		for (k = 0; k < n_matrix_cases && !matrix_interrupted; k++)
+		{
+			const case_def *def = &matrix_cases[k];
+			case_result *cr;
+			double		tc;
+
+			if (!case_selected(cases, def->id) ||
+				(strcmp(def->id, "3s") == 0 && ctx->stress == 0))
+				continue;
+			cr = &pr->cases[pr->ncases++];
+			case_expectations(ctx, pr->checked_as, def, cr);
+			progress(ctx, "policy %s, case %s: %s", policy_names[p], cr->id, cr->title);
+			tc = now_seconds();
+			def->run(ctx, (policy_t) p, pr->checked_as, cr);
+			cr->seconds = now_seconds() - tc;
+			workers_kill_all();
+			case_finish(cr);
+		}
+		pr->seconds = now_seconds() - tp;
+		progress_clear(ctx);
+		report_policy(ctx, pr);
+	}
+	ctx->seconds = now_seconds() - t0;
+	progress_clear(ctx);
+
+	if (matrix_interrupted)
+	{
+		fprintf(stderr, "idempotency-matrix: interrupted; cleaning up\n");
+		cleanup(ctx);
+		PQfinish(ctx->conn);
+		return 130;
+	}
+
+	report_summary(ctx, prs, npr, &passed, &failed);
+	rc = failed == 0 && passed > 0 ? 0 : 1;
+	if (html && report_html(ctx, html, prs, npr) != 0)
+		rc = 2;
+	if (json && report_json(ctx, json, prs, npr) != 0)
+		rc = 2;
+	cleanup(ctx);
+	PQfinish(ctx->conn);
+	for (p = 0; p < npr; p++)
+		for (k = 0; k < prs[p].ncases; k++)
+			sb_free(&prs[p].cases[k].notes);
+	free(prs);
+	return rc;
+}

@@ -1,0 +1,758 @@
+/*
+ * report.c
+ *		The matrix in the terminal, as a self-contained HTML page, and as JSON.
+ *
+ * One table per policy, in the seed's shape: the case and how the message
+ * arrives, then what was observed (emails, record afterwards, verdicts),
+ * then the seed's "expected" words, with a mark per row. A cell that
+ * differs from its expectation shows "observed ≠ expected". Then the policy
+ * summary (emails in cases 5 and 6) and one total line.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "matrix.h"
+
+#define C_RESET	"\033[0m"
+#define C_BOLD	"\033[1m"
+#define C_DIM	"\033[2m"
+#define C_RED	"\033[31m"
+#define C_GREEN	"\033[32m"
+
+enum
+{
+	COL_MARK, COL_CASE, COL_TITLE, COL_EMAILS, COL_RECORD, COL_VERDICTS,
+	COL_EXPECTED, N_COLS
+};
+
+static const char *
+ne(const matrix_ctx *ctx)
+{
+	return ctx->utf8 ? " \xE2\x89\xA0 " : " != ";	/* ≠ */
+}
+
+static const char *
+mark(const matrix_ctx *ctx, bool pass)
+{
+	if (ctx->utf8)
+		return pass ? "\xE2\x9C\x93" : "\xE2\x9C\x97";	/* ✓ ✗ */
+	return pass ? "ok" : "FAIL";
+}
+
+/* the text of each cell of one row; cells[i] must be freed by the caller */
+static void
+row_cells(const matrix_ctx *ctx, const case_result *cr, sbuf *cells)
+{
+	int			i;
+
+	for (i = 0; i < N_COLS; i++)
+		sb_init(&cells[i]);
+	sb_puts(&cells[COL_MARK], mark(ctx, cr->pass));
+	sb_puts(&cells[COL_CASE], cr->id);
+	sb_puts(&cells[COL_TITLE], cr->title);
+	if (!cr->ran)
+	{
+		sb_puts(&cells[COL_EMAILS], "-");
+		sb_puts(&cells[COL_RECORD], "not run");
+		sb_puts(&cells[COL_VERDICTS], "-");
+	}
+	else
+	{
+		if (cr->obs_emails < 0)
+			sb_puts(&cells[COL_EMAILS], "?");
+		else
+			sb_printf(&cells[COL_EMAILS], "%d", cr->obs_emails);
+		if (!cr->emails_ok)
+			sb_printf(&cells[COL_EMAILS], "%s%d", ne(ctx), cr->exp_emails);
+		sb_puts(&cells[COL_RECORD], cr->obs_record[0] ? cr->obs_record : "?");
+		if (!cr->record_ok)
+			sb_printf(&cells[COL_RECORD], "%s%s", ne(ctx), cr->exp_record);
+		sb_puts(&cells[COL_VERDICTS], cr->obs_verdicts[0] ? cr->obs_verdicts : "?");
+		if (!cr->verdicts_ok)
+			sb_printf(&cells[COL_VERDICTS], "%s%s", ne(ctx), cr->exp_verdicts);
+	}
+	sb_puts(&cells[COL_EXPECTED], cr->expected_text);
+}
+
+static bool
+cell_bad(const case_result *cr, int col)
+{
+	switch (col)
+	{
+		case COL_MARK:
+			return !cr->pass;
+		case COL_EMAILS:
+			return cr->ran && !cr->emails_ok;
+		case COL_RECORD:
+			return !cr->ran || !cr->record_ok;
+		case COL_VERDICTS:
+			return cr->ran && !cr->verdicts_ok;
+		default:
+			return false;
+	}
+}
+
+static void
+pad(FILE *f, const char *s, size_t width)
+{
+	size_t		w = display_width(s);
+
+	fputs(s, f);
+	for (; w < width; w++)
+		fputc(' ', f);
+}
+
+/* print one policy's matrix to stdout, as soon as the policy is done */
+void
+report_policy(matrix_ctx *ctx, const policy_result *pr)
+{
+	static const char *const head1[N_COLS] =
+	{"", "case", "attempt", "observed", "", "", "expected"};
+	static const char *const head2[N_COLS] =
+	{"", "", "", "emails", "record afterwards", "verdicts", ""};
+	size_t		width[N_COLS];
+	int			i,
+				c;
+	int			passed = 0;
+
+	for (c = 0; c < N_COLS; c++)
+		width[c] = display_width(head2[c]);
+	width[COL_CASE] = 4;
+	width[COL_TITLE] = display_width(head1[COL_TITLE]);
+	for (i = 0; i < pr->ncases; i++)
+	{
+		sbuf		cells[N_COLS];
+
+		row_cells(ctx, &pr->cases[i], cells);
+		for (c = 0; c < N_COLS; c++)
+		{
+			size_t		w = display_width(sb_str(&cells[c]));
+
+			if (w > width[c])
+				width[c] = w;
+			sb_free(&cells[c]);
+		}
+		if (pr->cases[i].pass)
+			passed++;
+	}
+
+	printf("\n%sPolicy %s%s: %s", ctx->color ? C_BOLD : "", policy_names[pr->policy],
+		   ctx->color ? C_RESET : "", policy_blurbs[pr->policy]);
+	if (pr->checked_as != pr->policy)
+		printf("  [checked against %s's expectations]", policy_names[pr->checked_as]);
+	printf("\n%sjob types %s_%s_<case>, lease %s, %d of %d cases hold, %.1f s%s\n\n",
+		   ctx->color ? C_DIM : "", ctx->prefix, policy_names[pr->policy],
+		   ctx->lease_sql, passed, pr->ncases, pr->seconds, ctx->color ? C_RESET : "");
+
+	/* two header lines: "observed" spans emails, record and verdicts */
+	if (ctx->color)
+		fputs(C_BOLD, stdout);
+	for (c = 0; c < N_COLS; c++)
+	{
+		if (c == COL_EMAILS)
+		{
+			pad(stdout, head1[c], width[COL_EMAILS] + width[COL_RECORD] + width[COL_VERDICTS] + 4);
+			c = COL_VERDICTS;
+		}
+		else
+			pad(stdout, head1[c], c < N_COLS - 1 ? width[c] : 0);
+		if (c < N_COLS - 1)
+			fputs("  ", stdout);
+	}
+	fputs("\n", stdout);
+	for (c = 0; c < N_COLS; c++)
+	{
+		pad(stdout, head2[c], c < N_COLS - 1 ? width[c] : 0);
+		if (c < N_COLS - 1)
+			fputs("  ", stdout);
+	}
+	if (ctx->color)
+		fputs(C_RESET, stdout);
+	fputs("\n", stdout);
+
+	for (i = 0; i < pr->ncases; i++)
+	{
+		const case_result *cr = &pr->cases[i];
+		sbuf		cells[N_COLS];
+
+		row_cells(ctx, cr, cells);
+		for (c = 0; c < N_COLS; c++)
+		{
+			bool		colour = ctx->color && (c == COL_MARK || cell_bad(cr, c));
+
+			if (colour)
+				fputs(cell_bad(cr, c) ? C_RED : C_GREEN, stdout);
+			pad(stdout, sb_str(&cells[c]), c < N_COLS - 1 ? width[c] : 0);
+			if (colour)
+				fputs(C_RESET, stdout);
+			if (c < N_COLS - 1)
+				fputs("  ", stdout);
+			sb_free(&cells[c]);
+		}
+		fputs("\n", stdout);
+	}
+
+	/* why a row failed: its notes, right below the table */
+	for (i = 0; i < pr->ncases; i++)
+	{
+		const case_result *cr = &pr->cases[i];
+
+		if (cr->pass)
+			continue;
+		printf("%s  case %s (%s):%s\n", ctx->color ? C_RED : "", cr->id,
+			   policy_names[pr->policy], ctx->color ? C_RESET : "");
+		printf("    expected: emails %d; record %s; verdicts %s\n",
+			   cr->exp_emails, cr->exp_record, cr->exp_verdicts);
+		if (cr->notes.len)
+		{
+			const char *p = sb_str(&cr->notes);
+
+			while (*p)
+			{
+				size_t		len = strcspn(p, "\n");
+
+				printf("    %.*s\n", (int) len, p);
+				p += len;
+				if (*p)
+					p++;
+			}
+		}
+	}
+	fflush(stdout);
+}
+
+static bool
+find_case(const policy_result *pr, const char *id, const case_result **out)
+{
+	int			i;
+
+	for (i = 0; i < pr->ncases; i++)
+		if (strcmp(pr->cases[i].id, id) == 0)
+		{
+			*out = &pr->cases[i];
+			return true;
+		}
+	return false;
+}
+
+static void
+expected_56(policy_t p, int *e5, int *e6)
+{
+	static const int five[N_POLICIES] = {0, 1, 0, 1};
+	static const int six[N_POLICIES] = {1, 2, 1, 1};
+
+	*e5 = five[p];
+	*e6 = six[p];
+}
+
+static void
+emails_cell(const case_result *cr, char *buf, size_t sz)
+{
+	if (cr == NULL || !cr->ran || cr->obs_emails < 0)
+		snprintf(buf, sz, "-");
+	else
+		snprintf(buf, sz, "%d", cr->obs_emails);
+}
+
+/* the policy summary and the total line; returns the counts */
+void
+report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
+			   int *passed, int *failed)
+{
+	int			i,
+				j;
+
+	*passed = 0;
+	*failed = 0;
+	for (i = 0; i < npr; i++)
+		for (j = 0; j < prs[i].ncases; j++)
+		{
+			if (prs[i].cases[j].pass)
+				(*passed)++;
+			else
+				(*failed)++;
+		}
+
+	printf("\n%sPolicy summary%s: emails in the uncertain cases "
+		   "(5: died after the claim, before the email; 6: died after the email)\n\n",
+		   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
+	printf("%s%-8s  %6s  %6s  %-9s  %s%s\n", ctx->color ? C_BOLD : "",
+		   "policy", "case 5", "case 6", "expected", "", ctx->color ? C_RESET : "");
+	for (i = 0; i < npr; i++)
+	{
+		const case_result *c5 = NULL;
+		const case_result *c6 = NULL;
+		char		o5[16],
+					o6[16],
+					exp[16];
+		int			e5,
+					e6;
+		bool		have = find_case(&prs[i], "5", &c5) & find_case(&prs[i], "6", &c6);
+		bool		ok;
+
+		find_case(&prs[i], "5", &c5);
+		find_case(&prs[i], "6", &c6);
+		expected_56(prs[i].checked_as, &e5, &e6);
+		emails_cell(c5, o5, sizeof(o5));
+		emails_cell(c6, o6, sizeof(o6));
+		snprintf(exp, sizeof(exp), "%d and %d", e5, e6);
+		ok = (c5 == NULL || (c5->ran && c5->obs_emails == e5)) &&
+			(c6 == NULL || (c6->ran && c6->obs_emails == e6));
+		printf("%-8s  %6s  %6s  %-9s  %s%s%s\n", policy_names[prs[i].policy], o5, o6, exp,
+			   ctx->color ? (ok ? C_GREEN : C_RED) : "",
+			   (c5 || c6) ? mark(ctx, ok) : "(cases 5 and 6 not run)",
+			   ctx->color ? C_RESET : "");
+		(void) have;
+	}
+	printf("\nlease %s, %.1f s in all\n", ctx->lease_sql, ctx->seconds);
+	/* the last line: the total, alone */
+	printf("%d passed, %d failed\n", *passed, *failed);
+	fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------
+ * HTML
+ * --------------------------------------------------------------------- */
+
+static const char html_style[] =
+	":root{--fg:#1b1f24;--bg:#fff;--muted:#59636e;--line:#d1d9e0;--head:#f6f8fa;"
+	"--ok:#116329;--okbg:#dafbe1;--bad:#a40e26;--badbg:#ffebe9;--focus:#0969da}\n"
+	"@media (prefers-color-scheme: dark){:root{--fg:#e6edf3;--bg:#0d1117;--muted:#9198a1;"
+	"--line:#3d444d;--head:#151b23;--ok:#3fb950;--okbg:#12261e;--bad:#ff7b72;--badbg:#2d1214;--focus:#4493f8}}\n"
+	"*{box-sizing:border-box}\n"
+	"body{margin:0 auto;max-width:90rem;padding:1.5rem;color:var(--fg);background:var(--bg);"
+	"font:15px/1.5 system-ui,-apple-system,\"Segoe UI\",Roboto,\"DejaVu Sans\",sans-serif}\n"
+	"h1{font-size:1.5rem;margin:0 0 .25rem}h2{font-size:1.2rem;margin:2rem 0 .25rem}"
+	"h3{font-size:1rem;margin:1rem 0 .25rem}\n"
+	"p,dl,ul{margin:.5rem 0}.muted{color:var(--muted)}\n"
+	".status{display:inline-block;padding:.2rem .6rem;border-radius:.3rem;font-weight:600}\n"
+	".status.ok{color:var(--ok);background:var(--okbg)}.status.bad{color:var(--bad);background:var(--badbg)}\n"
+	"dl.settings{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem}\n"
+	"dl.settings dt{color:var(--muted)}dl.settings dd{margin:0;overflow-wrap:anywhere}\n"
+	".matrix{overflow-x:auto;border:1px solid var(--line);border-radius:.4rem;margin:.5rem 0}\n"
+	".matrix:focus{outline:3px solid var(--focus);outline-offset:2px}\n"
+	".matrix:focus:not(:focus-visible){outline:none}\n"
+	".matrix:focus-visible{outline:3px solid var(--focus);outline-offset:2px}\n"
+	"table{border-collapse:collapse;white-space:nowrap;font-variant-numeric:tabular-nums;min-width:100%}\n"
+	"caption{text-align:left;padding:.4rem .6rem;color:var(--muted)}\n"
+	"th,td{padding:.3rem .6rem;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}\n"
+	"thead th{background:var(--head);font-weight:600}\n"
+	"thead tr:first-child th[colspan]{text-align:center;border-bottom:1px solid var(--line)}\n"
+	"td.num{text-align:right}\n"
+	"td.mark{font-weight:700}tr.ok td.mark{color:var(--ok)}tr.bad td.mark{color:var(--bad)}\n"
+	"tr.bad td.mark,td.bad{background:var(--badbg);color:var(--bad)}\n"
+	".exp{display:block;font-size:.85em}\n"
+	"table.summary{min-width:0}\n"
+	".notes{font-size:.9rem}.notes dt{font-weight:600;margin-top:.4rem}.notes dd{margin:0 0 0 1.5rem}\n"
+	".notes .failed{color:var(--bad);font-weight:600}\n"
+	".total{font-size:1.1rem;font-weight:700}\n"
+	".signoff{margin-top:2rem;border-top:1px solid var(--line);padding-top:1rem}\n"
+	".signoff p{margin:1.2rem 0}\n"
+	"@media print{\n"
+	" @page{size:A4 landscape;margin:12mm}\n"
+	" :root{--fg:#000;--bg:#fff;--muted:#333;--line:#999;--head:#eee;--ok:#000;--okbg:#fff;--bad:#000;--badbg:#fff}\n"
+	" body{max-width:none;padding:0;font:9pt/1.35 \"DejaVu Serif\",Georgia,serif}\n"
+	" .hint{display:none}\n"
+	" .matrix{overflow:visible;border:none}\n"
+	" table{white-space:normal;font-size:8pt;width:100%}\n"
+	" thead{display:table-header-group}tr{break-inside:avoid}\n"
+	" h2{break-after:avoid;margin-top:1rem}section.policy{break-inside:auto}\n"
+	" td.bad,tr.bad td.mark{font-weight:700;text-decoration:underline}\n"
+	" .signoff{break-inside:avoid}\n"
+	"}\n";
+
+/*
+ * Left/Right scroll a focused matrix (so does the browser itself on most
+ * platforms; doing it here makes the step and Home/End the same everywhere).
+ */
+static const char html_script[] =
+	"document.querySelectorAll('.matrix').forEach(function (el) {\n"
+	"  el.addEventListener('keydown', function (e) {\n"
+	"    if (e.altKey || e.ctrlKey || e.metaKey) return;\n"
+	"    var step = Math.max(40, Math.round(el.clientWidth / 4));\n"
+	"    if (e.key === 'ArrowRight') el.scrollLeft += step;\n"
+	"    else if (e.key === 'ArrowLeft') el.scrollLeft -= step;\n"
+	"    else if (e.key === 'Home') el.scrollLeft = 0;\n"
+	"    else if (e.key === 'End') el.scrollLeft = el.scrollWidth;\n"
+	"    else return;\n"
+	"    e.preventDefault();\n"
+	"  });\n"
+	"});\n";
+
+static void
+html_cell(sbuf *h, const matrix_ctx *ctx, const case_result *cr, int col,
+		  const char *obs, const char *exp, bool num)
+{
+	bool		bad = cell_bad(cr, col);
+
+	sb_printf(h, "<td%s%s>", bad ? " class=\"bad\"" : (num ? " class=\"num\"" : ""), "");
+	html_escape(h, obs);
+	if (bad && cr->ran)
+	{
+		sb_puts(h, "<span class=\"exp\">expected: ");
+		html_escape(h, exp);
+		sb_puts(h, "</span>");
+	}
+	sb_puts(h, "</td>");
+	(void) ctx;
+}
+
+static void
+html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
+{
+	int			i;
+	int			passed = 0;
+
+	for (i = 0; i < pr->ncases; i++)
+		if (pr->cases[i].pass)
+			passed++;
+	sb_printf(h, "<section class=\"policy\" id=\"policy-%s\">\n<h2>Policy %s: ",
+			  policy_names[pr->policy], policy_names[pr->policy]);
+	html_escape(h, policy_blurbs[pr->policy]);
+	sb_printf(h, "</h2>\n<p class=\"muted\">%d of %d cases hold; job types <code>",
+			  passed, pr->ncases);
+	html_escape(h, ctx->prefix);
+	sb_printf(h, "_%s_&lt;case&gt;</code>, lease %s, %.1f s.",
+			  policy_names[pr->policy], ctx->lease_sql, pr->seconds);
+	if (pr->checked_as != pr->policy)
+		sb_printf(h, " <strong>Checked against the expectations of %s.</strong>",
+				  policy_names[pr->checked_as]);
+	sb_puts(h, "</p>\n");
+	sb_printf(h, "<div class=\"matrix\" role=\"region\" tabindex=\"0\" "
+			  "aria-label=\"Replay matrix, policy %s (scrolls horizontally with Left and Right)\">\n",
+			  policy_names[pr->policy]);
+	sb_printf(h, "<table>\n<caption>Policy %s: what each delivery left behind</caption>\n",
+			  policy_names[pr->policy]);
+	sb_puts(h, "<thead>\n<tr><th scope=\"col\" rowspan=\"2\"><span class=\"sr\">result</span></th>"
+			"<th scope=\"col\" rowspan=\"2\">case</th><th scope=\"col\" rowspan=\"2\">attempt</th>"
+			"<th scope=\"colgroup\" colspan=\"3\">observed</th>"
+			"<th scope=\"col\" rowspan=\"2\">expected</th></tr>\n"
+			"<tr><th scope=\"col\">emails</th><th scope=\"col\">record afterwards</th>"
+			"<th scope=\"col\">verdicts</th></tr>\n</thead>\n<tbody>\n");
+	for (i = 0; i < pr->ncases; i++)
+	{
+		const case_result *cr = &pr->cases[i];
+		char		obs_e[16],
+					exp_e[16];
+
+		if (!cr->ran || cr->obs_emails < 0)
+			snprintf(obs_e, sizeof(obs_e), "%s", cr->ran ? "?" : "-");
+		else
+			snprintf(obs_e, sizeof(obs_e), "%d", cr->obs_emails);
+		snprintf(exp_e, sizeof(exp_e), "%d", cr->exp_emails);
+		sb_printf(h, "<tr class=\"%s\" id=\"%s-%s\"><td class=\"mark\" title=\"%s\">%s %s</td>"
+				  "<th scope=\"row\">%s</th><td>",
+				  cr->pass ? "ok" : "bad", policy_names[pr->policy], cr->id,
+				  cr->pass ? "holds" : "fails",
+				  cr->pass ? "&#10003;" : "&#10007;", cr->pass ? "pass" : "FAIL", cr->id);
+		html_escape(h, cr->title);
+		sb_puts(h, "</td>");
+		html_cell(h, ctx, cr, COL_EMAILS, obs_e, exp_e, true);
+		html_cell(h, ctx, cr, COL_RECORD, cr->ran ? cr->obs_record : "not run", cr->exp_record, false);
+		html_cell(h, ctx, cr, COL_VERDICTS, cr->ran ? cr->obs_verdicts : "-", cr->exp_verdicts, false);
+		sb_puts(h, "<td>");
+		html_escape(h, cr->expected_text);
+		sb_puts(h, "</td></tr>\n");
+	}
+	sb_puts(h, "</tbody>\n</table>\n</div>\n");
+
+	/* the evidence behind each row */
+	sb_printf(h, "<h3>What each case checked (%s)</h3>\n<dl class=\"notes\">\n",
+			  policy_names[pr->policy]);
+	for (i = 0; i < pr->ncases; i++)
+	{
+		const case_result *cr = &pr->cases[i];
+		const char *p = sb_str(&cr->notes);
+
+		sb_printf(h, "<dt>%s %s</dt>\n", cr->id, cr->pass ? "" : "<span class=\"failed\">(fails)</span>");
+		sb_printf(h, "<dd>expected: emails %d; record %s; verdicts ",
+				  cr->exp_emails, cr->exp_record);
+		html_escape(h, cr->exp_verdicts);
+		sb_puts(h, "</dd>\n");
+		while (*p)
+		{
+			size_t		len = strcspn(p, "\n");
+			char	   *line = strndup(p, len);
+
+			sb_printf(h, "<dd%s>", strncmp(line, "FAILED", 6) == 0 ? " class=\"failed\"" : "");
+			html_escape(h, line);
+			sb_puts(h, "</dd>\n");
+			free(line);
+			p += len;
+			if (*p)
+				p++;
+		}
+	}
+	sb_puts(h, "</dl>\n</section>\n");
+}
+
+static int
+write_file(const char *path, const sbuf *b)
+{
+	FILE	   *f = fopen(path, "w");
+
+	if (f == NULL)
+	{
+		fprintf(stderr, "idempotency-matrix: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	if (fwrite(sb_str(b), 1, b->len, f) != b->len || fclose(f) != 0)
+	{
+		fprintf(stderr, "idempotency-matrix: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void
+counts(const policy_result *prs, int npr, int *passed, int *failed)
+{
+	int			i,
+				j;
+
+	*passed = *failed = 0;
+	for (i = 0; i < npr; i++)
+		for (j = 0; j < prs[i].ncases; j++)
+			(*(prs[i].cases[j].pass ? passed : failed))++;
+}
+
+/* settings as label/value pairs, the same in HTML and JSON */
+typedef struct setting
+{
+	const char *key;
+	const char *label;
+	char		value[300];
+} setting;
+
+static int
+settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
+			  setting *s)
+{
+	int			n = 0;
+	int			i;
+	char		pols[64] = "";
+
+	for (i = 0; i < npr; i++)
+	{
+		strcat(pols, i ? ", " : "");
+		strcat(pols, policy_names[prs[i].policy]);
+	}
+#define SET(k, l, ...) do { s[n].key = k; s[n].label = l; \
+		snprintf(s[n].value, sizeof(s[n].value), __VA_ARGS__); n++; } while (0)
+	SET("date", "date", "%s", ctx->started_at);
+	SET("extension_version", "extension", "idempotency %s", ctx->ext_version);
+	SET("server_version", "PostgreSQL", "%s", ctx->server_version_full);
+	SET("server", "server", "%s", ctx->server_desc);
+	SET("isolation", "default isolation", "%s", ctx->isolation);
+	SET("lease", "lease", "%s", ctx->lease_sql);
+	SET("policies", "policies", "%s", pols);
+	SET("stress_workers", "stress workers (case 3s)", "%d", ctx->stress);
+	SET("job_type_prefix", "job types", "%s_<policy>_<case> (removed afterwards%s)",
+		ctx->prefix, ctx->keep ? ": no, --keep" : "");
+	SET("mail_provider", "mail provider",
+		"append-only file per case, one fsync'd line per email; lookup policy: with ref=<operation key>");
+	SET("runner", "runner", "idempotency-matrix %s", MATRIX_VERSION);
+	SET("run_time", "run time", "%.1f s", ctx->seconds);
+	if (ctx->check_as_note[0])
+		SET("check_as", "expectations", "%s", ctx->check_as_note);
+#undef SET
+	return n;
+}
+
+int
+report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr)
+{
+	sbuf		h;
+	int			i;
+	int			passed,
+				failed;
+	setting		set[16];
+	int			nset = settings_list(ctx, prs, npr, set);
+	int			rc;
+
+	counts(prs, npr, &passed, &failed);
+	sb_init(&h);
+	sb_puts(&h, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+			"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+	sb_puts(&h, "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+			"style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n");
+	sb_printf(&h, "<title>Replay matrix: idempotency %s, %d passed, %d failed</title>\n",
+			  ctx->ext_version, passed, failed);
+	sb_printf(&h, "<style>\n%s.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\n</style>\n</head>\n<body>\n",
+			  html_style);
+	sb_puts(&h, "<header>\n<h1>Replay matrix: send_confirmation for ORD-1001</h1>\n");
+	sb_printf(&h, "<p><span class=\"status %s\">%s</span></p>\n",
+			  failed ? "bad" : "ok",
+			  failed ? "Some cases do not hold: see the rows marked FAIL." : "Every case holds.");
+	sb_puts(&h, "<p>Each row is one replay test: how the message arrives, then what was observed "
+			"afterwards (emails the fake provider holds, the record in <code>idempotency.operations</code> "
+			"as status and attempt, and the verdict each worker got), then what must be true. "
+			"Every delivery is a separate process with its own connection; deaths are SIGKILLs at the named point. "
+			"A cell that differs from its expectation shows the expected value under it.</p>\n");
+	sb_puts(&h, "</header>\n<section>\n<h2>Settings</h2>\n<dl class=\"settings\">\n");
+	for (i = 0; i < nset; i++)
+	{
+		sb_puts(&h, "<dt>");
+		html_escape(&h, set[i].label);
+		sb_printf(&h, "</dt><dd id=\"setting-%s\">", set[i].key);
+		html_escape(&h, set[i].value);
+		sb_puts(&h, "</dd>\n");
+	}
+	sb_puts(&h, "</dl>\n</section>\n");
+	sb_puts(&h, "<p class=\"hint muted\">If a matrix is wider than the window, scroll it horizontally. "
+			"Keyboard: focus the matrix (Tab) and use Left/Right; Home/End jump to its edges.</p>\n");
+	for (i = 0; i < npr; i++)
+		html_policy(&h, ctx, &prs[i]);
+
+	sb_puts(&h, "<section>\n<h2>Policy summary</h2>\n<p>Emails in the uncertain cases: "
+			"5 (the worker died after the claim, before the email) and 6 (after the email, before completion).</p>\n"
+			"<table class=\"summary\">\n<thead><tr><th scope=\"col\">policy</th><th scope=\"col\">case 5</th>"
+			"<th scope=\"col\">case 6</th><th scope=\"col\">expected</th><th scope=\"col\">result</th></tr></thead>\n<tbody>\n");
+	for (i = 0; i < npr; i++)
+	{
+		const case_result *c5 = NULL;
+		const case_result *c6 = NULL;
+		char		o5[16],
+					o6[16];
+		int			e5,
+					e6;
+		bool		ok;
+
+		find_case(&prs[i], "5", &c5);
+		find_case(&prs[i], "6", &c6);
+		expected_56(prs[i].checked_as, &e5, &e6);
+		emails_cell(c5, o5, sizeof(o5));
+		emails_cell(c6, o6, sizeof(o6));
+		ok = (c5 == NULL || (c5->ran && c5->obs_emails == e5)) &&
+			(c6 == NULL || (c6->ran && c6->obs_emails == e6));
+		sb_printf(&h, "<tr class=\"%s\"><th scope=\"row\">%s</th><td class=\"num\">%s</td><td class=\"num\">%s</td>"
+				  "<td>%d and %d</td><td class=\"mark\">%s</td></tr>\n",
+				  ok ? "ok" : "bad", policy_names[prs[i].policy], o5, o6, e5, e6,
+				  ok ? "&#10003; pass" : "&#10007; FAIL");
+	}
+	sb_puts(&h, "</tbody>\n</table>\n</section>\n");
+	sb_printf(&h, "<p class=\"total\" id=\"total\">%d passed, %d failed</p>\n", passed, failed);
+	sb_puts(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n"
+			"<p>This report shows what the runner observed on the server above, with the settings above. "
+			"It is evidence that the chosen policy is followed for this job, not that a queue became exactly-once.</p>\n"
+			"<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
+			"</section>\n");
+	sb_printf(&h, "<script>\n%s</script>\n</body>\n</html>\n", html_script);
+	rc = write_file(path, &h);
+	sb_free(&h);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------
+ * JSON
+ * --------------------------------------------------------------------- */
+
+int
+report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr)
+{
+	sbuf		j;
+	int			i,
+				k;
+	int			passed,
+				failed;
+	setting		set[16];
+	int			nset = settings_list(ctx, prs, npr, set);
+	int			rc;
+
+	counts(prs, npr, &passed, &failed);
+	sb_init(&j);
+	sb_puts(&j, "{\n  \"format\": \"idempotency-matrix/1\",\n  \"settings\": {");
+	for (i = 0; i < nset; i++)
+	{
+		sb_printf(&j, "%s\n    ", i ? "," : "");
+		json_string(&j, set[i].key);
+		sb_puts(&j, ": ");
+		json_string(&j, set[i].value);
+	}
+	sb_printf(&j, "\n  },\n  \"lease_seconds\": %g,\n  \"policies\": [", ctx->lease_s);
+	for (i = 0; i < npr; i++)
+	{
+		const policy_result *pr = &prs[i];
+
+		sb_printf(&j, "%s\n    {\"policy\": \"%s\", \"checked_as\": \"%s\", \"seconds\": %.2f, \"cases\": [",
+				  i ? "," : "", policy_names[pr->policy], policy_names[pr->checked_as], pr->seconds);
+		for (k = 0; k < pr->ncases; k++)
+		{
+			const case_result *cr = &pr->cases[k];
+			const char *p = sb_str(&cr->notes);
+			bool		first = true;
+
+			sb_printf(&j, "%s\n      {\"case\": ", k ? "," : "");
+			json_string(&j, cr->id);
+			sb_puts(&j, ", \"attempt\": ");
+			json_string(&j, cr->title);
+			sb_puts(&j, ", \"expected_text\": ");
+			json_string(&j, cr->expected_text);
+			sb_printf(&j, ",\n       \"expected\": {\"emails\": %d, \"record\": ", cr->exp_emails);
+			json_string(&j, cr->exp_record);
+			sb_puts(&j, ", \"verdicts\": ");
+			json_string(&j, cr->exp_verdicts);
+			sb_puts(&j, "},\n       \"observed\": {\"emails\": ");
+			if (cr->ran && cr->obs_emails >= 0)
+				sb_printf(&j, "%d", cr->obs_emails);
+			else
+				sb_puts(&j, "null");
+			sb_puts(&j, ", \"record\": ");
+			json_string(&j, cr->obs_record);
+			sb_puts(&j, ", \"verdicts\": ");
+			json_string(&j, cr->obs_verdicts);
+			sb_printf(&j, "},\n       \"ran\": %s, \"emails_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
+					  "\"checks_ok\": %s, \"pass\": %s, \"seconds\": %.3f,\n       \"notes\": [",
+					  cr->ran ? "true" : "false", cr->emails_ok ? "true" : "false",
+					  cr->record_ok ? "true" : "false", cr->verdicts_ok ? "true" : "false",
+					  cr->checks_ok ? "true" : "false", cr->pass ? "true" : "false", cr->seconds);
+			while (*p)
+			{
+				size_t		len = strcspn(p, "\n");
+				char	   *line = strndup(p, len);
+
+				sb_puts(&j, first ? "" : ", ");
+				json_string(&j, line);
+				free(line);
+				first = false;
+				p += len;
+				if (*p)
+					p++;
+			}
+			sb_puts(&j, "]}");
+		}
+		sb_puts(&j, "\n    ]}");
+	}
+	sb_puts(&j, "\n  ],\n  \"summary\": [");
+	for (i = 0; i < npr; i++)
+	{
+		const case_result *c5 = NULL;
+		const case_result *c6 = NULL;
+		int			e5,
+					e6;
+
+		find_case(&prs[i], "5", &c5);
+		find_case(&prs[i], "6", &c6);
+		expected_56(prs[i].checked_as, &e5, &e6);
+		sb_printf(&j, "%s\n    {\"policy\": \"%s\", \"case5_emails\": ", i ? "," : "",
+				  policy_names[prs[i].policy]);
+		if (c5 && c5->ran && c5->obs_emails >= 0)
+			sb_printf(&j, "%d", c5->obs_emails);
+		else
+			sb_puts(&j, "null");
+		sb_puts(&j, ", \"case6_emails\": ");
+		if (c6 && c6->ran && c6->obs_emails >= 0)
+			sb_printf(&j, "%d", c6->obs_emails);
+		else
+			sb_puts(&j, "null");
+		sb_printf(&j, ", \"expected_case5\": %d, \"expected_case6\": %d}", e5, e6);
+	}
+	sb_printf(&j, "\n  ],\n  \"passed\": %d,\n  \"failed\": %d,\n  \"ok\": %s\n}\n",
+			  passed, failed, failed == 0 && passed > 0 ? "true" : "false");
+	rc = write_file(path, &j);
+	sb_free(&j);
+	return rc;
+}
