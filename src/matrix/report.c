@@ -105,6 +105,24 @@ pad(FILE *f, const char *s, size_t width)
 		fputc(' ', f);
 }
 
+static void
+pad_sb(sbuf *b, const char *s, size_t width)
+{
+	size_t		w = display_width(s);
+
+	sb_puts(b, s);
+	for (; w < width; w++)
+		sb_puts(b, " ");
+}
+
+static const char *
+rtrim(sbuf *b)
+{
+	while (b->len > 0 && b->data[b->len - 1] == ' ')
+		b->data[--b->len] = '\0';
+	return sb_str(b);
+}
+
 /* print one policy's matrix to stdout, as soon as the policy is done */
 void
 report_policy(matrix_ctx *ctx, const policy_result *pr)
@@ -148,30 +166,35 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 		   ctx->lease_sql, passed, pr->ncases, pr->seconds, ctx->color ? C_RESET : "");
 
 	/* two header lines: "observed" spans emails, record and verdicts */
-	if (ctx->color)
-		fputs(C_BOLD, stdout);
-	for (c = 0; c < N_COLS; c++)
 	{
-		if (c == COL_EMAILS)
+		sbuf		l1,
+					l2;
+
+		sb_init(&l1);
+		sb_init(&l2);
+		for (c = 0; c < N_COLS; c++)
 		{
-			pad(stdout, head1[c], width[COL_EMAILS] + width[COL_RECORD] + width[COL_VERDICTS] + 4);
-			c = COL_VERDICTS;
+			if (c == COL_EMAILS)
+			{
+				pad_sb(&l1, head1[c], width[COL_EMAILS] + width[COL_RECORD] + width[COL_VERDICTS] + 4);
+				c = COL_VERDICTS;
+			}
+			else
+				pad_sb(&l1, head1[c], width[c]);
+			if (c < N_COLS - 1)
+				sb_puts(&l1, "  ");
 		}
-		else
-			pad(stdout, head1[c], c < N_COLS - 1 ? width[c] : 0);
-		if (c < N_COLS - 1)
-			fputs("  ", stdout);
+		for (c = 0; c < N_COLS; c++)
+		{
+			pad_sb(&l2, head2[c], width[c]);
+			if (c < N_COLS - 1)
+				sb_puts(&l2, "  ");
+		}
+		printf("%s%s\n%s%s\n", ctx->color ? C_BOLD : "", rtrim(&l1), rtrim(&l2),
+			   ctx->color ? C_RESET : "");
+		sb_free(&l1);
+		sb_free(&l2);
 	}
-	fputs("\n", stdout);
-	for (c = 0; c < N_COLS; c++)
-	{
-		pad(stdout, head2[c], c < N_COLS - 1 ? width[c] : 0);
-		if (c < N_COLS - 1)
-			fputs("  ", stdout);
-	}
-	if (ctx->color)
-		fputs(C_RESET, stdout);
-	fputs("\n", stdout);
 
 	for (i = 0; i < pr->ncases; i++)
 	{
@@ -279,8 +302,8 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 	printf("\n%sPolicy summary%s: emails in the uncertain cases "
 		   "(5: died after the claim, before the email; 6: died after the email)\n\n",
 		   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
-	printf("%s%-8s  %6s  %6s  %-9s  %s%s\n", ctx->color ? C_BOLD : "",
-		   "policy", "case 5", "case 6", "expected", "", ctx->color ? C_RESET : "");
+	printf("%s%-8s  %6s  %6s  %s%s\n", ctx->color ? C_BOLD : "",
+		   "policy", "case 5", "case 6", "expected", ctx->color ? C_RESET : "");
 	for (i = 0; i < npr; i++)
 	{
 		const case_result *c5 = NULL;
@@ -290,7 +313,6 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 					exp[16];
 		int			e5,
 					e6;
-		bool		have = find_case(&prs[i], "5", &c5) & find_case(&prs[i], "6", &c6);
 		bool		ok;
 
 		find_case(&prs[i], "5", &c5);
@@ -305,7 +327,6 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 			   ctx->color ? (ok ? C_GREEN : C_RED) : "",
 			   (c5 || c6) ? mark(ctx, ok) : "(cases 5 and 6 not run)",
 			   ctx->color ? C_RESET : "");
-		(void) have;
 	}
 	printf("\nlease %s, %.1f s in all\n", ctx->lease_sql, ctx->seconds);
 	/* the last line: the total, alone */
@@ -361,6 +382,8 @@ static const char html_style[] =
 	" thead{display:table-header-group}tr{break-inside:avoid}\n"
 	" h2{break-after:avoid;margin-top:1rem}section.policy{break-inside:auto}\n"
 	" td.bad,tr.bad td.mark{font-weight:700;text-decoration:underline}\n"
+	" .matrix:focus,.matrix:focus-visible{outline:none}\n"
+	" td.mark{white-space:nowrap}\n"
 	" .signoff{break-inside:avoid}\n"
 	"}\n";
 

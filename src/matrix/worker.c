@@ -121,6 +121,13 @@ exec_ok(PGconn *conn, const char *sql, int ev)
 	return ok;
 }
 
+static void
+ignore_notice(void *arg, const char *message)
+{
+	(void) arg;
+	(void) message;
+}
+
 static void child_main(matrix_ctx *ctx, const worker_spec *s, const char *name,
 					   int ev, int cmd, int barrier) __attribute__((noreturn));
 
@@ -157,6 +164,7 @@ child_main(matrix_ctx *ctx, const worker_spec *s, const char *name,
 		emit(ev, "fatal connection failed: %s", PQerrorMessage(conn));
 		_exit(2);
 	}
+	PQsetNoticeProcessor(conn, ignore_notice, NULL);
 	emit(ev, "ready %d", PQbackendPID(conn));
 
 	/* the barrier: every worker of the case leaves it at the same instant */
@@ -170,8 +178,20 @@ child_main(matrix_ctx *ctx, const worker_spec *s, const char *name,
 				break;
 	}
 
-	if (tx && !exec_ok(conn, "BEGIN", ev))
-		_exit(2);
+	if (tx)
+	{
+		/* the server's pid (through a pooler, PQbackendPID is the pooler's) */
+		if (!exec_ok(conn, "BEGIN", ev))
+			_exit(2);
+		res = PQexec(conn, "SELECT pg_catalog.pg_backend_pid()");
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			emit(ev, "fatal pg_backend_pid(): %s %s", sqlstate_of(res), message_of(res, conn));
+			_exit(2);
+		}
+		emit(ev, "backend %s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+	}
 
 	params[0] = s->job_type;
 	params[1] = s->key;
@@ -485,6 +505,8 @@ absorb(worker *w, char *line)
 		w->ready = true;
 		w->backend_pid = atoi(rest);
 	}
+	else if (strcmp(word, "backend") == 0)
+		w->backend_pid = atoi(rest);
 	else if (strcmp(word, "verdict") == 0)
 	{
 		char		v[32] = "";
