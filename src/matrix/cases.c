@@ -15,7 +15,9 @@
  * runner's connection until it lists the key, never by sleeping a guessed
  * time; a worker dies by SIGKILL while it is paused at the named point.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -630,9 +632,9 @@ grouped_verdicts(case_env *e, worker *ws, int n, char *out, size_t sz)
 					count++;
 				}
 			if (count > 1)
-				snprintf(item, sizeof(item), "%d%s %s", count, x, texts[i]);
+				snprintf(item, sizeof(item), "%d%s %.63s", count, x, texts[i]);
 			else
-				snprintf(item, sizeof(item), "%s", texts[i]);
+				snprintf(item, sizeof(item), "%.63s", texts[i]);
 			append(out, sz, item);
 		}
 }
@@ -962,7 +964,7 @@ case_8(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	deliver(&e, &w2, &s, "w2");
 	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 	record_text(&e, "ORD-1001", after, sizeof(after), NULL, 0);
-	snprintf(cr->obs_record, CELL, "%s, then %s", before, after);
+	snprintf(cr->obs_record, CELL, "%.90s, then %.90s", before, after);
 	cr->obs_emails = effect_rows(&e, "ORD-1001");
 	note(&e, "The effect here is a row in the claim's own transaction, not an email: the emails column counts effect rows.");
 }

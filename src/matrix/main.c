@@ -12,7 +12,9 @@
  * Exit status: 0 every cell holds; 1 some do not; 2 it could not run
  * (bad option, no connection, no extension); 130 interrupted.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -265,8 +267,11 @@ prepare(matrix_ctx *ctx, bool create_extension)
 					 "WHERE extname OPERATOR(pg_catalog.=) 'idempotency'",
 					 ctx->ext_version, sizeof(ctx->ext_version), err, sizeof(err)))
 	{
-		fprintf(stderr, "idempotency-matrix: the idempotency extension is not installed in database \"%s\" (%s)\n",
-				PQdb(ctx->conn), err);
+		if (strcmp(err, "no row") == 0)
+			fprintf(stderr, "idempotency-matrix: the idempotency extension is not installed in database \"%s\"\n",
+					PQdb(ctx->conn));
+		else
+			fprintf(stderr, "idempotency-matrix: cannot check for the idempotency extension: %s\n", err);
 		fprintf(stderr, "Hint: make install, then CREATE EXTENSION idempotency; or pass --create-extension.\n");
 		return 2;
 	}
@@ -433,6 +438,8 @@ main(int argc, char **argv)
 	struct sigaction sa;
 	const char *tmp;
 	bool		need_effects = false;
+	int			total = 0;
+	int			done = 0;
 
 	setlocale(LC_ALL, "");
 	memset(ctx, 0, sizeof(*ctx));
@@ -573,7 +580,7 @@ main(int argc, char **argv)
 
 	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
 			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
-	snprintf(ctx->prefix, sizeof(ctx->prefix), "idempotency_matrix_%s", ctx->run_id);
+	snprintf(ctx->prefix, sizeof(ctx->prefix), "idempotency_matrix_%.31s", ctx->run_id);
 	tmp = getenv("TMPDIR");
 	snprintf(ctx->maildir, sizeof(ctx->maildir), "%s/idempotency-matrix.XXXXXX",
 			 tmp && *tmp ? tmp : "/tmp");
@@ -598,6 +605,11 @@ main(int argc, char **argv)
 		   ctx->server_desc, ctx->lease_sql, ctx->stress, ctx->started_at);
 	fflush(stdout);
 
+	for (p = 0; p < N_POLICIES; p++)
+		for (k = 0; k < n_matrix_cases && want[p]; k++)
+			if (case_selected(cases, matrix_cases[k].id) &&
+				!(strcmp(matrix_cases[k].id, "3s") == 0 && ctx->stress == 0))
+				total++;
 	prs = calloc(N_POLICIES, sizeof(policy_result));
 	t0 = now_seconds();
 	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
@@ -621,7 +633,8 @@ main(int argc, char **argv)
 				continue;
 			cr = &pr->cases[pr->ncases++];
 			case_expectations(ctx, pr->checked_as, def, cr);
-			progress(ctx, "policy %s, case %s: %s", policy_names[p], cr->id, cr->title);
+			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
+					 policy_names[p], cr->id, cr->title);
 			tc = now_seconds();
 			def->run(ctx, (policy_t) p, pr->checked_as, cr);
 			cr->seconds = now_seconds() - tc;

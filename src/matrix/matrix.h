@@ -117,7 +117,7 @@ typedef struct matrix_ctx
 	char		prefix[64];		/* job type prefix, unique to this run */
 	char		maildir[256];
 	char		effects_table[300]; /* quoted, qualified; "" until created */
-	char		effects_error[256];
+	char		effects_error[1024];
 	bool		color;
 	bool		utf8;
 	bool		progress;

@@ -13,7 +13,9 @@
  *	- the lookup provider stores ref=<operation key> with each message, and
  *	  provider_lookup() finds it (used by the lookup policy's verify).
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

@@ -8,7 +8,9 @@
  * differs from its expectation shows "observed ≠ expected". Then the policy
  * summary (emails in cases 5 and 6) and one total line.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,9 @@
  * util.c
  *		Strings, escaping and clocks for the replay matrix runner.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

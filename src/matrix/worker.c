@@ -16,7 +16,9 @@
  * pipe; the runner closes its write end once all of them reported "ready"
  * (connected), and every read() returns 0 at once.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
