@@ -36,5 +36,6 @@ PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# the replay matrix runner and other programs (their own rules)
+# the replay matrix runner and the benchmarks (their own rules)
 -include src/matrix/matrix.mk
+-include bench/bench.mk
