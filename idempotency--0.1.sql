@@ -64,6 +64,8 @@ CREATE TABLE idempotency.operations (
 );
 COMMENT ON TABLE idempotency.operations IS
 'Handled operations, unique on (job_type, operation_key). Written only by the idempotency functions';
+COMMENT ON COLUMN idempotency.operations.job_type IS 'Job type, registered in idempotency.job_types';
+COMMENT ON COLUMN idempotency.operations.operation_key IS 'What names the effect (e.g. the order reference), 1 to 1024 bytes';
 COMMENT ON COLUMN idempotency.operations.status IS 'claimed | completed | released | skipped';
 COMMENT ON COLUMN idempotency.operations.attempt IS 'Fencing token: 1 for the first claim, +1 at every takeover; complete, release and extend must name the current attempt';
 COMMENT ON COLUMN idempotency.operations.claimed_at IS 'When the current attempt claimed the operation (database clock at the call)';
@@ -90,6 +92,16 @@ CREATE TABLE idempotency.resolutions (
 );
 COMMENT ON TABLE idempotency.resolutions IS
 'Audit of resolve_operation(): who decided what about a held or skipped operation, when, and why';
+COMMENT ON COLUMN idempotency.resolutions.id IS 'Order of the decisions';
+COMMENT ON COLUMN idempotency.resolutions.job_type IS 'Job type of the operation decided on';
+COMMENT ON COLUMN idempotency.resolutions.operation_key IS 'Key of the operation decided on';
+COMMENT ON COLUMN idempotency.resolutions.attempt IS 'The attempt the record had when it was decided on';
+COMMENT ON COLUMN idempotency.resolutions.previous_status IS 'claimed (a stale claim) or skipped';
+COMMENT ON COLUMN idempotency.resolutions.resolution IS 'completed (the effect happened) or retry (it did not; the record became released)';
+COMMENT ON COLUMN idempotency.resolutions.resolved_by IS 'current_user of the caller of resolve_operation()';
+COMMENT ON COLUMN idempotency.resolutions.resolved_at IS 'When the decision was recorded (database clock)';
+COMMENT ON COLUMN idempotency.resolutions.note IS 'Why: the note given to resolve_operation()';
+COMMENT ON SEQUENCE idempotency.resolutions_id_seq IS 'Numbers idempotency.resolutions';
 
 -- pg_dump keeps configuration, records and the audit trail
 SELECT pg_catalog.pg_extension_config_dump('idempotency.job_types', '');
@@ -131,6 +143,8 @@ REVOKE ALL ON FUNCTION idempotency.job_types_guard() FROM PUBLIC;
 CREATE TRIGGER job_types_guard
     BEFORE DELETE OR UPDATE OF job_type ON idempotency.job_types
     FOR EACH ROW EXECUTE FUNCTION idempotency.job_types_guard();
+COMMENT ON TRIGGER job_types_guard ON idempotency.job_types IS
+'Keeps job types that still have operations';
 
 --
 -- The protocol (C). Each function runs its statements with the rights of
@@ -236,6 +250,15 @@ LEFT JOIN idempotency.operations o ON o.job_type OPERATOR(pg_catalog.=) jt.job_t
 GROUP BY jt.job_type, jt.stale_policy, jt.lease;
 COMMENT ON VIEW idempotency.job_type_stats IS
 'Per job type: records per status, stale claims (claimed, lease run out) and the claim time of the oldest stale claim';
+COMMENT ON COLUMN idempotency.job_type_stats.job_type IS 'Job type';
+COMMENT ON COLUMN idempotency.job_type_stats.stale_policy IS 'Its stale-claim policy';
+COMMENT ON COLUMN idempotency.job_type_stats.lease IS 'Its lease';
+COMMENT ON COLUMN idempotency.job_type_stats.claimed IS 'Records claimed (young or stale)';
+COMMENT ON COLUMN idempotency.job_type_stats.completed IS 'Records completed';
+COMMENT ON COLUMN idempotency.job_type_stats.released IS 'Records released (the next claim runs)';
+COMMENT ON COLUMN idempotency.job_type_stats.skipped IS 'Records skipped';
+COMMENT ON COLUMN idempotency.job_type_stats.stale IS 'Claims whose lease has run out: held, or waiting for a redelivery';
+COMMENT ON COLUMN idempotency.job_type_stats.oldest_stale_claimed_at IS 'Claim time of the oldest stale claim';
 
 --
 -- Nothing is granted to PUBLIC; see README "Roles and grants".
