@@ -72,6 +72,39 @@ explain_refusal(text *job_type, text *key, int32 attempt, const char *action,
 }
 
 /*
+ * Run the fenced UPDATE `st` ($1 job type, $2 key, $3 attempt, $4 now,
+ * $5 result) until it updates the record, or until explain_refusal() says
+ * that the call repeats one already done (returns false) or raises the
+ * error that says why. On true, SPI_tuptable holds the RETURNING row, if any.
+ */
+static bool
+fenced_update(Statement st, const char *action, text *job_type, text *key,
+			  int32 attempt, Datum result, bool result_isnull,
+			  int allowed, int done)
+{
+	int			tries;
+
+	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
+	{
+		Datum		values[5];
+		char		nulls[5] = "    ";
+
+		values[0] = PointerGetDatum(job_type);
+		values[1] = PointerGetDatum(key);
+		values[2] = Int32GetDatum(attempt);
+		values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+		values[4] = result;
+		nulls[4] = result_isnull ? 'n' : ' ';
+
+		if (idem_execute(st, values, nulls, 0) == 1)
+			return true;
+		if (explain_refusal(job_type, key, attempt, action, allowed, done))
+			return false;
+	}
+	idem_too_many_tries(action, job_type, key);
+}
+
+/*
  * complete_operation(job_type text, operation_key text, attempt integer,
  *					  result jsonb) RETURNS void
  *
@@ -86,33 +119,12 @@ complete_operation(PG_FUNCTION_ARGS)
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
-	int			tries;
 
 	idem_begin(&call, "complete_operation()", true);
-	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
-	{
-		Datum		values[5];
-		char		nulls[5] = "     ";
-
-		values[0] = PointerGetDatum(job_type);
-		values[1] = PointerGetDatum(key);
-		values[2] = Int32GetDatum(attempt);
-		values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
-		if (PG_ARGISNULL(3))
-		{
-			values[4] = (Datum) 0;
-			nulls[4] = 'n';
-		}
-		else
-			values[4] = PG_GETARG_DATUM(3);
-
-		if (idem_execute(ST_COMPLETE, values, nulls, 0) == 1 ||
-			explain_refusal(job_type, key, attempt, "complete",
-							CLAIMED_OR_SKIPPED, OPERATION_COMPLETED))
-			break;
-	}
-	if (tries == IDEMPOTENCY_MAX_TRIES)
-		idem_too_many_tries("complete", job_type, key);
+	(void) fenced_update(ST_COMPLETE, "complete", job_type, key, attempt,
+						 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
+						 PG_ARGISNULL(3),
+						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED);
 	idem_end(&call);
 
 	PG_RETURN_VOID();
@@ -132,23 +144,11 @@ release_operation(PG_FUNCTION_ARGS)
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
-	int			tries;
 
 	idem_begin(&call, "release_operation()", true);
-	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
-	{
-		Datum		values[3];
-
-		values[0] = PointerGetDatum(job_type);
-		values[1] = PointerGetDatum(key);
-		values[2] = Int32GetDatum(attempt);
-		if (idem_execute(ST_RELEASE, values, NULL, 0) == 1 ||
-			explain_refusal(job_type, key, attempt, "release",
-							CLAIMED_OR_SKIPPED, OPERATION_RELEASED))
-			break;
-	}
-	if (tries == IDEMPOTENCY_MAX_TRIES)
-		idem_too_many_tries("release", job_type, key);
+	(void) fenced_update(ST_RELEASE, "release", job_type, key, attempt,
+						 (Datum) 0, true,
+						 CLAIMED_OR_SKIPPED, OPERATION_RELEASED);
 	idem_end(&call);
 
 	PG_RETURN_VOID();
@@ -169,32 +169,16 @@ extend_lease(PG_FUNCTION_ARGS)
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
-	TimestampTz expires_at = 0;
-	int			tries;
+	bool		isnull;
+	TimestampTz expires_at;
 
 	idem_begin(&call, "extend_lease()", true);
-	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
-	{
-		Datum		values[4];
-
-		values[0] = PointerGetDatum(job_type);
-		values[1] = PointerGetDatum(key);
-		values[2] = Int32GetDatum(attempt);
-		values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
-		if (idem_execute(ST_EXTEND, values, NULL, 0) == 1)
-		{
-			bool		isnull;
-
-			expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
-														   SPI_tuptable->tupdesc,
-														   1, &isnull));
-			break;
-		}
-		(void) explain_refusal(job_type, key, attempt, "extend the lease of",
-							   STATUS_BIT(OPERATION_CLAIMED), -1);
-	}
-	if (tries == IDEMPOTENCY_MAX_TRIES)
-		idem_too_many_tries("extend the lease of", job_type, key);
+	/* there is no repeat of an extension: it either updates or raises */
+	(void) fenced_update(ST_EXTEND, "extend the lease of", job_type, key, attempt,
+						 (Datum) 0, true, STATUS_BIT(OPERATION_CLAIMED), -1);
+	expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc,
+												   1, &isnull));
 	idem_end(&call);
 
 	PG_RETURN_TIMESTAMPTZ(expires_at);

@@ -146,22 +146,22 @@ static const StatementDef statements[ST_COUNT] = {
 		" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')",
 		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
 	},
-	/* $3 attempt */
+	/* the same parameters as ST_COMPLETE; $4 and $5 unused */
 	[ST_RELEASE] = {
 		"UPDATE idempotency.operations o"
 		" SET status = 'released', completed_at = NULL, result = NULL"
 		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
 		" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')",
-		3, {TEXTOID, TEXTOID, INT4OID}
+		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
 	},
-	/* $3 attempt, $4 now; returns the new expiry */
+	/* the same parameters as ST_COMPLETE, $5 unused; returns the new expiry */
 	[ST_EXTEND] = {
 		"UPDATE idempotency.operations o SET heartbeat_at = $4"
 		" FROM idempotency.job_types jt"
 		" WHERE " THIS_OPERATION " AND jt.job_type" EQ "o.job_type"
 		" AND o.attempt" EQ "$3 AND o.status" EQ "'claimed'"
 		" RETURNING o.heartbeat_at" PLUS "jt.lease",
-		4, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID}
+		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
 	},
 	/* $1 now; columns as in stale_claims() */
 #define STALE_CLAIMS_SQL \
