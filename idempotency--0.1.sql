@@ -112,17 +112,22 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.resolutions_id_seq', '')
 --
 -- A job type that still has records cannot be removed or renamed: its
 -- records would lose their lease and policy. (A foreign key would do the
--- same but would lock the job type's row on every claim.)
+-- same but would lock the job type's row on every claim.) The SHARE lock
+-- waits for claims in flight and holds new ones back until the removal
+-- commits; a claim's INSERT re-checks that its job type exists with a
+-- snapshot taken after that wait (see ST_INSERT in src/idempotency.c).
 --
 
 CREATE FUNCTION idempotency.job_types_guard() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF TG_OP = 'UPDATE' AND NEW.job_type = OLD.job_type THEN
+    IF TG_OP = 'UPDATE' AND NEW.job_type OPERATOR(pg_catalog.=) OLD.job_type THEN
         RETURN NEW;
     END IF;
+    LOCK TABLE idempotency.operations IN SHARE MODE;
     IF EXISTS (SELECT 1 FROM idempotency.operations o
                WHERE o.job_type OPERATOR(pg_catalog.=) OLD.job_type) THEN
         RAISE EXCEPTION 'job type "%" still has operations', OLD.job_type

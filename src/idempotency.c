@@ -110,12 +110,17 @@ static const StatementDef statements[ST_COUNT] = {
 		" WHERE jt.job_type" EQ "$1",
 		2, {TEXTOID, TEXTOID}
 	},
-	/* $3 now, $4 worker, $5 fingerprint */
+	/*
+	 * $3 now, $4 worker, $5 fingerprint. Inserts nothing if the job type
+	 * was removed since the lookup: the statement's snapshot is taken after
+	 * its table lock, which waits for the removal (job_types_guard()).
+	 */
 	[ST_INSERT] = {
 		"INSERT INTO idempotency.operations AS o"
 		" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,"
 		" claimed_by, fingerprint)"
-		" VALUES ($1, $2, 'claimed', 1, $3, $3, $4, $5)"
+		" SELECT jt.job_type, $2, 'claimed', 1, $3, $3, $4, $5"
+		" FROM idempotency.job_types jt WHERE jt.job_type" EQ "$1"
 		" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING",
 		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID}
 	},
