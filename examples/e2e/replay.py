@@ -1,0 +1,556 @@
+"""replay.py: the seed's replay matrix, driven through a real queue.
+
+Shared by the end-to-end tests of examples/sqs, examples/celery and
+examples/sidekiq. Each test supplies an adapter (start and stop its broker on
+127.0.0.1, start a worker process, publish the send_confirmation message of an
+order, run its sweeper) and this module runs the seven cases of the seed
+through it and prints the matrix in the shape of idempotency-matrix:
+
+    case  attempt  | observed: emails, record afterwards, verdicts | expected
+
+Synchronisation, never a guessed sleep:
+  * kill points: the test creates the FIFO $E2E_DIR/pause-<key>-<before|after>;
+    the fake mail provider of the worker that reaches that point first takes
+    it, writes $E2E_DIR/at-<key>-<point> with its pid and blocks on the FIFO.
+    The test then kill -9s that pid (or writes to the FIFO to let it go on);
+  * verdicts: every worker appends one JSON line per delivery to
+    $E2E_EVENTS (key, verdict, attempt, action, pid); the test waits on it;
+  * leases: the test polls idempotency.stale_claims() in the database.
+
+Run with /usr/bin/python3 (Debian's python3-psycopg). The database comes from
+libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE); the extension must
+be installed there (CREATE EXTENSION is done if missing).
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import psycopg
+
+LEASE = float(os.environ.get("E2E_LEASE", "2"))
+WAIT = float(os.environ.get("E2E_WAIT", "40"))   # longest wait for one step
+
+CASES = [
+    ("1", "first delivery", "sent once"),
+    ("2", "same message again after success", "skipped"),
+    ("3", "same message to two workers at once", "one claims, one skips"),
+    ("4", "different order ORD-1002, similar data", "both processed"),
+    ("5", "worker dies after the claim, before the email", "held for a person after the lease"),
+    ("6", "worker dies after the email, before completed", "held for a person after the lease"),
+    ("7", "redelivery of case 5 inside the lease", "skipped; no second worker takes over"),
+]
+EXPECTED_TEXT = {
+    "retry": {"5": "sent again after the lease", "6": "sent again after the lease (2nd email)"},
+    "skip": {"5": "given up after the lease (never sent)", "6": "given up after the lease"},
+}
+KEYS = {"1": ["ORD-1001"], "2": ["ORD-2001"], "3": ["ORD-3001"], "4": ["ORD-4001", "ORD-4002"],
+        "5": ["ORD-5001"], "6": ["ORD-6001"], "7": ["ORD-7001"]}
+
+# expected emails and record per policy for the uncertain cases
+UNCERTAIN = {
+    "hold": {"5": (0, "claimed #1 (stale)"), "6": (1, "claimed #1 (stale)")},
+    "retry": {"5": (1, "completed #2"), "6": (2, "completed #2")},
+    "skip": {"5": (0, "skipped #1"), "6": (1, "skipped #1")},
+}
+OUTCOME = {"hold": "held", "retry": "run", "skip": "skipped"}
+
+
+class Failed(Exception):
+    pass
+
+
+def utf8():
+    enc = (sys.stdout.encoding or "").lower()
+    return "utf" in enc
+
+
+def width(s):
+    return len(s)
+
+
+class Adapter:
+    """What a queue system provides. Subclasses override the methods."""
+    name = "?"
+    # what the queue does with the message of a worker killed by kill -9:
+    #   "visibility": redelivered when its visibility timeout runs out (after the lease)
+    #   "at once":    requeued at once (inside the lease)
+    #   "never":      lost; only the stale claim remains (the sweeper finds it)
+    redelivery = "?"
+    notes = []
+
+    def start_broker(self, tmp):
+        raise NotImplementedError
+
+    def stop_broker(self):
+        raise NotImplementedError
+
+    def worker_command(self):
+        """(argv, cwd, extra env) of one worker process"""
+        raise NotImplementedError
+
+    def publish(self, key, copies=1):
+        raise NotImplementedError
+
+    def sweep(self, env):
+        """run the sweeper once; return its output"""
+        raise NotImplementedError
+
+
+class Run:
+    def __init__(self, adapter, policy, tmp):
+        self.a = adapter
+        self.policy = policy
+        self.tmp = tmp
+        self.job_type = f"send_confirmation_e2e_{adapter.name}_{policy}"
+        self.dir = os.path.join(tmp, policy)
+        os.makedirs(self.dir)
+        self.events_path = os.path.join(self.dir, "events.jsonl")
+        self.mail_path = os.path.join(self.dir, "outbox.log")
+        open(self.events_path, "w").close()
+        open(self.mail_path, "w").close()
+        self.workers = []      # Popen
+        self.logs = []
+        self.db = psycopg.connect(autocommit=True)
+        self.tokens = {}       # key -> list of (time, token) added by the test
+        self.killed = set()    # pids killed by the test
+
+    # ---- environment, workers -------------------------------------------
+    def env(self):
+        e = dict(os.environ)
+        e.update(JOB_TYPE=self.job_type, LEASE_SECONDS=str(LEASE), E2E_DIR=self.dir,
+                 E2E_EVENTS=self.events_path, MAIL_LOG=self.mail_path)
+        return e
+
+    def start_worker(self):
+        argv, cwd, extra = self.a.worker_command()
+        env = self.env()
+        env.update(extra)
+        n = len(self.logs)
+        log = open(os.path.join(self.dir, f"worker-{n}.log"), "w")
+        self.logs.append(log)
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        self.workers.append(p)
+        return p
+
+    def ensure_workers(self, n=2):
+        self.workers = [p for p in self.workers if p.poll() is None]
+        while len(self.workers) < n:
+            self.start_worker()
+
+    def stop_workers(self):
+        for p in self.workers:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + 10
+        for p in self.workers:
+            try:
+                p.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.workers:
+            # the whole process group: a prefork pool's children too
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        self.workers = []
+
+    # ---- database ---------------------------------------------------------
+    def setup_db(self):
+        with self.db.cursor() as c:
+            c.execute("CREATE EXTENSION IF NOT EXISTS idempotency")
+            c.execute("DELETE FROM idempotency.operations WHERE job_type = %s", (self.job_type,))
+            c.execute("DELETE FROM idempotency.job_types WHERE job_type = %s", (self.job_type,))
+            c.execute("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) "
+                      "VALUES (%s, make_interval(secs => %s), %s)",
+                      (self.job_type, LEASE, self.policy))
+
+    def cleanup_db(self):
+        with self.db.cursor() as c:
+            c.execute("DELETE FROM idempotency.operations WHERE job_type = %s", (self.job_type,))
+            c.execute("DELETE FROM idempotency.job_types WHERE job_type = %s", (self.job_type,))
+        self.db.close()
+
+    def record(self, key):
+        with self.db.cursor() as c:
+            c.execute("""SELECT o.status::text, o.attempt,
+                                o.heartbeat_at + j.lease > clock_timestamp()
+                           FROM idempotency.operations o
+                           JOIN idempotency.job_types j USING (job_type)
+                          WHERE o.job_type = %s AND o.operation_key = %s""", (self.job_type, key))
+            r = c.fetchone()
+        if r is None:
+            return "none"
+        status, attempt, young = r
+        s = f"{status} #{attempt}"
+        if status == "claimed":
+            s += " (young)" if young else " (stale)"
+        return s
+
+    def wait_stale(self, key):
+        deadline = time.time() + WAIT
+        while time.time() < deadline:
+            with self.db.cursor() as c:
+                c.execute("SELECT 1 FROM idempotency.stale_claims(%s) WHERE operation_key = %s",
+                          (self.job_type, key))
+                if c.fetchone():
+                    return
+            time.sleep(0.05)
+        raise Failed(f"{key}: the claim never became stale")
+
+    # ---- events, mail, kill points ----------------------------------------
+    def events(self, keys):
+        out = []
+        with open(self.events_path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    e = json.loads(line)
+                    if e["key"] in keys:
+                        out.append(e)
+        return out
+
+    def wait_events(self, keys, pred, what):
+        deadline = time.time() + WAIT
+        while time.time() < deadline:
+            evs = self.events(keys)
+            if pred(evs):
+                return evs
+            self.check_workers_alive()
+            time.sleep(0.02)
+        raise Failed(f"{','.join(keys)}: timed out waiting for {what}; events: "
+                     + "; ".join(f"{e['verdict']}->{e['action']}" for e in self.events(keys)))
+
+    def check_workers_alive(self):
+        for p in self.workers:
+            rc = p.poll()
+            if rc is not None and rc != -signal.SIGKILL:
+                raise Failed(f"worker {p.pid} exited with {rc} (log in {self.dir})")
+
+    def settle(self, keys, acks):
+        """wait until `acks` deliveries of these keys were acknowledged"""
+        done = ("ack", "completed", "superseded")
+        return self.wait_events(keys, lambda evs: sum(e["action"] in done for e in evs) >= acks,
+                                f"{acks} acknowledged deliveries")
+
+    def emails(self, key):
+        with open(self.mail_path) as f:
+            return sum(1 for line in f if line.split("\t")[1:2] == [key])
+
+    def pause(self, key, point):
+        os.mkfifo(os.path.join(self.dir, f"pause-{key}-{point}"))
+
+    def wait_paused(self, key, point):
+        marker = os.path.join(self.dir, f"at-{key}-{point}")
+        deadline = time.time() + WAIT
+        while time.time() < deadline:
+            if os.path.exists(marker):
+                with open(marker) as f:
+                    text = f.read()
+                if text.endswith("\n"):
+                    return int(text)
+            self.check_workers_alive()
+            time.sleep(0.01)
+        raise Failed(f"{key}: no worker reached the kill point '{point}'")
+
+    def release(self, key, point, pid):
+        path = os.path.join(self.dir, f"pause-{key}-{point}.taken-{pid}")
+        with open(path, "w") as f:
+            f.write("go\n")
+
+    def kill9(self, key, pid):
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + WAIT
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            # our own child: reap it, so that it does not linger as a zombie
+            for p in self.workers:
+                if p.pid == pid:
+                    p.poll()
+            time.sleep(0.01)
+        self.killed.add(pid)
+
+    def note(self, key, token):
+        self.tokens.setdefault(key, []).append((time.time(), token))
+
+    def sweep(self, key):
+        out = self.a.sweep(self.env())
+        with open(os.path.join(self.dir, "sweeper.log"), "a") as f:
+            f.write(out)
+        if re.search(rf"for a person: \S+ {re.escape(key)}\b", out):
+            self.note(key, "sweeper: for a person")
+            return 0
+        if re.search(rf"re-enqueued: \S+ {re.escape(key)}\b", out):
+            self.note(key, "sweeper: re-enqueued")
+            return 1
+        raise Failed(f"{key}: the sweeper did not report it:\n{out}")
+
+    # ---- the verdict sequence of a case ----------------------------------
+    def verdicts(self, keys):
+        """the verdicts in time order, with the test's notes (sweeper) among
+        them; consecutive repeats collapsed ("in_progress ×2")"""
+        lost = self.a.redelivery == "never"
+        items = []
+        for e in self.events(keys):
+            if e["action"] in ("completed", "superseded", "released"):
+                continue   # the end of a run that is already listed
+            v = e["verdict"]
+            if e["action"] == "work" and e["pid"] in self.killed:
+                v += " (killed, job lost)" if lost else " (killed)"
+            items.append((e["t"], e["key"], v))
+        for k in keys:
+            items.extend((t, k, tok) for t, tok in self.tokens.get(k, []))
+        items.sort(key=lambda x: x[0])
+        collapsed = []   # [verdict, count, key]
+        for _, k, v in items:
+            if collapsed and collapsed[-1][0] == v and collapsed[-1][2] == k:
+                collapsed[-1][1] += 1
+            else:
+                collapsed.append([v, 1, k])
+        shown = ", ".join(v if n == 1 else f"{v} ×{n}" for v, n, _ in collapsed)
+        plain = ", ".join(v for v, _, _ in collapsed)
+        return shown, plain
+
+
+def expected_verdicts(case, policy, redelivery):
+    """regular expression over the collapsed verdict sequence"""
+    killed = r"run \(killed\)" if redelivery != "never" else r"run \(killed, job lost\)"
+    out = OUTCOME[policy]
+    if case == "1":
+        return "run", "run"
+    if case == "2":
+        return "run, completed", "run, completed"
+    if case == "3":
+        return "run, in_progress, completed", "run, in_progress, completed"
+    if case == "4":
+        return "run, run", "run, run"
+    sweep_hold = ", sweeper: for a person" if policy == "hold" else ""
+    if case in ("5", "6"):
+        if redelivery == "visibility":
+            rx = f"{killed}, {out}{sweep_hold}"
+            text = f"run (killed), {out}{sweep_hold}"
+        elif redelivery == "at once":
+            rx = f"{killed}, (in_progress, )?{out}{sweep_hold}"
+            text = f"run (killed), in_progress, {out}{sweep_hold}"
+        else:
+            if policy == "hold":
+                rx = f"{killed}, sweeper: for a person"
+                text = "run (killed, job lost), sweeper: for a person"
+            else:
+                rx = f"{killed}, sweeper: re-enqueued, {out}"
+                text = f"run (killed, job lost), sweeper: re-enqueued, {out}"
+        return rx, text
+    if case == "7":
+        # inside the lease: in_progress, no takeover; then the policy after the lease
+        if policy == "hold":
+            rx = f"{killed}, in_progress, held, sweeper: for a person"
+        elif policy == "retry":
+            rx = f"{killed}, in_progress, run(, (in_progress|completed))*"
+        else:
+            rx = f"{killed}, in_progress, skipped"
+        text = rx.replace("\\", "").replace("(, (in_progress|completed))*", "")
+        return rx, text
+    raise ValueError(case)
+
+
+def run_case(r, case):
+    a = r.a
+    keys = KEYS[case]
+    key = keys[0]
+    snapshot = None
+    if case == "1":
+        a.publish(key)
+        r.settle(keys, 1)
+    elif case == "2":
+        a.publish(key)
+        r.settle(keys, 1)
+        a.publish(key)
+        r.settle(keys, 2)
+    elif case == "3":
+        # both copies are in flight at once: the first worker to claim stops
+        # before the email until the second has its verdict
+        r.pause(key, "before")
+        a.publish(key, copies=2)
+        pid = r.wait_paused(key, "before")
+        r.wait_events(keys, lambda evs: any(e["verdict"] == "in_progress" for e in evs),
+                      "the second worker's verdict")
+        r.release(key, "before", pid)
+        r.settle(keys, 2)
+    elif case == "4":
+        a.publish(keys[0])
+        a.publish(keys[1])
+        r.settle(keys, 2)
+    elif case in ("5", "6", "7"):
+        point = "after" if case == "6" else "before"
+        r.pause(key, point)
+        a.publish(key)
+        pid = r.wait_paused(key, point)
+        r.kill9(key, pid)
+        acks = 0 if a.redelivery == "never" else 1
+        if case == "7":
+            # a redelivery at once, inside the lease (a duplicate copy of the
+            # message, as at-least-once delivery may bring)
+            a.publish(key)
+            acks += 1
+            evs = r.wait_events(keys, lambda evs: len(evs) >= 2, "the redelivery's verdict")
+            snapshot = (r.emails(key), r.record(key))
+        r.ensure_workers()
+        r.settle(keys, acks)
+        if r.record(key).startswith("claimed"):
+            r.wait_stale(key)
+            if r.sweep(key):
+                r.settle(keys, acks + 1)
+    emails = [r.emails(k) for k in keys]
+    records = [r.record(k) for k in keys]
+    shown, plain = r.verdicts(keys)
+    if snapshot:
+        emails_n, rec = snapshot
+    else:
+        emails_n, rec = sum(emails), ", ".join(records)
+    return emails_n, rec, shown, plain
+
+
+def expected_row(case, policy):
+    if case in ("5", "6"):
+        return UNCERTAIN[policy][case]
+    if case == "7":
+        return 0, "claimed #1 (young)"
+    if case == "4":
+        return 2, "completed #1, completed #1"
+    return 1, "completed #1"
+
+
+def print_matrix(adapter, policy, rows, seconds, ok_count):
+    ne = " ≠ " if utf8() else " != "
+    mk = ("✓", "✗") if utf8() else ("ok", "FAIL")
+    head1 = ["", "case", "attempt", "observed", "", "", "expected"]
+    head2 = ["", "", "", "emails", "record afterwards", "verdicts", ""]
+    cells = []
+    for row in rows:
+        case, title, exp_text, obs, exp, err = row
+        if obs is None:
+            c = [mk[1], case, title, "-", "not run: " + err, "-", exp_text]
+        else:
+            (e_n, rec, shown, plain), (x_n, x_rec, x_rx, x_vtext) = obs, exp
+            ok_e, ok_r, ok_v = e_n == x_n, rec == x_rec, re.fullmatch(x_rx, plain) is not None
+            c = [mk[0] if (ok_e and ok_r and ok_v) else mk[1], case, title,
+                 str(e_n) + ("" if ok_e else f"{ne}{x_n}"),
+                 rec + ("" if ok_r else f"{ne}{x_rec}"),
+                 shown + ("" if ok_v else f"{ne}{x_vtext}"),
+                 exp_text]
+        cells.append(c)
+    w = [max([width(head2[i])] + [width(c[i]) for c in cells]) for i in range(7)]
+    w[1] = max(w[1], 4)
+    obs_w = w[3] + w[4] + w[5] + 4
+    blurb = {"hold": "hold the order for a person", "retry": "accept a rare duplicate",
+             "skip": "accept a rare miss"}[policy]
+    print(f"\nPolicy {policy}: {blurb}")
+    print(f"system {adapter.title}, job type {adapter_job(adapter, policy)}, lease {LEASE:g} seconds, "
+          f"{ok_count} of {len(rows)} cases hold, {seconds:.1f} s\n")
+    l1 = "  ".join([head1[0].ljust(w[0]), head1[1].ljust(w[1]), head1[2].ljust(w[2]),
+                    head1[3].ljust(obs_w), head1[6]]).rstrip()
+    l2 = "  ".join(h.ljust(w[i]) for i, h in enumerate(head2)).rstrip()
+    print(l1)
+    print(l2)
+    for c in cells:
+        print("  ".join(v.ljust(w[i]) for i, v in enumerate(c)).rstrip())
+
+
+def adapter_job(adapter, policy):
+    return f"send_confirmation_e2e_{adapter.name}_{policy}"
+
+
+def row_ok(obs, exp):
+    if obs is None:
+        return False
+    e_n, rec, _, plain = obs
+    x_n, x_rec, x_rx, _ = exp
+    return e_n == x_n and rec == x_rec and re.fullmatch(x_rx, plain) is not None
+
+
+def main(adapter, argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description=f"replay matrix through {adapter.title}")
+    ap.add_argument("--policy", default=os.environ.get("E2E_POLICIES", "hold"),
+                    help="comma-separated: hold,retry,skip (default hold)")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args(argv)
+    policies = args.policy.split(",")
+    cases = args.cases.split(",")
+    t0 = time.time()
+    tmp = tempfile.mkdtemp(prefix=f"e2e-{adapter.name}-")
+    os.chmod(tmp, 0o755)
+    passed = failed = 0
+    summary = []
+    print(f"== {adapter.title}: the seed's replay matrix through the real queue "
+          f"(policies {', '.join(policies)}; lease {LEASE:g} s)")
+    try:
+        tb = time.time()
+        adapter.start_broker(tmp)
+        print(f"broker up in {time.time() - tb:.1f} s: {adapter.broker_desc}", flush=True)
+        for policy in policies:
+            r = Run(adapter, policy, tmp)
+            r.setup_db()
+            tp = time.time()
+            rows = []
+            try:
+                r.ensure_workers()
+                for case, title, text in CASES:
+                    if case not in cases:
+                        continue
+                    text = EXPECTED_TEXT.get(policy, {}).get(case, text)
+                    x_n, x_rec = expected_row(case, policy)
+                    x_rx, x_vtext = expected_verdicts(case, policy, adapter.redelivery)
+                    exp = (x_n, x_rec, x_rx, x_vtext)
+                    try:
+                        obs = run_case(r, case)
+                        err = ""
+                    except Failed as e:
+                        obs, err = None, str(e)
+                        print(f"case {case}: {e}", file=sys.stderr)
+                    rows.append((case, title, text, obs, exp, err))
+                    if row_ok(obs, exp):
+                        passed += 1
+                    else:
+                        failed += 1
+                        args.keep = True
+                    if case in ("5", "6"):
+                        summary.append((policy, case, obs[0] if obs else None))
+            finally:
+                r.stop_workers()
+                for log in r.logs:
+                    log.close()
+                r.cleanup_db()
+            ok_count = sum(row_ok(o, x) for _, _, _, o, x, _ in rows)
+            print_matrix(adapter, policy, rows, time.time() - tp, ok_count)
+    finally:
+        adapter.stop_broker()
+        if args.keep:
+            print(f"\nkept: {tmp} (events.jsonl, outbox.log, worker-*.log, sweeper.log per policy)")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    for note in adapter.notes:
+        print(note)
+    if summary:
+        print("\nemails in the uncertain cases: " + ", ".join(
+            f"{p} case {c}: {'?' if n is None else n}" for p, c, n in summary))
+    print(f"\n{adapter.title}: {time.time() - t0:.1f} s in all")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1

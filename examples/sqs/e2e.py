@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""The seed's replay matrix through SQS: a local fauxqs on 127.0.0.1 (random
+port), two sqs-consumer workers (node worker.mjs), kill -9 at exact points.
+
+    /usr/bin/python3 examples/sqs/e2e.py [--policy hold,retry,skip] [--keep]
+
+Needs `npm ci` in examples/sqs, Debian's python3-psycopg, and a PostgreSQL
+with the extension installed, from libpq's environment (PGHOST, PGPORT, ...).
+The last line is "N passed, N failed".
+"""
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+import replay  # noqa: E402
+
+VISIBILITY = int(float(replay.LEASE)) + 2   # worker.mjs: the lease + 2 s
+
+
+class Sqs(replay.Adapter):
+    name = "sqs"
+    title = "SQS (fauxqs 1.9.2, sqs-consumer 14, Node.js)"
+    redelivery = "visibility"
+    notes = [
+        f"SQS: a killed consumer's message becomes visible again when its visibility timeout "
+        f"({VISIBILITY} s, longer than the lease, kept up by sqs-consumer's heartbeat while the "
+        f"handler runs) runs out, so the redelivery meets a stale claim and the policy decides at "
+        f"once. in_progress keeps the message and makes it visible again after the lease "
+        f"(ChangeMessageVisibility).",
+    ]
+
+    def _env(self, env=None):
+        e = dict(env or os.environ)
+        e.update(QUEUE_URL=self.queue_url, SQS_ENDPOINT=self.endpoint,
+                 AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED="true")
+        return e
+
+    def start_broker(self, tmp):
+        env = dict(os.environ, VISIBILITY_TIMEOUT=str(VISIBILITY),
+                   AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED="true")
+        self.log = open(os.path.join(tmp, "broker.log"), "w")
+        self.broker = subprocess.Popen(["node", "broker.mjs"], cwd=HERE, env=env,
+                                       stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                       start_new_session=True)
+        line = self.broker.stdout.readline()
+        if not line.startswith("QUEUE_URL="):
+            raise SystemExit(f"broker.mjs did not start: {line!r} (log {tmp}/broker.log)")
+        kv = dict(part.split("=", 1) for part in line.split())
+        self.queue_url, self.endpoint = kv["QUEUE_URL"], kv["SQS_ENDPOINT"]
+        self.broker_desc = f"fauxqs on {self.endpoint}, visibility timeout {VISIBILITY} s"
+
+    def stop_broker(self):
+        b = getattr(self, "broker", None)
+        if b and b.poll() is None:
+            b.terminate()
+            try:
+                b.wait(10)
+            except subprocess.TimeoutExpired:
+                b.kill()
+                b.wait()
+        if b:
+            self.log.close()
+
+    def worker_command(self):
+        return ["node", "worker.mjs"], HERE, self._env()
+
+    def publish(self, key, copies=1):
+        subprocess.run(["node", "publish.mjs", key, str(copies)], cwd=HERE, env=self._env(), check=True)
+
+    def sweep(self, env):
+        return subprocess.run(["node", "sweeper.mjs"], cwd=HERE, env=self._env(env), check=True,
+                              stdout=subprocess.PIPE, text=True).stdout
+
+
+if __name__ == "__main__":
+    sys.exit(replay.main(Sqs()))

@@ -1,0 +1,42 @@
+// mail-provider.mjs: a fake mail provider outside the database. Every email
+// is one line appended to $MAIL_LOG and fsync'd before send() returns, so an
+// email that "left" cannot be rolled back. Like the seed's provider it takes
+// no reference and cannot be searched.
+//
+// Test hook (only when $E2E_DIR is set): the end-to-end test makes a worker
+// stop exactly before or after an email by creating the FIFO
+// $E2E_DIR/pause-<key>-<before|after>. The first worker to reach that point
+// takes the FIFO (rename), writes $E2E_DIR/at-<key>-<point> with its pid and
+// waits on the FIFO; the test then kill -9s it, or writes to the FIFO to let
+// it go on.
+import { promises as fsp } from 'node:fs';
+
+async function checkpoint(key, point) {
+  const dir = process.env.E2E_DIR;
+  if (!dir) return;
+  const fifo = `${dir}/pause-${key}-${point}`;
+  const taken = `${fifo}.taken-${process.pid}`;
+  try {
+    await fsp.rename(fifo, taken);
+  } catch (err) {
+    if (err.code === 'ENOENT') return;   // no pause here, or another worker took it
+    throw err;
+  }
+  await fsp.writeFile(`${dir}/at-${key}-${point}`, `${process.pid}\n`);
+  const fh = await fsp.open(taken, 'r');  // blocks (in the thread pool) until the test writes
+  await fh.readFile();
+  await fh.close();
+}
+
+export async function sendEmail({ to, subject, key }) {
+  await checkpoint(key, 'before');
+  const fh = await fsp.open(process.env.MAIL_LOG ?? 'outbox.log', 'a');
+  try {
+    await fh.write(`${new Date().toISOString()}\t${key}\t${to}\t${subject}\tpid ${process.pid}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await checkpoint(key, 'after');
+  return { accepted: true };
+}

@@ -1,0 +1,50 @@
+// worker.mjs: the send_confirmation consumer.
+//
+//   QUEUE_URL=... SQS_ENDPOINT=... PGHOST=... node worker.mjs
+//
+// Message body (orders.mjs): {"order": "ORD-1001", "email": "..."}.
+// Operation key: the order reference (it names the effect: "the
+// confirmation of this order"), not the SQS message id.
+import pg from 'pg';
+import { Consumer } from 'sqs-consumer';
+import { idempotent } from './idempotency.mjs';
+import { sendEmail } from './mail-provider.mjs';
+import { sqs, queueUrl } from './sqs-client.mjs';
+import { appendFileSync } from 'node:fs';
+
+const lease = Number(process.env.LEASE_SECONDS ?? 600);          // as in idempotency.job_types
+const pool = new pg.Pool({ max: 2 });                             // PG* environment
+
+async function sendConfirmation(order) {
+  const sent = await sendEmail({ to: order.email, subject: `Your order ${order.order}`, key: order.order });
+  return { accepted: sent.accepted };
+}
+
+const consumer = Consumer.create({
+  queueUrl,
+  sqs,
+  batchSize: 1,
+  waitTimeSeconds: 1,
+  visibilityTimeout: Math.ceil(lease) + 2,  // longer than the lease: a crash's redelivery meets a stale claim
+  heartbeatInterval: Math.max(1, Math.floor(lease / 2)),
+  attributeNames: ['ApproximateReceiveCount'],
+  handleMessage: idempotent(sendConfirmation, {
+    pool, sqs, queueUrl,
+    jobType: process.env.JOB_TYPE ?? 'send_confirmation',
+    key: (order) => order.order,
+    heartbeat: lease * 1000 / 4,
+    retryAfter: Math.ceil(lease),
+    onVerdict: (e) => {
+      console.log(`send_confirmation ${e.key}: ${e.verdict} #${e.attempt} -> ${e.action}`);
+      if (process.env.E2E_EVENTS) {
+        appendFileSync(process.env.E2E_EVENTS, JSON.stringify({ ...e, pid: process.pid, t: Date.now() / 1000 }) + '\n');
+      }
+    },
+  }),
+});
+consumer.on('error', (err) => console.error('consumer:', err.message));
+consumer.on('processing_error', (err) => console.error('processing:', err.message));
+consumer.start();
+for (const sig of ['SIGTERM', 'SIGINT']) {
+  process.on(sig, () => { consumer.stop(); pool.end().finally(() => process.exit(0)); });
+}

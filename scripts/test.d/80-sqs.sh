@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The SQS example's end-to-end test (examples/sqs/e2e.py): the seed's replay
+# matrix through a local SQS (fauxqs on 127.0.0.1, random port) and real
+# sqs-consumer workers killed with kill -9, under the policies hold, retry
+# and skip. Installs python3-psycopg (root) and the npm packages of
+# examples/sqs (npm ci) when missing; the broker is started and stopped by
+# the test.
+set -euo pipefail
+source examples/e2e/deps.sh
+e2e_debs python3-psycopg
+e2e_npm examples/sqs
+exec /usr/bin/python3 examples/sqs/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"
