@@ -1,0 +1,529 @@
+#!/usr/bin/python3
+"""bench/report.py: the benchmark report, from what bench/run.sh measured.
+
+    report.py DIR
+
+Reads DIR/results.tsv (one line per pgbench or redis-benchmark run),
+DIR/kv.tsv (everything else) and DIR/machine.txt; writes DIR/README.md and,
+with gnuplot, DIR/throughput.png. The hand-written analysis
+bench/analysis.md (next to this script) is appended to the report as it is.
+Medians over repetitions; ratios are ratios of medians of one run.
+"""
+import csv
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+IMPL_NAMES = {
+    "raw": "raw SQL (seed recipe)",
+    "plpgsql": "PL/pgSQL (contract)",
+    "c": "C extension",
+    "proto": "C prototype",
+    "pk": "plain PK SELECT",
+    "redis": "Redis",
+}
+PATH_NAMES = {
+    "run": "run path (claim, then complete: two commits)",
+    "dup": "duplicate path (claim of a completed key)",
+    "tx": "transactional path (claim + side-effect row + complete, one commit)",
+    "stale": "stale takeover (policy retry), then complete",
+    "mixed": "mixed stream (90 % new keys, 10 % duplicates)",
+}
+
+
+def fnum(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def med(values):
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else float("nan")
+
+
+def fmt(x, digits=0):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if digits == 0:
+        return "{:,.0f}".format(x).replace(",", "\u202f")
+    return "{:.{}f}".format(x, digits)
+
+
+def ratio(a, b):
+    if a is None or b is None or math.isnan(a) or math.isnan(b) or b == 0:
+        return float("nan")
+    return a / b
+
+
+def load(dirname):
+    rows = []
+    with open(os.path.join(dirname, "results.tsv")) as f:
+        for r in csv.DictReader(f, delimiter="\t"):
+            rows.append(r)
+    kv = {}
+    with open(os.path.join(dirname, "kv.tsv")) as f:
+        for r in csv.DictReader(f, delimiter="\t"):
+            kv.setdefault((r["phase"], r["name"]), []).append(r["value"])
+    machine = {}
+    with open(os.path.join(dirname, "machine.txt")) as f:
+        for line in f:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                machine[k.strip()] = v.strip()
+    return rows, kv, machine
+
+
+class Cells:
+    """results.tsv, grouped by (phase, path, impl, clients)"""
+
+    def __init__(self, rows):
+        self.groups = {}
+        for r in rows:
+            key = (r["phase"], r["path"], r["impl"], int(r["clients"]))
+            self.groups.setdefault(key, []).append(r)
+
+    def get(self, phase, path, impl, clients):
+        return self.groups.get((phase, path, impl, clients), [])
+
+    def med(self, phase, path, impl, clients, field):
+        return med([fnum(r[field]) for r in self.get(phase, path, impl, clients)])
+
+    def spread(self, phase, path, impl, clients, field="tps"):
+        v = [fnum(r[field]) for r in self.get(phase, path, impl, clients)]
+        v = [x for x in v if not math.isnan(x)]
+        return (min(v), max(v)) if v else (float("nan"), float("nan"))
+
+    def per_op(self, phase, path, impl, clients, field):
+        """sum(field) / sum(ops) over the repetitions"""
+        rs = self.get(phase, path, impl, clients)
+        ops = sum(fnum(r["ops"]) for r in rs)
+        if not rs or ops == 0:
+            return float("nan")
+        return sum(fnum(r[field]) for r in rs) / ops
+
+    def hot(self, phase, path, impl, clients):
+        rs = self.get(phase, path, impl, clients)
+        upd = sum(fnum(r["upd"]) for r in rs)
+        if not rs or upd == 0:
+            return float("nan")
+        return 100.0 * sum(fnum(r["hot_upd"]) for r in rs) / upd
+
+    def clients(self, phase, path):
+        return sorted({k[3] for k in self.groups if k[0] == phase and k[1] == path})
+
+
+def kv1(kv, phase, name, default=None):
+    v = kv.get((phase, name))
+    return v[-1] if v else default
+
+
+def lat_fields(s):
+    """lat.py's line: count mean p50 p95 p99 max"""
+    if not s:
+        return None
+    p = s.split()
+    return {"count": int(p[0]), "mean": fnum(p[1]), "p50": fnum(p[2]),
+            "p95": fnum(p[3]), "p99": fnum(p[4]), "max": fnum(p[5])}
+
+
+def verdict(ok):
+    if ok is None:
+        return "not measured"
+    return "**met**" if ok else "**missed**"
+
+
+def main(dirname):
+    rows, kv, machine = load(dirname)
+    cells = Cells(rows)
+    smoke = machine.get("mode", "").startswith("smoke")
+    impls = machine.get("impls", "raw plpgsql c").split()
+    fn_impls = [i for i in impls if i != "raw"]
+    out = []
+    w = out.append
+
+    run_clients = cells.clients("matrix", "run")
+    ref_c = 16 if 16 in run_clients else (max(run_clients) if run_clients else None)
+
+    w("# Benchmarks")
+    w("")
+    w("<!-- written by bench/report.py from bench/results.tsv, bench/kv.tsv and "
+      "bench/machine.txt; `make bench` rewrites it -->")
+    w("")
+    if smoke:
+        w("**This is a smoke run (tiny sizes, transaction counts instead of durations): "
+          "its numbers mean nothing.**")
+        w("")
+    w("The claim protocol three ways, measured side by side in one run on one throwaway "
+      "cluster: **raw** — the seed's recipe in raw SQL (`INSERT … ON CONFLICT DO NOTHING "
+      "RETURNING id`, then `UPDATE status = 'completed'`; the skip path reads the record; "
+      "`bench/sql/raw.sql`, `bench/pgbench/raw_*.sql`); **plpgsql** — this project's "
+      "contract in PL/pgSQL (same tables, verdicts, fencing, configuration lookup, "
+      "SQLSTATEs; `bench/sql/plpgsql.sql`), checked to give the same verdicts as the "
+      "extension before it is timed; **c** — the extension.")
+    if "proto" in impls:
+        w("**proto** is a prototype of the C code (see the analysis below), installed "
+          "under the name `idempotency_proto`.")
+    w("")
+    w("Run it: `make bench` (about 17 minutes; `bench/run.sh --help` lists the settings). "
+      "It builds and installs the extension, starts a throwaway cluster, runs every "
+      "phase and rewrites this file, `throughput.png` and the raw data "
+      "(`results.tsv`, `kv.tsv`, `machine.txt`). `make bench-smoke` runs every script "
+      "with tiny sizes (the test suite does the same, without timing assertions).")
+    w("")
+    w("How it is measured: pgbench `-M prepared`, one operation per pgbench transaction "
+      "(so ops/s = pgbench's tps), %s s per run, %s repetitions interleaved (the order of "
+      "the implementations rotates), a CHECKPOINT before each run, autovacuum off (VACUUM "
+      "between paths). Medians; ratios are ratios of medians. WAL bytes and full-page images "
+      "from `pg_current_wal_lsn()` and `pg_stat_wal`, transaction ids from "
+      "`pg_current_snapshot()`'s xmax (no id is spent measuring), HOT from "
+      "`pg_stat_user_tables`, latency percentiles from pgbench's per-transaction log. "
+      "From 4 clients up every path is CPU-bound on 2 cores shared with pgbench, so the "
+      "ratios say more than the absolute numbers." % (
+          machine.get("mode", "").split("seconds=")[-1].split()[0] if "seconds=" in machine.get("mode", "") else "?",
+          machine.get("mode", "").split("reps=")[-1].split()[0] if "reps=" in machine.get("mode", "") else "?"))
+    w("")
+
+    # ---------------------------------------------------------------- machine
+    w("## Machine")
+    w("")
+    w("| | |")
+    w("|---|---|")
+    for k in ["date", "cpu", "cores", "memory", "os", "postgresql", "pgbench", "redis",
+              "commit", "settings", "load_before", "load_after", "duration", "mode"]:
+        if k in machine:
+            w("| %s | %s |" % (k, machine[k]))
+    w("")
+    w("The machine is shared with other work (load average above); absolute numbers "
+      "are context only.")
+    w("")
+
+    # ---------------------------------------------------------------- targets
+    targets = []
+
+    def tgt(name, value, goal, ok):
+        targets.append((name, value, goal, ok))
+
+    if ref_c:
+        c_run = cells.med("matrix", "run", "c", ref_c, "tps")
+        raw_run = cells.med("matrix", "run", "raw", ref_c, "tps")
+        pl_run = cells.med("matrix", "run", "plpgsql", ref_c, "tps")
+        r1 = ratio(c_run, raw_run)
+        r2 = ratio(c_run, pl_run)
+        tgt("run path vs raw SQL (%d clients)" % ref_c, "%s× (%s vs %s ops/s)" % (fmt(r1, 2), fmt(c_run), fmt(raw_run)),
+            "≥ 0.95×", None if math.isnan(r1) else r1 >= 0.95)
+        tgt("run path vs PL/pgSQL (%d clients)" % ref_c, "%s× (%s vs %s ops/s)" % (fmt(r2, 2), fmt(c_run), fmt(pl_run)),
+            "≥ 1.3×", None if math.isnan(r2) else r2 >= 1.3)
+    dup_clients = cells.clients("matrix", "dup")
+    dref = 16 if 16 in dup_clients else (max(dup_clients) if dup_clients else None)
+    if dref:
+        c_dup = cells.med("matrix", "dup", "c", dref, "tps")
+        pk_dup = cells.med("matrix", "dup", "pk", dref, "tps")
+        raw_dup = cells.med("matrix", "dup", "raw", dref, "tps")
+        r3 = ratio(c_dup, pk_dup)
+        tgt("duplicate path vs plain PK SELECT (%d clients)" % dref,
+            "%s× (%s vs %s ops/s; raw recipe %s)" % (fmt(r3, 2), fmt(c_dup), fmt(pk_dup), fmt(raw_dup)),
+            "≥ 0.8×", None if math.isnan(r3) else r3 >= 0.8)
+        wal = sum(fnum(r["wal_bytes"]) for c in dup_clients for r in cells.get("matrix", "dup", "c", c))
+        xids = sum(fnum(r["xids"]) for c in dup_clients for r in cells.get("matrix", "dup", "c", c))
+        ops = sum(fnum(r["ops"]) for c in dup_clients for r in cells.get("matrix", "dup", "c", c))
+        tgt("duplicate path: WAL and xids", "%s WAL bytes and %s xids in %s duplicates (all dup runs)" % (
+            fmt(wal), fmt(xids), fmt(ops)), "0 and 0", wal == 0 and xids == 0)
+    if kv1(kv, "sizes", "c.rows"):
+        upd = fnum(kv1(kv, "sizes", "c.upd"))
+        hot = fnum(kv1(kv, "sizes", "c.hot_upd"))
+        share = 100.0 * hot / upd if upd else float("nan")
+        tgt("claimed → completed is HOT", "%s %% (%s of %s updates)" % (fmt(share, 1), fmt(hot), fmt(upd)),
+            "≥ 95 %", None if math.isnan(share) else share >= 95)
+        rows_c = fnum(kv1(kv, "sizes", "c.rows"))
+        bpo = fnum(kv1(kv, "sizes", "c.total_bytes")) / rows_c
+        tgt("table + index bytes per completed operation", "%s B (keys %s)" % (fmt(bpo), kv1(kv, "sizes", "c.keys")),
+            "≤ 160 B", bpo <= 160)
+        nidx = int(kv1(kv, "sizes", "c.indexes"))
+        tgt("indexes on the hot table", str(nidx), "1", nidx == 1)
+    if kv1(kv, "scale", "big_rows"):
+        for c in (1, 4):
+            big = cells.med("scale", "run", "c@big", c, "lat_mean_ms")
+            small = cells.med("scale", "run", "c@small", c, "lat_mean_ms")
+            r = ratio(big, small)
+            if not math.isnan(r):
+                tgt("run path latency, %s vs %s records (%d client%s)" % (
+                    fmt(fnum(kv1(kv, "scale", "big_rows"))), fmt(fnum(kv1(kv, "scale", "small_rows"))), c, "" if c == 1 else "s"),
+                    "%s× (%s vs %s ms mean)" % (fmt(r, 2), fmt(big, 3), fmt(small, 3)), "≤ 1.25×", r <= 1.25)
+        idle = lat_fields(kv1(kv, "purge", "idle"))
+        during = lat_fields(kv1(kv, "purge", "during"))
+        if idle and during and during["count"] > 0:
+            r = ratio(during["p99"], idle["p99"])
+            tgt("run-path p99 during purge_operations() of %s records" % fmt(fnum(kv1(kv, "purge", "deleted", "nan"))),
+                "%s× (%s vs %s ms)" % (fmt(r, 2), fmt(during["p99"], 2), fmt(idle["p99"], 2)), "≤ 2×", r <= 2)
+
+    w("## Targets (issue 5)")
+    w("")
+    w("| target | measured | goal | |")
+    w("|---|---|---|---|")
+    for name, value, goal, ok in targets:
+        w("| %s | %s | %s | %s |" % (name, value, goal, verdict(ok)))
+    w("")
+    if ref_c:
+        redis_claim = med([fnum(r["tps"]) for r in cells.get("redis", "claim", "redis", ref_c)])
+        redis_done = med([fnum(r["tps"]) for r in cells.get("redis", "done", "redis", ref_c)])
+        if not math.isnan(redis_claim):
+            comp = 1.0 / (1.0 / redis_claim + 1.0 / redis_done)
+            c_run = cells.med("matrix", "run", "c", ref_c, "tps")
+            w("Redis peer at %d clients: %s durable claims/s (`SET NX PX`), %s done-writes/s, so about "
+              "%s claim+done operations/s; the extension's run path does %s, %s× of that. "
+              "The Redis claim is neither transactional with the job's own writes nor fenced "
+              "(a worker whose lock expired can still write `done`), and it has no verdicts, "
+              "policies or audit." % (ref_c, fmt(redis_claim), fmt(redis_done), fmt(comp), fmt(c_run),
+                                      fmt(ratio(c_run, comp), 2)))
+            w("")
+
+    w("![throughput vs clients](throughput.png)")
+    w("")
+
+    # ------------------------------------------------------------- throughput
+    w("## Throughput (operations/s, median of the repetitions)")
+    w("")
+    for path in ["run", "dup", "tx", "stale", "mixed"]:
+        cl = cells.clients("matrix", path)
+        if not cl:
+            continue
+        list_impls = impls + (["pk"] if path == "dup" else [])
+        w("### %s" % PATH_NAMES[path])
+        w("")
+        head = "| clients | " + " | ".join(list_impls) + " | c / raw | c / plpgsql |"
+        sep = "|---:|" + "---:|" * len(list_impls) + "---:|---:|"
+        if path == "dup":
+            head += " c / pk |"
+            sep += "---:|"
+        if "proto" in impls:
+            head += " proto / c |"
+            sep += "---:|"
+        w(head)
+        w(sep)
+        for c in cl:
+            vals = {i: cells.med("matrix", path, i, c, "tps") for i in list_impls}
+            line = "| %d | " % c
+            line += " | ".join("%s <sub>(%s–%s)</sub>" % ((fmt(vals[i]),) + tuple(fmt(x) for x in cells.spread("matrix", path, i, c)))
+                               for i in list_impls)
+            line += " | %s | %s |" % (fmt(ratio(vals.get("c"), vals.get("raw")), 2),
+                                      fmt(ratio(vals.get("c"), vals.get("plpgsql")), 2))
+            if path == "dup":
+                line += " %s |" % fmt(ratio(vals.get("c"), vals.get("pk")), 2)
+            if "proto" in impls:
+                line += " %s |" % fmt(ratio(vals.get("proto"), vals.get("c")), 2)
+            w(line)
+        w("")
+    w("Small numbers: the lowest and highest repetition.")
+    w("")
+
+    # --------------------------------------------------------------- latency
+    w("## Latency (ms per operation: p50 / p95 / p99, median of the repetitions)")
+    w("")
+    w("| path | clients | " + " | ".join(impls) + " |")
+    w("|---|---:|" + "---:|" * len(impls))
+    for path in ["run", "dup", "tx", "stale", "mixed"]:
+        for c in cells.clients("matrix", path):
+            parts = []
+            for i in impls:
+                parts.append("%s / %s / %s" % tuple(fmt(cells.med("matrix", path, i, c, f), 2)
+                                                     for f in ("p50_ms", "p95_ms", "p99_ms")))
+            w("| %s | %d | %s |" % (path, c, " | ".join(parts)))
+    w("")
+
+    # ------------------------------------------------------------ per operation
+    w("## Cost per operation")
+    w("")
+    if kv1(kv, "sizes", "c.rows"):
+        w("Run path on fresh tables, %s operations by 4 clients, keys `%s` (like `ORD-1000001`); "
+          "the numbers after the run, with nothing vacuumed:" % (
+              fmt(fnum(kv1(kv, "sizes", "c.rows"))), kv1(kv, "sizes", "c.keys")))
+        w("")
+        w("| | " + " | ".join(impls) + " |")
+        w("|---|" + "---:|" * len(impls))
+
+        def srow(label, f):
+            w("| %s | %s |" % (label, " | ".join(f(i) for i in impls)))
+
+        def s(i, k):
+            return fnum(kv1(kv, "sizes", "%s.%s" % (i, k)))
+
+        srow("table + index bytes / op", lambda i: fmt(s(i, "total_bytes") / s(i, "rows")))
+        srow("of which table (heap)", lambda i: fmt(s(i, "table_bytes") / s(i, "rows")))
+        srow("of which indexes", lambda i: fmt(s(i, "index_bytes") / s(i, "rows")))
+        srow("indexes", lambda i: fmt(s(i, "indexes")))
+        srow("WAL bytes / op", lambda i: fmt(s(i, "wal_bytes") / s(i, "rows")))
+        srow("WAL records / op", lambda i: fmt(s(i, "wal_records") / s(i, "rows"), 2))
+        srow("full-page images / op", lambda i: fmt(s(i, "wal_fpi") / s(i, "rows"), 3))
+        srow("transaction ids / op", lambda i: fmt(s(i, "xids") / s(i, "rows"), 2))
+        srow("HOT share of updates", lambda i: "%s %%" % fmt(100.0 * s(i, "hot_upd") / s(i, "upd"), 1) if s(i, "upd") else "–")
+        w("")
+    if ref_c:
+        w("Per path, at %d clients (sums over the repetitions; a CHECKPOINT before each run, so "
+          "the first change of each page writes a full-page image):" % ref_c)
+        w("")
+        w("| path | | " + " | ".join(impls) + " |")
+        w("|---|---|" + "---:|" * len(impls))
+        for path in ["run", "dup", "tx", "stale", "mixed"]:
+            c = ref_c if ref_c in cells.clients("matrix", path) else (cells.clients("matrix", path) or [None])[-1]
+            if c is None:
+                continue
+            w("| %s | WAL bytes / op | %s |" % (path, " | ".join(fmt(cells.per_op("matrix", path, i, c, "wal_bytes")) for i in impls)))
+            w("| | full-page images / op | %s |" % " | ".join(fmt(cells.per_op("matrix", path, i, c, "wal_fpi"), 3) for i in impls))
+            w("| | xids / op | %s |" % " | ".join(fmt(cells.per_op("matrix", path, i, c, "xids"), 3) for i in impls))
+            w("| | HOT share | %s |" % " | ".join(
+                ("%s %%" % fmt(cells.hot("matrix", path, i, c), 1)) if not math.isnan(cells.hot("matrix", path, i, c)) else "–"
+                for i in impls))
+        w("")
+
+    # ------------------------------------------------------------------ scale
+    if kv1(kv, "scale", "big_rows"):
+        w("## Scale (C extension)")
+        w("")
+        w("Two databases in the same cluster: %s records vs %s (keys `ORD-00000001…` in order, "
+          "like increasing order numbers; new keys go to the right edge of the index), run path "
+          "interleaved between them. Loading took %s s; the big table is %s MB (table + index). "
+          "Claim and complete: pgbench's per-statement average (`-r`)." % (
+              fmt(fnum(kv1(kv, "scale", "big_rows"))), fmt(fnum(kv1(kv, "scale", "small_rows"))),
+              kv1(kv, "scale", "load_seconds"), fmt(fnum(kv1(kv, "scale", "big_total_bytes")) / 1048576)))
+        w("")
+        w("| clients | records | ops/s | mean ms | p99 ms | claim ms | complete ms |")
+        w("|---:|---|---:|---:|---:|---:|---:|")
+        for c in (1, 4):
+            for tag, label in (("small", kv1(kv, "scale", "small_rows")), ("big", kv1(kv, "scale", "big_rows"))):
+                if not cells.get("scale", "run", "c@" + tag, c):
+                    continue
+                cl = med([fnum(x) for x in kv.get(("scale", "stmt_ms.%s.c%d.claim_operation" % (tag, c)), [])])
+                co = med([fnum(x) for x in kv.get(("scale", "stmt_ms.%s.c%d.complete_operation" % (tag, c)), [])])
+                w("| %d | %s | %s | %s | %s | %s | %s |" % (
+                    c, fmt(fnum(label)), fmt(cells.med("scale", "run", "c@" + tag, c, "tps")),
+                    fmt(cells.med("scale", "run", "c@" + tag, c, "lat_mean_ms"), 3),
+                    fmt(cells.med("scale", "run", "c@" + tag, c, "p99_ms"), 3), fmt(cl, 3), fmt(co, 3)))
+        w("")
+        sb = med([fnum(x) for x in kv.get(("scale", "stale_claims_ms.big"), [])])
+        ss = med([fnum(x) for x in kv.get(("scale", "stale_claims_ms.small"), [])])
+        w("`stale_claims()`: %s ms on %s records with %s stale claims (median of 5), %s ms on %s records. "
+          "Plan: `%s`." % (
+              fmt(sb, 1), fmt(fnum(kv1(kv, "scale", "big_rows"))), kv1(kv, "scale", "stale_claims_rows.big"),
+              fmt(ss, 1), fmt(fnum(kv1(kv, "scale", "small_rows"))),
+              (kv1(kv, "scale", "stale_claims_plan") or "").strip(";").replace(";", " → ").replace("  ", " ")))
+        w("")
+        idle = lat_fields(kv1(kv, "purge", "idle"))
+        during = lat_fields(kv1(kv, "purge", "during"))
+        deleted = fnum(kv1(kv, "purge", "deleted"))
+        secs = fnum(kv1(kv, "purge", "seconds"))
+        if idle and during:
+            w("`purge_operations()` deleted %s expired records of %s in %s s (%s records/s) while the run "
+              "path ran at a fixed %s ops/s with %s clients. Run-path latency (ms), transactions that "
+              "ended before vs during the purge:" % (
+                  fmt(deleted), fmt(fnum(kv1(kv, "scale", "big_rows"))), fmt(secs, 1), fmt(ratio(deleted, secs)),
+                  kv1(kv, "purge", "rate"), kv1(kv, "purge", "clients")))
+            w("")
+            w("| | transactions | mean | p50 | p95 | p99 | max |")
+            w("|---|---:|---:|---:|---:|---:|---:|")
+            for label, d in (("idle", idle), ("during the purge", during)):
+                w("| %s | %s | %s | %s | %s | %s | %s |" % (label, fmt(d["count"]), fmt(d["mean"], 2), fmt(d["p50"], 2),
+                                                         fmt(d["p95"], 2), fmt(d["p99"], 2), fmt(d["max"], 2)))
+            w("")
+
+    # ------------------------------------------------------------------ redis
+    rcl = cells.clients("redis", "claim")
+    if rcl:
+        w("## Redis peer")
+        w("")
+        w("redis-server %s on 127.0.0.1, `appendonly yes`, `appendfsync always` (every write is on disk "
+          "before the reply, like a committed claim), redis-benchmark. claim: `SET claim:<random> w1 NX PX "
+          "600000`; done: `SET claim:<random> done` (the second write); duplicate: `SET NX` of an existing "
+          "key (no write). claim+done is 1 / (1/claim + 1/done): both writes go through one fsync-bound "
+          "server. The run path of the extension at the same client count is shown for comparison." % machine.get("redis", ""))
+        w("")
+        w("| clients | claim ops/s | done ops/s | claim+done ops/s | duplicate ops/s | claim p99 ms | c run path ops/s | c / Redis |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for c in rcl:
+            cl = med([fnum(r["tps"]) for r in cells.get("redis", "claim", "redis", c)])
+            dn = med([fnum(r["tps"]) for r in cells.get("redis", "done", "redis", c)])
+            dp = med([fnum(r["tps"]) for r in cells.get("redis", "dup", "redis", c)])
+            p99 = med([fnum(r["p99_ms"]) for r in cells.get("redis", "claim", "redis", c)])
+            comp = 1.0 / (1.0 / cl + 1.0 / dn) if cl and dn else float("nan")
+            crun = cells.med("matrix", "run", "c", c, "tps")
+            w("| %d | %s | %s | %s | %s | %s | %s | %s |" % (c, fmt(cl), fmt(dn), fmt(comp), fmt(dp), fmt(p99, 2),
+                                                          fmt(crun), fmt(ratio(crun, comp), 2)))
+        w("")
+
+    # ------------------------------------------------------------------- plot
+    plot(dirname, cells, impls)
+
+    analysis = os.path.join(HERE, "analysis.md")
+    if os.path.exists(analysis) and not smoke:
+        w("")
+        with open(analysis) as f:
+            w(f.read().rstrip())
+        w("")
+
+    with open(os.path.join(dirname, "README.md"), "w") as f:
+        f.write("\n".join(out) + "\n")
+    return 0
+
+
+def plot(dirname, cells, impls):
+    data = os.path.join(dirname, "throughput.dat")
+    cl = cells.clients("matrix", "run")
+    if not cl:
+        return
+    cols = impls + ["redis"]
+    with open(data, "w") as f:
+        f.write("# clients run:" + " ".join(cols) + " dup:" + " ".join(impls + ["pk"]) + "\n")
+        for c in cl:
+            vals = [cells.med("matrix", "run", i, c, "tps") for i in impls]
+            rc = med([fnum(r["tps"]) for r in cells.get("redis", "claim", "redis", c)])
+            rd = med([fnum(r["tps"]) for r in cells.get("redis", "done", "redis", c)])
+            vals.append(1.0 / (1.0 / rc + 1.0 / rd) if not (math.isnan(rc) or math.isnan(rd)) else float("nan"))
+            vals += [cells.med("matrix", "dup", i, c, "tps") for i in impls + ["pk"]]
+            f.write("%d %s\n" % (c, " ".join("NaN" if math.isnan(v) else "%.1f" % v for v in vals)))
+    try:
+        subprocess.run(["gnuplot", "--version"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        sys.stderr.write("report: gnuplot not found, no plot (apt-get install gnuplot-nox)\n")
+        return
+    colors = {"raw": "#1f77b4", "plpgsql": "#ff7f0e", "c": "#2ca02c", "proto": "#9467bd",
+              "redis": "#d62728", "pk": "#7f7f7f"}
+    n = len(impls)
+    run_plots = []
+    for k, i in enumerate(cols):
+        dash = "dt 2" if i == "redis" else "dt 1"
+        title = IMPL_NAMES[i] + (" (claim+done, estimated)" if i == "redis" else "")
+        run_plots.append("'%s' using 1:%d with linespoints lw 2 pt 7 %s lc rgb '%s' title \"%s\"" % (
+            data, k + 2, dash, colors[i], title))
+    dup_plots = []
+    for k, i in enumerate(impls + ["pk"]):
+        dup_plots.append("'%s' using 1:%d with linespoints lw 2 pt 7 lc rgb '%s' title \"%s\"" % (
+            data, n + 3 + k, colors[i], IMPL_NAMES[i]))
+    script = """
+set terminal pngcairo size 1200,500 font 'sans,10'
+set output '%s'
+set multiplot layout 1,2
+set logscale x 2
+set xtics (%s)
+set xlabel 'pgbench clients'
+set ylabel 'operations/s (median)'
+set yrange [0:*]
+set grid
+set key top left
+set title 'Run path: claim, then complete (two commits)'
+plot %s
+set title 'Duplicate path: claim of a completed key'
+plot %s
+unset multiplot
+""" % (os.path.join(dirname, "throughput.png"), ", ".join(str(c) for c in cl),
+       ", ".join(run_plots), ", ".join(dup_plots))
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    if r.returncode != 0:
+        sys.stderr.write("report: gnuplot failed:\n" + r.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else HERE))
