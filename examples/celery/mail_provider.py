@@ -1,0 +1,42 @@
+"""A fake mail provider outside the database: every email is one line
+appended to $MAIL_LOG and fsync'd before send() returns, so an email that
+left cannot be rolled back. It takes no reference and cannot be searched.
+
+Test hook (only when $E2E_DIR is set): the end-to-end test stops a worker
+exactly before or after an email by creating the FIFO
+$E2E_DIR/pause-<key>-<before|after>. The first worker to reach that point
+takes it (rename), writes $E2E_DIR/at-<key>-<point> with its pid and blocks
+on the FIFO until the test writes to it, or kill -9s the worker.
+"""
+import datetime
+import os
+
+
+def _checkpoint(key, point):
+    d = os.environ.get("E2E_DIR")
+    if not d:
+        return
+    fifo = f"{d}/pause-{key}-{point}"
+    taken = f"{fifo}.taken-{os.getpid()}"
+    try:
+        os.rename(fifo, taken)
+    except FileNotFoundError:
+        return
+    with open(f"{d}/at-{key}-{point}.tmp", "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.rename(f"{d}/at-{key}-{point}.tmp", f"{d}/at-{key}-{point}")
+    with open(taken) as f:   # blocks until the test opens it for writing
+        f.read()
+
+
+def send(to, subject, key):
+    _checkpoint(key, "before")
+    line = f"{datetime.datetime.now().isoformat()}\t{key}\t{to}\t{subject}\tpid {os.getpid()}\n"
+    fd = os.open(os.environ.get("MAIL_LOG", "outbox.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _checkpoint(key, "after")
+    return {"accepted": True}

@@ -1,0 +1,45 @@
+"""The send_confirmation job on Celery with RabbitMQ.
+
+    /usr/bin/python3 -m celery -A tasks worker -c 1 --prefetch-multiplier 1
+
+Message: send_confirmation(order="ORD-1001", email="..."). The operation key
+is the order reference (it names the effect), not the Celery task id.
+"""
+import json
+import os
+import time
+
+from celery import Celery
+
+import mail_provider
+from idempotency_celery import IdempotentTask
+
+app = Celery("tasks", broker=os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"))
+app.conf.update(
+    task_acks_late=True,                 # acknowledge after the body, not before
+    task_reject_on_worker_lost=True,     # a killed worker's message is requeued
+    worker_prefetch_multiplier=1,
+    task_default_queue=os.environ.get("CELERY_QUEUE", "send_confirmation"),
+    broker_connection_retry_on_startup=True,
+)
+LEASE = float(os.environ.get("LEASE_SECONDS", "600"))   # as in idempotency.job_types
+
+
+class Task(IdempotentTask):
+    def on_verdict(self, event):
+        super().on_verdict(event)
+        if os.environ.get("E2E_EVENTS"):   # the end-to-end test reads these
+            with open(os.environ["E2E_EVENTS"], "a") as f:
+                f.write(json.dumps({**event, "pid": os.getpid(), "t": time.time()}) + "\n")
+
+
+@app.task(base=Task, name="send_confirmation", key_arg="order", lease=LEASE,
+          job_type=os.environ.get("JOB_TYPE", "send_confirmation"))
+def send_confirmation(order, email):
+    return mail_provider.send(email, f"Your order {order}", key=order)
+
+
+def confirmation_args(order):
+    """stands in for the application's orders table: the message of an order,
+    built the same way by the publisher and by the sweeper"""
+    return {"order": order, "email": f"customer-{order.lower()}@example.test"}
