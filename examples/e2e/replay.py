@@ -152,6 +152,9 @@ class Run:
         return p
 
     def ensure_workers(self, n=2):
+        for p in self.workers:
+            if p.pid in self.killed:
+                p.wait()   # reaped, so that poll() below cannot miss it
         self.workers = [p for p in self.workers if p.poll() is None]
         while len(self.workers) < n:
             self.start_worker()
@@ -298,18 +301,19 @@ class Run:
             time.sleep(0.01)
         self.killed.add(pid)
 
-    def note(self, key, token):
-        self.tokens.setdefault(key, []).append((time.time(), token))
+    def note(self, key, token, t=None):
+        self.tokens.setdefault(key, []).append((t or time.time(), token))
 
     def sweep(self, key):
+        t = time.time()   # what it re-enqueues may run before it exits
         out = self.a.sweep(self.env())
         with open(os.path.join(self.dir, "sweeper.log"), "a") as f:
             f.write(out)
         if re.search(rf"for a person: \S+ {re.escape(key)}\b", out):
-            self.note(key, "sweeper: for a person")
+            self.note(key, "sweeper: for a person", t)
             return 0
         if re.search(rf"re-enqueued: \S+ {re.escape(key)}\b", out):
-            self.note(key, "sweeper: re-enqueued")
+            self.note(key, "sweeper: re-enqueued", t)
             return 1
         raise Failed(f"{key}: the sweeper did not report it:\n{out}")
 
