@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""The seed's replay matrix through Sidekiq 6.4 and Redis: a private
+redis-server on 127.0.0.1 (random port), two Sidekiq processes (default
+fetch, concurrency 1), kill -9 of the process that runs the job, at exact
+points.
+
+    /usr/bin/python3 examples/sidekiq/e2e.py [--policy hold,retry,skip] [--keep]
+
+Needs Debian's ruby-sidekiq, ruby-pg, redis-server and python3-psycopg, and
+a PostgreSQL with the extension from libpq's environment (PGHOST, PGPORT, ...).
+The last line is "N passed, N failed".
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+import replay  # noqa: E402
+
+
+class Sidekiq(replay.Adapter):
+    name = "sidekiq"
+    title = "Sidekiq 6.4 + Redis 7"
+    redelivery = "never"
+    notes = [
+        "Sidekiq (default fetch): a kill -9 loses the job the process was running, for good: "
+        "no redelivery, only the stale claim remains, and the sweeper (idempotency.stale_claims()) "
+        "finds it after the lease: hold hands it to a person, retry and skip re-enqueue it and the "
+        "claim applies the policy. in_progress re-enqueues the job with perform_in(lease). "
+        "ruby-gitlab-sidekiq-fetcher (reliable fetch) would bring the job back, after up to an "
+        "hour with its default timings.",
+    ]
+
+    def start_broker(self, tmp):
+        self.port = replay.free_port()
+        self.log = open(os.path.join(tmp, "redis.log"), "w")
+        self.broker = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--dir", tmp], stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        deadline = time.time() + 30
+        while True:
+            if self.broker.poll() is not None:
+                raise SystemExit(f"redis-server exited with {self.broker.returncode} (log {tmp}/redis.log)")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise SystemExit("redis-server did not accept connections in 30 s")
+                time.sleep(0.05)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.broker_desc = f"redis-server on 127.0.0.1:{self.port}"
+
+    def stop_broker(self):
+        b = getattr(self, "broker", None)
+        if b:
+            b.terminate()
+            try:
+                b.wait(10)
+            except subprocess.TimeoutExpired:
+                b.kill()
+                b.wait()
+            self.log.close()
+
+    def begin(self, policy):
+        self.queue = f"send_confirmation_e2e_{policy}"
+        self.job_type = replay.adapter_job(self, policy)
+
+    def _env(self, env=None):
+        # Redis 4.8's deprecation warnings about Sidekiq 6.4's calls: off
+        return dict(env or os.environ, REDIS_URL=self.url, SIDEKIQ_QUEUE=self.queue,
+                    JOB_TYPE=self.job_type, LEASE_SECONDS=str(replay.LEASE), SIDEKIQ_POLL="0.5",
+                    RUBYOPT="-W0")
+
+    def worker_command(self):
+        return (["sidekiq", "-r", "./worker.rb", "-c", "1", "-q", self.queue, "-t", "5"],
+                HERE, self._env())
+
+    def publish(self, key, copies=1):
+        subprocess.run(["ruby", "publish.rb", key, str(copies)], cwd=HERE, env=self._env(), check=True)
+
+    def sweep(self, env):
+        return subprocess.run(["ruby", "sweeper.rb"], cwd=HERE, env=self._env(env), check=True,
+                              stdout=subprocess.PIPE, text=True).stdout
+
+
+if __name__ == "__main__":
+    sys.exit(replay.main(Sidekiq()))

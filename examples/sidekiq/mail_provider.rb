@@ -1,0 +1,36 @@
+# A fake mail provider outside the database: every email is one line appended
+# to $MAIL_LOG and fsync'd before send returns, so an email that left cannot
+# be rolled back. It takes no reference and cannot be searched.
+#
+# Test hook (only when $E2E_DIR is set): the end-to-end test stops a worker
+# exactly before or after an email by creating the FIFO
+# $E2E_DIR/pause-<key>-<before|after>. The first worker to reach that point
+# takes it (rename), writes $E2E_DIR/at-<key>-<point> with its pid and blocks
+# on the FIFO until the test writes to it, or kill -9s the worker.
+require "time"
+
+module MailProvider
+  def self.checkpoint(key, point)
+    dir = ENV["E2E_DIR"] or return
+    fifo = "#{dir}/pause-#{key}-#{point}"
+    taken = "#{fifo}.taken-#{Process.pid}"
+    begin
+      File.rename(fifo, taken)
+    rescue Errno::ENOENT
+      return
+    end
+    File.write("#{dir}/at-#{key}-#{point}.tmp", "#{Process.pid}\n")
+    File.rename("#{dir}/at-#{key}-#{point}.tmp", "#{dir}/at-#{key}-#{point}")
+    File.open(taken, "r", &:read)   # blocks this thread until the test writes
+  end
+
+  def self.send_email(to:, subject:, key:)
+    checkpoint(key, "before")
+    File.open(ENV.fetch("MAIL_LOG", "outbox.log"), "a") do |f|
+      f.write("#{Time.now.iso8601(6)}\t#{key}\t#{to}\t#{subject}\tpid #{Process.pid}\n")
+      f.fsync
+    end
+    checkpoint(key, "after")
+    { "accepted" => true }
+  end
+end

@@ -1,0 +1,42 @@
+# The send_confirmation job on Sidekiq 6.4 (Redis).
+#
+#   REDIS_URL=redis://127.0.0.1:6379/0 sidekiq -r ./worker.rb -c 1
+#
+# Job: SendConfirmation.perform_async("ORD-1001", "ada@example.test"). The
+# operation key is the order reference (it names the effect), not the jid.
+require "json"
+require "sidekiq"
+require_relative "idempotency_sidekiq"
+require_relative "mail_provider"
+
+LEASE = Float(ENV.fetch("LEASE_SECONDS", "600"))   # as in idempotency.job_types
+
+class SendConfirmation
+  include Sidekiq::Worker
+  sidekiq_options queue: ENV.fetch("SIDEKIQ_QUEUE", "default"),
+                  idempotency: { "job_type" => ENV.fetch("JOB_TYPE", "send_confirmation"), "lease" => LEASE }
+
+  def self.idempotency_key(order, _email) = order
+
+  # stands in for the application's orders table: the job of an order, built
+  # the same way by the publisher and by the sweeper
+  def self.args_for(order) = [order, "customer-#{order.downcase}@example.test"]
+
+  def perform(order, email)
+    MailProvider.send_email(to: email, subject: "Your order #{order}", key: order)
+  end
+end
+
+Sidekiq.configure_server do |config|
+  # scheduled jobs (in_progress: look again after the lease) are polled this often
+  config.options[:poll_interval_average] = Float(ENV["SIDEKIQ_POLL"]) if ENV["SIDEKIQ_POLL"]
+  config.server_middleware do |chain|
+    chain.add Idempotency::SidekiqMiddleware, on_verdict: lambda { |e|
+      if ENV["E2E_EVENTS"]   # the end-to-end test reads these
+        File.open(ENV["E2E_EVENTS"], "a") do |f|
+          f.write(JSON.generate(e.merge("pid" => Process.pid, "t" => Time.now.to_f)) + "\n")
+        end
+      end
+    }
+  end
+end

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The Sidekiq example's end-to-end test (examples/sidekiq/e2e.py): the seed's
+# replay matrix through a private redis-server on 127.0.0.1 (random port,
+# started and stopped by the test) and two Sidekiq processes killed with
+# kill -9 (default fetch: the job is lost, the sweeper finds the claim), under
+# the policies hold, retry and skip. Installs ruby-sidekiq, ruby-pg,
+# redis-server and python3-psycopg (root) when missing.
+set -euo pipefail
+source examples/e2e/deps.sh
+e2e_debs ruby-sidekiq ruby-pg redis-server python3-psycopg
+exec /usr/bin/python3 examples/sidekiq/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"
