@@ -52,8 +52,10 @@
 # BENCH_CLIENTS="1 4 16 32", BENCH_SIDE_CLIENTS=16, BENCH_DUP_POOL=100000,
 # BENCH_SIZE_OPS=40000, BENCH_SCALE_BIG=10000000, BENCH_SCALE_SMALL=10000,
 # BENCH_PURGE_ROWS=1000000, BENCH_STALE_ROWS=300, BENCH_PURGE_CLIENTS=4,
-# BENCH_PURGE_RATE (default: half the c run path's 4-client median),
-# BENCH_REDIS=auto|no, BENCH_SHARED_BUFFERS=1GB.
+# BENCH_PURGE_RATE (default: a quarter of the c run path's 4-client median),
+# BENCH_REDIS=auto|no, BENCH_SHARED_BUFFERS=1GB; the throttled purge that is
+# compared with purge_operations() (bench/sql/purge_throttled.sql):
+# BENCH_THROTTLE_PAGES=100 pages per transaction, BENCH_THROTTLE_PAUSE_MS=20.
 #
 # Without --existing-cluster: builds and installs the extension like
 # scripts/test (scripts/build.sh; the install is skipped when the installed
@@ -99,6 +101,7 @@ fi
 : "${BENCH_SCALE_SMALL:=10000}" "${BENCH_PURGE_ROWS:=1000000}" "${BENCH_STALE_ROWS:=300}"
 : "${BENCH_PURGE_CLIENTS:=4}" "${BENCH_PURGE_RATE:=}" "${BENCH_REDIS:=auto}"
 : "${BENCH_SHARED_BUFFERS:=1GB}" "${BENCH_PURGE_BATCH:=10000}" "${BENCH_TX:=}"
+: "${BENCH_THROTTLE_PAGES:=100}" "${BENCH_THROTTLE_PAUSE_MS:=20}"
 : "${PG_CONFIG:=/usr/lib/postgresql/15/bin/pg_config}"
 
 if [[ -z $out ]]; then
@@ -568,10 +571,13 @@ if want scale; then
     rate=$BENCH_PURGE_RATE
     if [[ -z $rate ]]; then
         rate=$(awk -F'\t' '$1 == "matrix" && $2 == "run" && $3 == "c" && $4 == 4 { print $8 }' "$results" |
-               sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "%d", v[int((NR + 1) / 2)] / 2; else print 500 }')
+               sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "%d", v[int((NR + 1) / 2)] / 4; else print 500 }')
     fi
     kvput purge rate "$rate"
     kvput purge clients "$BENCH_PURGE_CLIENTS"
+    kvput purge batch "$BENCH_PURGE_BATCH"
+    kvput purge throttle_pages "$BENCH_THROTTLE_PAGES"
+    kvput purge throttle_pause_ms "$BENCH_THROTTLE_PAUSE_MS"
     purge_chunk() {     # purge_chunk LABEL: one fixed-rate run of the run path
         cell_no=$((cell_no + 1))
         local d=$work/logs/purge-$1-$cell_no
@@ -585,29 +591,48 @@ if want scale; then
         rm -rf "$d"
     }
     : >"$work/logs/purge-idle.log"
-    : >"$work/logs/purge-during.log"
     purge_chunk idle
     purge_chunk idle
     kvput purge idle "$(/usr/bin/python3 "$here/lat.py" "$work/logs/purge-idle.log")"
-    (
-        s=$(date +%s.%N)
-        rc=0
-        psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$big" \
-            -c "SELECT idempotency.purge_operations($BENCH_PURGE_BATCH)" >"$work/purge.out" 2>&1 || rc=$?
-        echo "$s $(date +%s.%N) $rc" >"$work/purge.time"
-    ) &
-    purge_pid=$!
-    chunks=0
-    while kill -0 "$purge_pid" 2>/dev/null && ((chunks < 60)); do
-        purge_chunk during
-        chunks=$((chunks + 1))
-    done
-    wait "$purge_pid" || true
-    read -r p0 p1 prc <"$work/purge.time"
-    [[ $prc == 0 ]] || { cat "$work/purge.out" >&2; die "purge_operations() failed"; }
-    kvput purge deleted "$(cat "$work/purge.out")"
-    kvput purge seconds "$(awk -v a="$p0" -v b="$p1" 'BEGIN { printf "%.2f", b - a }')"
-    kvput purge during "$(/usr/bin/python3 "$here/lat.py" --from "$p0" --to "$p1" "$work/logs/purge-during.log")"
+    # measure_purge LABEL SQL: run SQL (a purge) in the background while
+    # fixed-rate chunks of the run path go on; p99 of what ended during it
+    measure_purge() {
+        local label=$1 sql=$2 b a
+        q "$big" -c CHECKPOINT
+        read -r -a b < <(snap "$big" idempotency.operations)
+        : >"$work/logs/purge-$label.log"
+        (
+            s=$(date +%s.%N)
+            rc=0
+            psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$big" -c "$sql" >"$work/purge.out" 2>&1 || rc=$?
+            echo "$s $(date +%s.%N) $rc" >"$work/purge.time"
+        ) &
+        local purge_pid=$! chunks=0
+        while kill -0 "$purge_pid" 2>/dev/null && ((chunks < 60)); do
+            purge_chunk "$label"
+            chunks=$((chunks + 1))
+        done
+        wait "$purge_pid" || true
+        read -r -a a < <(snap "$big" idempotency.operations)
+        local p0 p1 prc
+        read -r p0 p1 prc <"$work/purge.time"
+        [[ $prc == 0 ]] || { cat "$work/purge.out" >&2; die "purge ($label) failed"; }
+        kvput purge "$label.deleted" "$(grep -o '[0-9]\+' "$work/purge.out" | tail -n 1)"
+        kvput purge "$label.seconds" "$(awk -v a="$p0" -v b="$p1" 'BEGIN { printf "%.2f", b - a }')"
+        kvput purge "$label.wal_bytes" $((a[0] - b[0]))
+        kvput purge "$label.wal_fpi" $((a[2] - b[2]))
+        kvput purge "$label" "$(/usr/bin/python3 "$here/lat.py" --from "$p0" --to "$p1" "$work/logs/purge-$label.log")"
+    }
+    measure_purge during "SELECT idempotency.purge_operations($BENCH_PURGE_BATCH)"
+    # what was tried: the same deletes, in short transactions with pauses
+    q "$big" -f "$here/sql/purge_throttled.sql"
+    q "$big" -c "INSERT INTO idempotency.operations (job_type, operation_key, status, attempt,
+                     claimed_at, heartbeat_at, completed_at)
+                 SELECT 'old_orders', 'OLD2-' || lpad(g::text, 8, '0'), 'completed', 1,
+                     now() - interval '2 days', now() - interval '2 days', now() - interval '2 days'
+                 FROM generate_series(1, $BENCH_PURGE_ROWS) g"
+    q "$big" -c 'VACUUM ANALYZE idempotency.operations'
+    measure_purge throttled "CALL bench_c.purge_throttled($BENCH_THROTTLE_PAGES, $BENCH_THROTTLE_PAUSE_MS)"
     kvput purge after_rows "$(val "$big" 'SELECT count(*) FROM idempotency.operations')"
 fi
 
