@@ -104,7 +104,9 @@ def main():
     finally:
         with psycopg.connect(dbname=admin_db, autocommit=True) as admin:
             admin.execute(sql.SQL('DROP DATABASE IF EXISTS {}').format(sql.Identifier(dbname)))
-    print(f'extremes: {passed} passed, {failed} failed' + (f', {todo} todo' if todo else ''))
+    if todo:
+        print(f'{todo} known problem(s) marked TODO above (they do not fail the run)')
+    print(f'extremes: {passed} passed, {failed} failed')
     return 1 if failed else 0
 
 

@@ -20,7 +20,7 @@ nothing.
 Runs in its own database (fuzz_state_machine, dropped and created again),
 needs a superuser and the extension installed (make install). Exits 1 on
 the first divergence, printing the seed and the steps that led to it.
-The last line is "state machine: N passed, N failed" (N counts sequences).
+The last line is "state-machine: N passed, N failed" (N counts sequences).
 """
 
 import argparse
@@ -427,7 +427,7 @@ def main():
     print(f'seed {seed}: {passed} sequences of {args.steps} steps agreed with the model '
           f'({steps} calls checked, plus clock jumps)')
     print('outcomes: ' + ', '.join(f'{k} {v}' for k, v in sorted(totals.items())))
-    print(f'state machine: {passed} passed, {failed} failed')
+    print(f'state-machine: {passed} passed, {failed} failed')
     return 1 if failed else 0
 
 
