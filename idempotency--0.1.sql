@@ -28,20 +28,22 @@ CREATE TABLE idempotency.job_types (
                  CONSTRAINT job_types_job_type_length
                  CHECK (pg_catalog.octet_length(job_type) BETWEEN 1 AND 128),
     lease        interval NOT NULL DEFAULT '10 minutes'
-                 CONSTRAINT job_types_lease_positive CHECK (lease > interval '0'),
+                 CONSTRAINT job_types_lease_positive CHECK (lease > interval '0')
+                 CONSTRAINT job_types_lease_bounded CHECK (lease <= interval '1000 years'),
     stale_policy idempotency.stale_policy NOT NULL DEFAULT 'hold',
     max_attempts integer
                  CONSTRAINT job_types_max_attempts_positive CHECK (max_attempts >= 1),
     retention    interval
                  CONSTRAINT job_types_retention_positive CHECK (retention > interval '0')
+                 CONSTRAINT job_types_retention_bounded CHECK (retention <= interval '1000 years')
 );
 COMMENT ON TABLE idempotency.job_types IS
 'One row per job type: its lease and what to do with a claim older than the lease (the stale-claim policy). Change it with plain INSERT/UPDATE; claims read it at every call';
 COMMENT ON COLUMN idempotency.job_types.job_type IS 'Name of the job type, 1 to 128 bytes';
-COMMENT ON COLUMN idempotency.job_types.lease IS 'How long a claim may run before it is stale (a worker may have died); longer than the longest normal run';
+COMMENT ON COLUMN idempotency.job_types.lease IS 'How long a claim may run before it is stale (a worker may have died); longer than the longest normal run; at most 1000 years';
 COMMENT ON COLUMN idempotency.job_types.stale_policy IS 'hold | retry | skip | lookup: the decision taken, in advance, for a stale claim';
 COMMENT ON COLUMN idempotency.job_types.max_attempts IS 'Under retry and lookup, a stale claim that has used this many attempts is held instead of taken over; NULL: no limit';
-COMMENT ON COLUMN idempotency.job_types.retention IS 'How long completed and skipped records are kept before purge_operations() removes them; NULL: forever';
+COMMENT ON COLUMN idempotency.job_types.retention IS 'How long completed and skipped records are kept before purge_operations() removes them, at most 1000 years; NULL: forever';
 
 --
 -- Records: one row per (job type, operation key). The primary key is the

@@ -15,13 +15,18 @@ VALUES ('a', '1 second', 'retry', 1, '30 days'),
        ('c', '90 seconds', 'lookup', 5, '1 hour');
 SELECT job_type, lease, stale_policy, max_attempts, retention FROM idempotency.job_types ORDER BY 1;
 
--- rejected: an unknown policy, a lease that is not positive, a NULL lease,
--- max_attempts below 1, a retention that is not positive, a bad name
+-- rejected: an unknown policy, a lease that is not positive, a lease or a
+-- retention over 1000 years (its expiry would leave timestamptz's range), a
+-- NULL lease, max_attempts below 1, a retention that is not positive, a bad name
 INSERT INTO idempotency.job_types (job_type, stale_policy) VALUES ('x', 'never');
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO idempotency.job_types (job_type, lease) VALUES ('x', '0 seconds');
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO idempotency.job_types (job_type, lease) VALUES ('x', '-5 minutes');
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO idempotency.job_types (job_type, lease) VALUES ('x', '1001 years');
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO idempotency.job_types (job_type, retention) VALUES ('x', '1001 years');
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO idempotency.job_types (job_type, lease) VALUES ('x', NULL);
 \echo :LAST_ERROR_SQLSTATE
