@@ -113,6 +113,20 @@ class Cells:
             return float("nan")
         return 100.0 * sum(fnum(r["hot_upd"]) for r in rs) / upd
 
+    def paired(self, phase, path, a, b, clients, field="tps"):
+        """median over the repetitions of a / b within each repetition"""
+        ra = {r["rep"]: fnum(r[field]) for r in self.get(phase, path, a, clients)}
+        rb = {r["rep"]: fnum(r[field]) for r in self.get(phase, path, b, clients)}
+        return med([ra[k] / rb[k] for k in ra if k in rb and rb[k]])
+
+    def cpu_us(self, phase, path, impl, clients):
+        """median backend CPU microseconds per operation"""
+        v = []
+        for r in self.get(phase, path, impl, clients):
+            if r.get("backend_cpu_s") and fnum(r["ops"]) > 0:
+                v.append(fnum(r["backend_cpu_s"]) * 1e6 / fnum(r["ops"]))
+        return med(v)
+
     def clients(self, phase, path):
         return sorted({k[3] for k in self.groups if k[0] == phase and k[1] == path})
 
@@ -212,8 +226,8 @@ def main(dirname):
         c_run = cells.med("matrix", "run", "c", ref_c, "tps")
         raw_run = cells.med("matrix", "run", "raw", ref_c, "tps")
         pl_run = cells.med("matrix", "run", "plpgsql", ref_c, "tps")
-        r1 = ratio(c_run, raw_run)
-        r2 = ratio(c_run, pl_run)
+        r1 = cells.paired("matrix", "run", "c", "raw", ref_c)
+        r2 = cells.paired("matrix", "run", "c", "plpgsql", ref_c)
         tgt("run path vs raw SQL (%d clients)" % ref_c, "%s× (%s vs %s ops/s)" % (fmt(r1, 2), fmt(c_run), fmt(raw_run)),
             "≥ 0.95×", None if math.isnan(r1) else r1 >= 0.95)
         tgt("run path vs PL/pgSQL (%d clients)" % ref_c, "%s× (%s vs %s ops/s)" % (fmt(r2, 2), fmt(c_run), fmt(pl_run)),
@@ -224,15 +238,28 @@ def main(dirname):
         c_dup = cells.med("matrix", "dup", "c", dref, "tps")
         pk_dup = cells.med("matrix", "dup", "pk", dref, "tps")
         raw_dup = cells.med("matrix", "dup", "raw", dref, "tps")
-        r3 = ratio(c_dup, pk_dup)
+        r3 = cells.paired("matrix", "dup", "c", "pk", dref)
         tgt("duplicate path vs plain PK SELECT (%d clients)" % dref,
             "%s× (%s vs %s ops/s; raw recipe %s)" % (fmt(r3, 2), fmt(c_dup), fmt(pk_dup), fmt(raw_dup)),
             "≥ 0.8×", None if math.isnan(r3) else r3 >= 0.8)
         wal = sum(fnum(r["wal_bytes"]) for c in dup_clients for r in cells.get("matrix", "dup", "c", c))
         xids = sum(fnum(r["xids"]) for c in dup_clients for r in cells.get("matrix", "dup", "c", c))
         ops = sum(fnum(r["ops"]) for c in dup_clients for r in cells.get("matrix", "dup", "c", c))
-        tgt("duplicate path: WAL and xids", "%s WAL bytes and %s xids in %s duplicates (all dup runs)" % (
-            fmt(wal), fmt(xids), fmt(ops)), "0 and 0", wal == 0 and xids == 0)
+        recs = {}
+        for v in kv.get(("dupwal", "c"), []):
+            for item in v.split():
+                if ":" in item:
+                    k, n = item.rsplit(":", 1)
+                    recs[k] = recs.get(k, 0) + int(n)
+        # background records (the bgwriter's RUNNING_XACTS, checkpoints) and
+        # opportunistic page pruning, which any read of a page with dead
+        # tuples may do (a plain SELECT too), are not writes of the claim
+        claims_wrote = [k for k in recs if not k.startswith(("Standby/", "XLOG/")) and k != "Heap2/PRUNE"]
+        detail = ", ".join("%s × %d" % (k, n) for k, n in sorted(recs.items())) or "none"
+        tgt("duplicate path: WAL and xids",
+            "%s xids; %s WAL bytes in %s duplicates (all dup runs), records: %s" % (
+                fmt(xids), fmt(wal), fmt(ops), detail),
+            "0 and 0", xids == 0 and (wal == 0 or (recs and not claims_wrote)))
     if kv1(kv, "sizes", "c.rows"):
         upd = fnum(kv1(kv, "sizes", "c.upd"))
         hot = fnum(kv1(kv, "sizes", "c.hot_upd"))
@@ -241,8 +268,12 @@ def main(dirname):
             "≥ 95 %", None if math.isnan(share) else share >= 95)
         rows_c = fnum(kv1(kv, "sizes", "c.rows"))
         bpo = fnum(kv1(kv, "sizes", "c.total_bytes")) / rows_c
-        tgt("table + index bytes per completed operation", "%s B (keys %s)" % (fmt(bpo), kv1(kv, "sizes", "c.keys")),
-            "≤ 160 B", bpo <= 160)
+        seq = ""
+        if kv1(kv, "sizes", "c.seq.rows"):
+            seq = "; %s B with one increasing stream of keys" % fmt(
+                fnum(kv1(kv, "sizes", "c.seq.total_bytes")) / fnum(kv1(kv, "sizes", "c.seq.rows")))
+        tgt("table + index bytes per completed operation", "%s B (keys %s from 4 clients%s)" % (
+            fmt(bpo), kv1(kv, "sizes", "c.keys"), seq), "≤ 160 B", bpo <= 160)
         nidx = int(kv1(kv, "sizes", "c.indexes"))
         tgt("indexes on the hot table", str(nidx), "1", nidx == 1)
     if kv1(kv, "scale", "big_rows"):
@@ -261,6 +292,14 @@ def main(dirname):
             tgt("run-path p99 during purge_operations() of %s records" % fmt(fnum(kv1(kv, "purge", "during.deleted", "nan"))),
                 "%s× (%s vs %s ms)" % (fmt(r, 2), fmt(during["p99"], 2), fmt(idle["p99"], 2)), "≤ 2×", r <= 2)
 
+    if "proto" in impls and ref_c:
+        r = cells.paired("matrix", "run", "proto", "raw", ref_c)
+        tgt("*proto*: run path vs raw SQL (%d clients)" % ref_c, "%s×" % fmt(r, 2), "≥ 0.95×", None if math.isnan(r) else r >= 0.95)
+        r = cells.paired("matrix", "run", "proto", "plpgsql", ref_c)
+        tgt("*proto*: run path vs PL/pgSQL (%d clients)" % ref_c, "%s×" % fmt(r, 2), "≥ 1.3×", None if math.isnan(r) else r >= 1.3)
+    if "proto" in impls and dref:
+        r = cells.paired("matrix", "dup", "proto", "pk", dref)
+        tgt("*proto*: duplicate path vs plain PK SELECT (%d clients)" % dref, "%s×" % fmt(r, 2), "≥ 0.8×", None if math.isnan(r) else r >= 0.8)
     w("## Targets (issue 5)")
     w("")
     w("| target | measured | goal | |")
@@ -310,15 +349,35 @@ def main(dirname):
             line = "| %d | " % c
             line += " | ".join("%s <sub>(%s–%s)</sub>" % ((fmt(vals[i]),) + tuple(fmt(x) for x in cells.spread("matrix", path, i, c)))
                                for i in list_impls)
-            line += " | %s | %s |" % (fmt(ratio(vals.get("c"), vals.get("raw")), 2),
-                                      fmt(ratio(vals.get("c"), vals.get("plpgsql")), 2))
+            line += " | %s | %s |" % (fmt(cells.paired("matrix", path, "c", "raw", c), 2),
+                                      fmt(cells.paired("matrix", path, "c", "plpgsql", c), 2))
             if path == "dup":
-                line += " %s |" % fmt(ratio(vals.get("c"), vals.get("pk")), 2)
+                line += " %s |" % fmt(cells.paired("matrix", path, "c", "pk", c), 2)
             if "proto" in impls:
-                line += " %s |" % fmt(ratio(vals.get("proto"), vals.get("c")), 2)
+                line += " %s |" % fmt(cells.paired("matrix", path, "proto", "c", c), 2)
             w(line)
         w("")
-    w("Small numbers: the lowest and highest repetition.")
+    w("Small numbers: the lowest and highest repetition. Ratios: the median of the ratios within "
+      "each repetition (the runs of one repetition follow each other within seconds, so a burst of "
+      "other load on the machine hits both sides of a ratio less often than it hits two medians).")
+    w("")
+
+    # -------------------------------------------------------------------- CPU
+    w("## Server CPU per operation")
+    w("")
+    w("CPU time (user + system) of the backends of each pgbench run, read from the postmaster's "
+      "`cutime`/`cstime` after the sessions ended, divided by the operations: microseconds per "
+      "operation, median of the repetitions. It excludes pgbench and the background processes "
+      "(WAL writer, checkpointer). From 4 clients up the cores are saturated, so this decides "
+      "the throughput.")
+    w("")
+    cpu_impls = impls + ["pk"]
+    w("| path | clients | " + " | ".join(cpu_impls) + " |")
+    w("|---|---:|" + "---:|" * len(cpu_impls))
+    for path in ["run", "dup", "tx", "stale", "mixed"]:
+        for c in cells.clients("matrix", path):
+            w("| %s | %d | %s |" % (path, c, " | ".join(
+                fmt(cells.cpu_us("matrix", path, i, c), 1) if cells.get("matrix", path, i, c) else "" for i in cpu_impls)))
     w("")
 
     # --------------------------------------------------------------- latency
@@ -362,6 +421,18 @@ def main(dirname):
         srow("transaction ids / op", lambda i: fmt(s(i, "xids") / s(i, "rows"), 2))
         srow("HOT share of updates", lambda i: "%s %%" % fmt(100.0 * s(i, "hot_upd") / s(i, "upd"), 1) if s(i, "upd") else "–")
         w("")
+        if kv1(kv, "sizes", "c.seq.rows"):
+            w("The same with one client, so one increasing stream of keys (`%s`): the index fills its "
+              "pages to the btree fillfactor instead of splitting them in the middle:" % kv1(kv, "sizes", "c.seq.keys"))
+            w("")
+            w("| | " + " | ".join(impls) + " |")
+            w("|---|" + "---:|" * len(impls))
+            srow("table + index bytes / op", lambda i: fmt(s(i, "seq.total_bytes") / s(i, "seq.rows")))
+            srow("of which table (heap)", lambda i: fmt(s(i, "seq.table_bytes") / s(i, "seq.rows")))
+            srow("of which indexes", lambda i: fmt(s(i, "seq.index_bytes") / s(i, "seq.rows")))
+            srow("WAL bytes / op", lambda i: fmt(s(i, "seq.wal_bytes") / s(i, "seq.rows")))
+            srow("HOT share of updates", lambda i: "%s %%" % fmt(100.0 * s(i, "seq.hot_upd") / s(i, "seq.upd"), 1) if s(i, "seq.upd") else "–")
+            w("")
     if ref_c:
         w("Per path, at %d clients (sums over the repetitions; a CHECKPOINT before each run, so "
           "the first change of each page writes a full-page image):" % ref_c)

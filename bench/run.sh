@@ -52,6 +52,7 @@
 # BENCH_CLIENTS="1 4 16 32", BENCH_SIDE_CLIENTS=16, BENCH_DUP_POOL=100000,
 # BENCH_SIZE_OPS=40000, BENCH_SCALE_BIG=10000000, BENCH_SCALE_SMALL=10000,
 # BENCH_PURGE_ROWS=1000000, BENCH_STALE_ROWS=300, BENCH_PURGE_CLIENTS=4,
+# BENCH_PATHS="run dup tx stale mixed" (the matrix's paths),
 # BENCH_PURGE_RATE (default: a quarter of the c run path's 4-client median),
 # BENCH_REDIS=auto|no, BENCH_SHARED_BUFFERS=1GB; the throttled purge that is
 # compared with purge_operations() (bench/sql/purge_throttled.sql):
@@ -101,7 +102,7 @@ fi
 : "${BENCH_SCALE_SMALL:=10000}" "${BENCH_PURGE_ROWS:=1000000}" "${BENCH_STALE_ROWS:=300}"
 : "${BENCH_PURGE_CLIENTS:=4}" "${BENCH_PURGE_RATE:=}" "${BENCH_REDIS:=auto}"
 : "${BENCH_SHARED_BUFFERS:=1GB}" "${BENCH_PURGE_BATCH:=10000}" "${BENCH_TX:=}"
-: "${BENCH_THROTTLE_PAGES:=100}" "${BENCH_THROTTLE_PAUSE_MS:=20}"
+: "${BENCH_THROTTLE_PAGES:=100}" "${BENCH_THROTTLE_PAUSE_MS:=20}" "${BENCH_PATHS:=run dup tx stale mixed}"
 : "${PG_CONFIG:=/usr/lib/postgresql/15/bin/pg_config}"
 
 if [[ -z $out ]]; then
@@ -115,7 +116,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 mkdir -p "$out" "$work/scripts" "$work/logs"
 results=$work/results.tsv      # one line per pgbench run
 kv=$work/kv.tsv                # phase, name, value: everything else
-printf 'phase\tpath\timpl\tclients\trep\tops\tsecs\ttps\tlat_mean_ms\tp50_ms\tp95_ms\tp99_ms\twal_bytes\twal_fpi\twal_records\txids\tupd\thot_upd\n' >"$results"
+printf 'phase\tpath\timpl\tclients\trep\tops\tsecs\ttps\tlat_mean_ms\tp50_ms\tp95_ms\tp99_ms\twal_bytes\twal_fpi\twal_records\txids\tupd\thot_upd\tbackend_cpu_s\n' >"$results"
 printf 'phase\tname\tvalue\n' >"$kv"
 kvput() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$kv"; }
 
@@ -289,6 +290,25 @@ snap() {
               LEFT JOIN pg_stat_user_tables s ON s.relid = '$2'::regclass" | tr '|' ' '
 }
 
+# backend_cpu: CPU seconds (user + system) of the postmaster's children that
+# have exited and been reaped: the backends of finished sessions. The
+# difference over a pgbench run is the server CPU its sessions used (the
+# psql sessions around it add a few ms; the background processes, which do
+# not exit, are not counted).
+postmaster_pid() {
+    local f=${PGDATA:-}/postmaster.pid
+    if [[ -r $f ]]; then head -n 1 "$f"; fi
+}
+backend_cpu() {
+    local pid
+    pid=$(postmaster_pid)
+    if [[ -n $pid && -r /proc/$pid/stat ]]; then
+        # after the ") " that ends the command name: cutime and cstime are
+        # the 14th and 15th fields, in clock ticks
+        awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($14 + $15) / hz }' "/proc/$pid/stat"
+    fi
+}
+
 # wait until pgbench's backends are gone, so that their statistics are in
 wait_quiet() {
     local db=$1 i
@@ -318,8 +338,10 @@ run_cell() {
     table=$(ops_table "$impl")
     threads=$((clients < 2 ? 1 : 2))
     q "$db" -c CHECKPOINT
-    local b a
+    local b a cpu0 cpu1
     read -r -a b < <(snap "$db" "$table")
+    sleep 0.1
+    cpu0=$(backend_cpu)
     if ! pgbench -n -M prepared -c "$clients" -j "$threads" "${len_args[@]}" \
             -D n=0 -D base=$((cell_no * 100000000)) -D stride=1000000 -D cell="$cell_no" \
             -D dupn="$BENCH_DUP_POOL" -l --log-prefix="$dir/tx" "$@" \
@@ -332,23 +354,42 @@ run_cell() {
         die "pgbench: a client aborted: $id"
     fi
     wait_quiet "$db"
+    cpu1=$(backend_cpu)
     read -r -a a < <(snap "$db" "$table")
-    local ops tps secs lat
+    local ops tps secs lat cpu=""
+    [[ -z $cpu0 || -z $cpu1 ]] || cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.2f", b - a }')
     ops=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$dir/out")
     tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$dir/out")
     secs=$(awk -v o="$ops" -v t="$tps" 'BEGIN { printf "%.3f", (t > 0 ? o / t : 0) }')
     lat=$(/usr/bin/python3 "$here/lat.py" "$dir"/tx.*)
     local n mean p50 p95 p99 max
     read -r n mean p50 p95 p99 max <<<"$lat"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$phase" "$path" "$impl" "$clients" "$rep" "$ops" "$secs" "$tps" "$mean" "$p50" "$p95" "$p99" \
         $((a[0] - b[0])) $((a[2] - b[2])) $((a[3] - b[3])) $((a[1] - b[1])) \
-        $((a[4] - b[4])) $((a[5] - b[5])) >>"$results"
-    printf 'bench: %-44s %9.0f ops/s  p99 %7s ms  WAL %6s B/op\n' "$id" "$tps" "$p99" \
-        "$(awk -v w=$((a[0] - b[0])) -v o="$ops" 'BEGIN { printf "%.0f", (o > 0 ? w / o : 0) }')" >&2
+        $((a[4] - b[4])) $((a[5] - b[5])) "$cpu" >>"$results"
+    printf 'bench: %-44s %9.0f ops/s  p99 %7s ms  WAL %6s B/op  CPU %5s us/op\n' "$id" "$tps" "$p99" \
+        "$(awk -v w=$((a[0] - b[0])) -v o="$ops" 'BEGIN { printf "%.0f", (o > 0 ? w / o : 0) }')" \
+        "$(awk -v c="$cpu" -v o="$ops" 'BEGIN { if (c == "" || o == 0) print "?"; else printf "%.0f", c * 1e6 / o }')" >&2
+    # which WAL records were written during a duplicate-path run of a C
+    # implementation (the claims should write none; the background writer
+    # logs RUNNING_XACTS every 15 s)
+    if [[ $path == dup && ( $impl == c || $impl == proto ) && $((a[0] - b[0])) -gt 0 && -n ${PGDATA:-} ]]; then
+        local recs
+        recs=$(cd / && cluster_as_owner_or_self "$PG_BINDIR/pg_waldump" -p "$PGDATA/pg_wal" \
+                   -s "$(val "$db" "SELECT '0/0'::pg_lsn + ${b[0]}")" -e "$(val "$db" "SELECT '0/0'::pg_lsn + ${a[0]}")" \
+                   2>/dev/null | sed -n 's/^rmgr: \([A-Za-z0-9]*\) .*desc: \([A-Z_0-9]*\).*/\1\/\2/p' | sort | uniq -c |
+               awk '{ printf "%s%s:%s", (NR > 1 ? " " : ""), $2, $1 }')
+        kvput dupwal "$impl" "${recs:-unknown}"
+    fi
     # -r (per-statement latencies) is kept for the scale phase
     cp "$dir/out" "$work/logs/last.out"
     rm -rf "$dir"
+}
+
+# run a command as the cluster's owner when root (pg_waldump reads pg_wal)
+cluster_as_owner_or_self() {
+    if ((EUID == 0)); then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
 # rotate N: the implementations in the order of repetition N
@@ -404,40 +445,47 @@ fi
 # --------------------------------------------------------------------- sizes
 if want sizes; then
     log "phase sizes"
-    newdb sizes
-    setup_db "$db" "${impls[@]}"
-    per=$((BENCH_SIZE_OPS / 4))
-    for impl in "${impls[@]}"; do
-        table=$(ops_table "$impl")
-        q "$db" -c CHECKPOINT
-        read -r -a b < <(snap "$db" "$table")
-        pgbench -n -M prepared -c 4 -j 2 -t "$per" -D n=0 -D base=1000000 -D stride="$per" \
-            -D cell=0 -D dupn=1 -f "$work/scripts/${impl}_run.sql" "$db" >"$work/sizes.out" 2>&1 ||
-            { cat "$work/sizes.out" >&2; die "pgbench failed (sizes, $impl)"; }
-        wait_quiet "$db"
-        sleep 0.5
-        read -r -a a < <(snap "$db" "$table")
-        IFS='|' read -r rows completed total heap idx nidx minkey maxkey < <(val "$db" "
-            SELECT count(*), count(*) FILTER (WHERE status = 'completed'),
-                   pg_total_relation_size('$table'), pg_table_size('$table'),
-                   pg_indexes_size('$table'),
-                   (SELECT count(*) FROM pg_index WHERE indrelid = '$table'::regclass),
-                   min(operation_key), max(operation_key)
-            FROM $table")
-        kvput sizes "$impl.rows" "$rows"
-        kvput sizes "$impl.completed" "$completed"
-        kvput sizes "$impl.total_bytes" "$total"
-        kvput sizes "$impl.table_bytes" "$heap"
-        kvput sizes "$impl.index_bytes" "$idx"
-        kvput sizes "$impl.indexes" "$nidx"
-        kvput sizes "$impl.keys" "$minkey .. $maxkey"
-        kvput sizes "$impl.wal_bytes" $((a[0] - b[0]))
-        kvput sizes "$impl.xids" $((a[1] - b[1]))
-        kvput sizes "$impl.wal_fpi" $((a[2] - b[2]))
-        kvput sizes "$impl.wal_records" $((a[3] - b[3]))
-        kvput sizes "$impl.upd" $((a[4] - b[4]))
-        kvput sizes "$impl.hot_upd" $((a[5] - b[5]))
-        log "sizes: $impl: $rows rows, $((total / (rows > 0 ? rows : 1))) B/op, WAL $(((a[0] - b[0]) / (rows > 0 ? rows : 1))) B/op, HOT $((a[5] - b[5]))/$((a[4] - b[4]))"
+    # 4 clients: four interleaved streams of increasing keys (the index
+    # splits pages in the middle); 1 client: one increasing stream (the
+    # index fills its pages up to the btree fillfactor)
+    for sc in 4 1; do
+        tag=$([[ $sc == 1 ]] && echo seq. || echo "")
+        newdb "sizes_c$sc"
+        setup_db "$db" "${impls[@]}"
+        per=$((sc == 1 ? BENCH_SIZE_OPS / 2 : BENCH_SIZE_OPS / 4))
+        for impl in "${impls[@]}"; do
+            table=$(ops_table "$impl")
+            q "$db" -c CHECKPOINT
+            read -r -a b < <(snap "$db" "$table")
+            pgbench -n -M prepared -c "$sc" -j $((sc < 2 ? 1 : 2)) -t "$per" -D n=0 -D base=1000000 \
+                -D stride="$per" -D cell=0 -D dupn=1 -f "$work/scripts/${impl}_run.sql" "$db" \
+                >"$work/sizes.out" 2>&1 || { cat "$work/sizes.out" >&2; die "pgbench failed (sizes, $impl)"; }
+            wait_quiet "$db"
+            sleep 0.5
+            read -r -a a < <(snap "$db" "$table")
+            IFS='|' read -r rows completed total heap idx nidx minkey maxkey < <(val "$db" "
+                SELECT count(*), count(*) FILTER (WHERE status = 'completed'),
+                       pg_total_relation_size('$table'), pg_table_size('$table'),
+                       pg_indexes_size('$table'),
+                       (SELECT count(*) FROM pg_index WHERE indrelid = '$table'::regclass),
+                       min(operation_key), max(operation_key)
+                FROM $table")
+            kvput sizes "$impl.${tag}clients" "$sc"
+            kvput sizes "$impl.${tag}rows" "$rows"
+            kvput sizes "$impl.${tag}completed" "$completed"
+            kvput sizes "$impl.${tag}total_bytes" "$total"
+            kvput sizes "$impl.${tag}table_bytes" "$heap"
+            kvput sizes "$impl.${tag}index_bytes" "$idx"
+            kvput sizes "$impl.${tag}indexes" "$nidx"
+            kvput sizes "$impl.${tag}keys" "$minkey .. $maxkey"
+            kvput sizes "$impl.${tag}wal_bytes" $((a[0] - b[0]))
+            kvput sizes "$impl.${tag}xids" $((a[1] - b[1]))
+            kvput sizes "$impl.${tag}wal_fpi" $((a[2] - b[2]))
+            kvput sizes "$impl.${tag}wal_records" $((a[3] - b[3]))
+            kvput sizes "$impl.${tag}upd" $((a[4] - b[4]))
+            kvput sizes "$impl.${tag}hot_upd" $((a[5] - b[5]))
+            log "sizes ($sc client(s)): $impl: $rows rows, $((total / (rows > 0 ? rows : 1))) B/op, WAL $(((a[0] - b[0]) / (rows > 0 ? rows : 1))) B/op, HOT $((a[5] - b[5]))/$((a[4] - b[4]))"
+        done
     done
 fi
 
@@ -448,7 +496,7 @@ if want matrix; then
     setup_db "$db" "${impls[@]}"
     for impl in "${impls[@]}"; do load_completed "$db" "$impl" DUP- "$BENCH_DUP_POOL"; done
     q "$db" -c 'VACUUM ANALYZE'
-    for path in run dup tx stale mixed; do
+    for path in $BENCH_PATHS; do
         case $path in run|dup) clist=$BENCH_CLIENTS ;; *) clist=$BENCH_SIDE_CLIENTS ;; esac
         list=("${impls[@]}")
         [[ $path == dup ]] && list+=(pk)
@@ -679,7 +727,7 @@ if want redis; then
                            -r 1000000000 --csv "${cmd[@]}" | tail -n 1)
                     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
                     IFS=, read -r _ rps avg _ p50 p95 p99 _ <<<"$(echo "$line" | tr -d '"')"
-                    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\n' \
+                    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n' \
                         redis "$op" redis "$clients" "$rep" "$n" "" "$rps" "$avg" "$p50" "$p95" "$p99" >>"$results"
                     log "redis $op c$clients r$rep: $rps ops/s, p99 $p99 ms"
                 done
