@@ -7,7 +7,7 @@ Reads DIR/results.tsv (one line per pgbench or redis-benchmark run),
 DIR/kv.tsv (everything else) and DIR/machine.txt; writes DIR/README.md and,
 with gnuplot, DIR/throughput.png. The hand-written analysis
 bench/analysis.md (next to this script) is appended to the report as it is.
-Medians over repetitions; ratios are ratios of medians of one run.
+Medians over repetitions; a ratio is the median of the per-repetition ratios.
 """
 import csv
 import math
@@ -163,7 +163,7 @@ def main(dirname):
     run_clients = cells.clients("matrix", "run")
     ref_c = 16 if 16 in run_clients else (max(run_clients) if run_clients else None)
 
-    w("# Benchmarks")
+    w("# Benchmarks" + (": the prototype side by side" if "proto" in impls else ""))
     w("")
     w("<!-- written by bench/report.py from bench/results.tsv, bench/kv.tsv and "
       "bench/machine.txt; `make bench` rewrites it -->")
@@ -180,10 +180,12 @@ def main(dirname):
       "SQLSTATEs; `bench/sql/plpgsql.sql`), checked to give the same verdicts as the "
       "extension before it is timed; **c** — the extension.")
     if "proto" in impls:
-        w("**proto** is a prototype of the C code (see the analysis below), installed "
-          "under the name `idempotency_proto`.")
+        w("**proto** is a prototype of the C code, `probe.patch` in this directory (it applies "
+          "to the extension's tree; the benchmark installs it renamed to `idempotency_proto`, "
+          "so the installed extension is not touched). What it changes and why: the analysis "
+          "in `bench/README.md`.")
     w("")
-    w("Run it: `make bench` (about 17 minutes; `bench/run.sh --help` lists the settings). "
+    w("Run it: `make bench` (about 13 minutes; `bench/run.sh --help` lists the settings). "
       "It builds and installs the extension, starts a throwaway cluster, runs every "
       "phase and rewrites this file, `throughput.png` and the raw data "
       "(`results.tsv`, `kv.tsv`, `machine.txt`). `make bench-smoke` runs every script "
@@ -192,7 +194,7 @@ def main(dirname):
     w("How it is measured: pgbench `-M prepared`, one operation per pgbench transaction "
       "(so ops/s = pgbench's tps), %s s per run, %s repetitions interleaved (the order of "
       "the implementations rotates), a CHECKPOINT before each run, autovacuum off (VACUUM "
-      "between paths). Medians; ratios are ratios of medians. WAL bytes and full-page images "
+      "between paths). Medians; a ratio is the median of the ratios within each repetition. WAL bytes and full-page images "
       "from `pg_current_wal_lsn()` and `pg_stat_wal`, transaction ids from "
       "`pg_current_snapshot()`'s xmax (no id is spent measuring), HOT from "
       "`pg_stat_user_tables`, latency percentiles from pgbench's per-transaction log. "
@@ -208,7 +210,7 @@ def main(dirname):
     w("| | |")
     w("|---|---|")
     for k in ["date", "cpu", "cores", "memory", "os", "postgresql", "pgbench", "redis",
-              "commit", "settings", "load_before", "load_after", "duration", "mode"]:
+              "commit", "settings", "load_before", "load_after", "duration", "mode", "command"]:
         if k in machine:
             w("| %s | %s |" % (k, machine[k]))
     w("")
@@ -540,7 +542,8 @@ def main(dirname):
     plot(dirname, cells, impls)
 
     analysis = os.path.join(HERE, "analysis.md")
-    if os.path.exists(analysis) and not smoke:
+    if (os.path.exists(analysis) and not smoke
+            and os.path.realpath(dirname) == os.path.realpath(HERE)):
         w("")
         with open(analysis) as f:
             w(f.read().rstrip())
@@ -598,6 +601,7 @@ set key top left
 set title 'Run path: claim, then complete (two commits)'
 plot %s
 set title 'Duplicate path: claim of a completed key'
+set key top right
 plot %s
 unset multiplot
 """ % (os.path.join(dirname, "throughput.png"), ", ".join(str(c) for c in cl),

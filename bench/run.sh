@@ -47,7 +47,7 @@
 #                       the installed idempotency is not touched
 #   --phases LIST       comma-separated subset of the phases above
 #
-# Settings (environment; defaults for a full run, about 17 minutes on the
+# Settings (environment; defaults for a full run, about 13 minutes on the
 # 2-core machine of the report): BENCH_SECONDS=4 per pgbench run, BENCH_REPS=3,
 # BENCH_CLIENTS="1 4 16 32", BENCH_SIDE_CLIENTS=16, BENCH_DUP_POOL=100000,
 # BENCH_SIZE_OPS=40000, BENCH_SCALE_BIG=10000000, BENCH_SCALE_SMALL=10000,
@@ -110,6 +110,7 @@ if [[ -z $out ]]; then
 fi
 
 started=$SECONDS
+cmdline="$*"
 export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 [[ -n $out ]] || out=$work/out
@@ -411,12 +412,13 @@ rotate() {
     echo "pgbench: $(pgbench --version | awk '{ print $3 }')"
     echo "redis: $(redis-server --version 2>/dev/null | awk '{ print $3 }' | sed 's/v=//')"
     echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src idempotency--*.sql 2>/dev/null || echo ' (src modified)')"
-    echo "settings: $(val postgres "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name)
+    echo "settings: $(val postgres "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)
         FROM pg_settings WHERE name IN ('shared_buffers', 'fsync', 'synchronous_commit', 'wal_level',
         'full_page_writes', 'autovacuum', 'max_wal_size', 'checkpoint_timeout', 'wal_compression', 'data_checksums')")"
     echo "load_before: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "mode: $([[ $smoke == yes ]] && echo smoke || echo full) seconds=$BENCH_SECONDS reps=$BENCH_REPS clients=$BENCH_CLIENTS side_clients=$BENCH_SIDE_CLIENTS"
     echo "impls: ${impls[*]}"
+    echo "command: bench/run.sh $cmdline"
 } >"$work/machine.txt"
 
 make_scripts
