@@ -141,6 +141,37 @@ bench_cleanup() {
     rm -rf "$work"
 }
 
+# ------------------------------------------------------------- packages
+# Debian packages the suite uses: python3 (report, percentiles) always;
+# gnuplot-nox (the plot), redis-server and redis-tools (the Redis peer) for a
+# full run (the smoke run skips what is missing). Installed when root, as
+# scripts/deps does for the build; otherwise the command is printed.
+bench_deps() {
+    local need=() pkg
+    [[ -x /usr/bin/python3 ]] || need+=(python3)
+    if [[ $smoke == no ]]; then
+        command -v gnuplot >/dev/null || need+=(gnuplot-nox)
+        if [[ $BENCH_REDIS != no ]]; then
+            command -v redis-server >/dev/null || need+=(redis-server)
+            command -v redis-benchmark >/dev/null || need+=(redis-tools)
+        fi
+    fi
+    ((${#need[@]})) || return 0
+    if ((EUID != 0)); then
+        die "missing packages: ${need[*]}; install them with: sudo apt-get install -y ${need[*]}"
+    fi
+    log "installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    local apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
+    if ! apt-get "${apt_opts[@]}" install -y -qq "${need[@]}" >/dev/null; then
+        apt-get "${apt_opts[@]}" update -qq
+        apt-get "${apt_opts[@]}" install -y -qq "${need[@]}" >/dev/null ||
+            die "apt-get install ${need[*]} failed"
+    fi
+    for pkg in "${need[@]}"; do log "installed $pkg"; done
+}
+bench_deps
+
 # ---------------------------------------------------------------- the server
 if [[ $existing == yes ]]; then
     [[ -n ${PGHOST:-} && -n ${PGPORT:-} ]] || die "--existing-cluster needs PGHOST and PGPORT"
