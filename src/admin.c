@@ -144,7 +144,11 @@ resolve_operation(PG_FUNCTION_ARGS)
 		if (idem_execute(st, values, nulls, 0) == 0)
 			continue;			/* it changed under us: decide again */
 
-		/* audit: values[0..3] stay, [3] becomes the previous status */
+		/*
+		 * The audit row reuses the update's parameters: $1 job type, $2 key
+		 * and $3 attempt stay; $4 becomes the status read, then the
+		 * resolution, who, when and the note.
+		 */
 		values[3] = values[4];
 		values[4] = CStringGetTextDatum(resolution);
 		values[5] = CStringGetTextDatum(GetUserNameFromId(call.caller, false));

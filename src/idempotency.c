@@ -9,7 +9,8 @@
  * primary key is its only index. A worker claims the key before the work
  * (claim_operation) and completes it after (complete_operation). Every
  * function here is a short sequence of prepared SPI statements on that one
- * row; there are no explicit locks. Correctness rests on two PostgreSQL
+ * row; they take no explicit locks (only job_types_guard(), on the rare
+ * removal of a job type, does). Correctness rests on two PostgreSQL
  * guarantees:
  *
  * 1. INSERT ... ON CONFLICT DO NOTHING on the primary key. A claim that
@@ -22,8 +23,10 @@
  *	  Under REPEATABLE READ and SERIALIZABLE a conflict with a row the
  *	  snapshot cannot see raises a serialization failure instead.
  *
- * 2. Compare-and-swap updates. Every change of an existing record names, in
- *	  its WHERE clause, the attempt, the heartbeat and the status it read.
+ * 2. Compare-and-swap updates. A takeover, a skip and a resolution name, in
+ *	  their WHERE clause, the attempt, the heartbeat and the status they read
+ *	  (AS_READ); complete, release and extend name the caller's attempt and
+ *	  the statuses they accept.
  *	  Under READ COMMITTED an UPDATE that meets a concurrently updated row
  *	  waits, then re-evaluates its WHERE clause on the newest version; if
  *	  the record changed, nothing is updated and the caller re-reads it and
@@ -91,6 +94,10 @@ PG_MODULE_MAGIC;
 #define PLUS	" OPERATOR(pg_catalog.+) "
 #define MINUS	" OPERATOR(pg_catalog.-) "
 #define THIS_OPERATION	"o.job_type" EQ "$1 AND o.operation_key" EQ "$2"
+/* compare-and-swap: the record is still as ST_LOOKUP read it */
+#define AS_READ \
+	" AND o.attempt" EQ "$3 AND o.heartbeat_at" EQ "$4" \
+	" AND o.status::pg_catalog.text" EQ "$5"
 
 typedef struct StatementDef
 {
@@ -130,8 +137,7 @@ static const StatementDef statements[ST_COUNT] = {
 		" SET status = 'claimed', attempt = o.attempt" PLUS "1,"
 		" claimed_at = $6, heartbeat_at = $6, completed_at = NULL,"
 		" claimed_by = $7, fingerprint = COALESCE(o.fingerprint, $8), result = NULL"
-		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
-		" AND o.heartbeat_at" EQ "$4 AND o.status::pg_catalog.text" EQ "$5",
+		" WHERE " THIS_OPERATION AS_READ,
 		8, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID,
 			TIMESTAMPTZOID, TEXTOID, TEXTOID}
 	},
@@ -190,15 +196,13 @@ static const StatementDef statements[ST_COUNT] = {
 	[ST_RESOLVE_COMPLETED] = {
 		"UPDATE idempotency.operations o"
 		" SET status = 'completed', completed_at = $6"
-		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
-		" AND o.heartbeat_at" EQ "$4 AND o.status::pg_catalog.text" EQ "$5",
+		" WHERE " THIS_OPERATION AS_READ,
 		6, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	[ST_RESOLVE_RETRY] = {
 		"UPDATE idempotency.operations o"
 		" SET status = 'released', completed_at = NULL, result = NULL"
-		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
-		" AND o.heartbeat_at" EQ "$4 AND o.status::pg_catalog.text" EQ "$5",
+		" WHERE " THIS_OPERATION AS_READ,
 		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	/* $3 attempt, $4 previous status, $5 resolution, $6 who, $7 now, $8 note */
