@@ -117,6 +117,9 @@ SELECT finish(:id, :attempt);
 });
 
 my $monitor = $node->background_psql('postgres');
+# a worker chosen for pg_terminate_backend() may exit first; the WARNING
+# that pid is no backend would fail query_safe (the count stays exact)
+$monitor->query_safe('SET client_min_messages = error');
 
 # Run worker processes until the queue is empty, killing $kills of them
 # along the way, spread over the queue: at random points of its progress
@@ -178,6 +181,13 @@ sub run_workers
 		# poll interval of this loop (like poll_query_until's)
 		Time::HiRes::sleep(0.02);
 	}
+	# A SIGKILLed worker's backend may still be running the statement it was
+	# sent (a claim, say), and commit it after the worker is gone: wait until
+	# every worker backend has noticed and left, so that what follows sees
+	# the storm's last claim.
+	$node->poll_query_until('postgres',
+		q{SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'storm_worker'})
+	  or die 'worker backends stayed after their workers were gone';
 	return ($terminated, $sigkilled, $started);
 }
 
