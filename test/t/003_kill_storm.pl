@@ -128,8 +128,8 @@ $monitor->query_safe('SET client_min_messages = error');
 sub run_workers
 {
 	my ($queue_end, $kills) = @_;
-	my (@workers, $started, $terminated, $sigkilled);
-	$started = $terminated = $sigkilled = 0;
+	my (@workers, $started, $terminated, $sigkilled, $failed);
+	$started = $terminated = $sigkilled = $failed = 0;
 	my $first = $monitor->query_safe('SELECT last_value FROM queue_seq');
 	my $span = $queue_end - $first;
 	my @kill_at = sort { $a <=> $b } map { $first + int(rand($span * 0.95)) } 1 .. $kills;
@@ -143,7 +143,7 @@ sub run_workers
 		@workers = grep {
 			$_->pump_nb if $_->pumpable;
 			if ($_->pumpable) { 1 }
-			else { $_->finish; 0 }
+			else { $failed++ unless $_->finish; 0 }
 		} @workers;
 		my $progress = $monitor->query_safe(
 			'SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM queue_seq');
@@ -188,7 +188,7 @@ sub run_workers
 	$node->poll_query_until('postgres',
 		q{SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'storm_worker'})
 	  or die 'worker backends stayed after their workers were gone';
-	return ($terminated, $sigkilled, $started);
+	return ($terminated, $sigkilled, $started, $failed);
 }
 
 my $t0 = time();
@@ -207,12 +207,19 @@ my $stale_after_storm = $node->safe_psql('postgres',
 	q{SELECT count(*) FROM idempotency.stale_claims()});
 
 # ... and the queue redelivers every key once more, with no kills: the
-# policies decide what happens to the stale claims.
+# policies decide what happens to the stale claims. The storm's workers went
+# on drawing ids after the queue ran dry (a worker runs a fixed number of
+# transactions), so the redeliveries are queued after the sequence's current
+# value, not after the storm's last message: otherwise the first of them
+# would never be delivered.
+my $base = $node->safe_psql('postgres', 'SELECT last_value FROM queue_seq');
 $node->safe_psql('postgres', qq{
     INSERT INTO queue
-    SELECT $storm_size + row_number() OVER (ORDER BY random()), jt, 'K' || k
+    SELECT $base + row_number() OVER (ORDER BY random()), jt, 'K' || k
     FROM generate_series(1, $nkeys) k, unnest(ARRAY['tx_invoice', 'ext_hold', 'ext_retry']) jt});
-my ($t2, $k2) = run_workers($storm_size + 3 * $nkeys, 0);
+my ($t2, $k2, $p2, $failed2) = run_workers($base + 3 * $nkeys, 0);
+note("the storm queue had $storm_size messages; its workers drew ids up to $base");
+is($failed2, 0, "redelivery: all $p2 worker processes ended without an error");
 $node->poll_query_until('postgres', q{
     SELECT count(*) = 0 FROM idempotency.operations o JOIN idempotency.job_types jt USING (job_type)
     WHERE o.status = 'claimed' AND o.heartbeat_at + jt.lease > clock_timestamp()})
