@@ -36,6 +36,10 @@ PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies (unless the server was configured with
+# --enable-depend): every object depends on our headers
+$(OBJS): $(wildcard src/*.h)
+
 # the replay matrix runner and the benchmarks (their own rules)
 -include src/matrix/matrix.mk
 -include bench/bench.mk

@@ -21,6 +21,7 @@
 #include "idempotency.h"
 
 PG_FUNCTION_INFO_V1(claim_operation);
+PG_FUNCTION_INFO_V1(claim_operation_0_2);
 
 typedef struct Verdict
 {
@@ -97,7 +98,8 @@ take_over(text *job_type, text *key, const OperationState *state,
  * "Verdicts" table. Runs inside an SPI connection.
  */
 static void
-claim(Verdict *v, text *job_type, text *key, text *fingerprint, text *worker)
+claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
+	  text *fingerprint, text *worker)
 {
 	int			tries;
 
@@ -109,8 +111,7 @@ claim(Verdict *v, text *job_type, text *key, text *fingerprint, text *worker)
 		if (tries >= IDEMPOTENCY_MAX_TRIES)
 			idem_too_many_tries("claim", job_type, key);
 
-		idem_lookup(job_type, key, &state);
-		idem_require_job_type(&state, job_type);
+		idem_worker_lookup(call, job_type, key, &state);
 
 		if (!state.found)
 		{
@@ -234,8 +235,8 @@ claim(Verdict *v, text *job_type, text *key, text *fingerprint, text *worker)
  * Exactly one row. Writes (and takes a transaction id) only when the
  * verdict is run, verify or a new skipped.
  */
-Datum
-claim_operation(PG_FUNCTION_ARGS)
+static Datum
+claim_operation_common(FunctionCallInfo fcinfo, bool worker_roles)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
@@ -249,8 +250,8 @@ claim_operation(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 
-	idem_begin(&call, "claim_operation()", true);
-	claim(&v, job_type, key, fingerprint, worker);
+	idem_begin_worker(&call, "claim_operation()", worker_roles);
+	claim(&call, &v, job_type, key, fingerprint, worker);
 	idem_end(&call);
 
 	values[0] = CStringGetTextDatum(v.verdict);
@@ -260,4 +261,18 @@ claim_operation(PG_FUNCTION_ARGS)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 
 	return (Datum) 0;
+}
+
+/* version 0.1's definition */
+Datum
+claim_operation(PG_FUNCTION_ARGS)
+{
+	return claim_operation_common(fcinfo, false);
+}
+
+/* since 0.2: the job type's worker_role applies */
+Datum
+claim_operation_0_2(PG_FUNCTION_ARGS)
+{
+	return claim_operation_common(fcinfo, true);
 }

@@ -20,6 +20,9 @@
 PG_FUNCTION_INFO_V1(complete_operation);
 PG_FUNCTION_INFO_V1(release_operation);
 PG_FUNCTION_INFO_V1(extend_lease);
+PG_FUNCTION_INFO_V1(complete_operation_0_2);
+PG_FUNCTION_INFO_V1(release_operation_0_2);
+PG_FUNCTION_INFO_V1(extend_lease_0_2);
 
 #define STATUS_BIT(s)	(1 << (s))
 #define CLAIMED_OR_SKIPPED	(STATUS_BIT(OPERATION_CLAIMED) | STATUS_BIT(OPERATION_SKIPPED))
@@ -32,12 +35,12 @@ PG_FUNCTION_INFO_V1(extend_lease);
  * us: the caller tries once more).
  */
 static bool
-explain_refusal(text *job_type, text *key, int32 attempt, const char *action,
-				int allowed, int done)
+explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
+				const char *action, int allowed, int done)
 {
 	OperationState state;
 
-	idem_lookup(job_type, key, &state);
+	idem_worker_lookup(call, job_type, key, &state);
 	idem_require_record(&state, job_type, key);
 
 	if (attempt < state.attempt)
@@ -73,21 +76,27 @@ explain_refusal(text *job_type, text *key, int32 attempt, const char *action,
 
 /*
  * Run the fenced UPDATE `st` ($1 job type, $2 key, $3 attempt, $4 now,
- * $5 result) until it updates the record, or until explain_refusal() says
- * that the call repeats one already done (returns false) or raises the
- * error that says why. On true, SPI_tuptable holds the RETURNING row, if any.
+ * $5 result), or its _ROLE variant `role_st` ($6 the caller) when the job
+ * type's worker_role applies, until it updates the record, or until
+ * explain_refusal() says that the call repeats one already done (returns
+ * false) or raises the error that says why (42501 first, if the caller may
+ * not work the job type). On true, SPI_tuptable holds the RETURNING row, if
+ * any.
  */
 static bool
-fenced_update(Statement st, const char *action, text *job_type, text *key,
+fenced_update(const IdemCall *call, Statement st, Statement role_st,
+			  const char *action, text *job_type, text *key,
 			  int32 attempt, Datum result, bool result_isnull,
 			  int allowed, int done)
 {
 	int			tries;
 
+	if (call->worker_roles)
+		st = role_st;
 	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
 	{
-		Datum		values[5];
-		char		nulls[5] = "    ";
+		Datum		values[6];
+		char		nulls[6] = "     ";
 
 		values[0] = PointerGetDatum(job_type);
 		values[1] = PointerGetDatum(key);
@@ -95,10 +104,11 @@ fenced_update(Statement st, const char *action, text *job_type, text *key,
 		values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 		values[4] = result;
 		nulls[4] = result_isnull ? 'n' : ' ';
+		values[5] = ObjectIdGetDatum(call->caller);
 
 		if (idem_execute(st, values, nulls, 0) == 1)
 			return true;
-		if (explain_refusal(job_type, key, attempt, action, allowed, done))
+		if (explain_refusal(call, job_type, key, attempt, action, allowed, done))
 			return false;
 	}
 	idem_too_many_tries(action, job_type, key);
@@ -112,16 +122,17 @@ fenced_update(Statement st, const char *action, text *job_type, text *key,
  * already completed record with the same attempt is a no-op; the result
  * stored first is kept.
  */
-Datum
-complete_operation(PG_FUNCTION_ARGS)
+static Datum
+complete_common(FunctionCallInfo fcinfo, bool worker_roles)
 {
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
 
-	idem_begin(&call, "complete_operation()", true);
-	(void) fenced_update(ST_COMPLETE, "complete", job_type, key, attempt,
+	idem_begin_worker(&call, "complete_operation()", worker_roles);
+	(void) fenced_update(&call, ST_COMPLETE, ST_COMPLETE_ROLE, "complete",
+						 job_type, key, attempt,
 						 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
 						 PG_ARGISNULL(3),
 						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED);
@@ -137,17 +148,17 @@ complete_operation(PG_FUNCTION_ARGS)
  * claimed or skipped -> released: the effect did not happen, the next claim
  * runs with attempt + 1. Releasing twice is a no-op.
  */
-Datum
-release_operation(PG_FUNCTION_ARGS)
+static Datum
+release_common(FunctionCallInfo fcinfo, bool worker_roles)
 {
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
 
-	idem_begin(&call, "release_operation()", true);
-	(void) fenced_update(ST_RELEASE, "release", job_type, key, attempt,
-						 (Datum) 0, true,
+	idem_begin_worker(&call, "release_operation()", worker_roles);
+	(void) fenced_update(&call, ST_RELEASE, ST_RELEASE_ROLE, "release",
+						 job_type, key, attempt, (Datum) 0, true,
 						 CLAIMED_OR_SKIPPED, OPERATION_RELEASED);
 	idem_end(&call);
 
@@ -162,8 +173,8 @@ release_operation(PG_FUNCTION_ARGS)
  * A stale claim that nobody took over yet can still be extended: its worker
  * is evidently alive.
  */
-Datum
-extend_lease(PG_FUNCTION_ARGS)
+static Datum
+extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 {
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
@@ -172,14 +183,53 @@ extend_lease(PG_FUNCTION_ARGS)
 	bool		isnull;
 	TimestampTz expires_at;
 
-	idem_begin(&call, "extend_lease()", true);
+	idem_begin_worker(&call, "extend_lease()", worker_roles);
 	/* there is no repeat of an extension: it either updates or raises */
-	(void) fenced_update(ST_EXTEND, "extend the lease of", job_type, key, attempt,
-						 (Datum) 0, true, STATUS_BIT(OPERATION_CLAIMED), -1);
+	(void) fenced_update(&call, ST_EXTEND, ST_EXTEND_ROLE, "extend the lease of",
+						 job_type, key, attempt, (Datum) 0, true,
+						 STATUS_BIT(OPERATION_CLAIMED), -1);
 	expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc,
 												   1, &isnull));
 	idem_end(&call);
 
 	PG_RETURN_TIMESTAMPTZ(expires_at);
+}
+
+/* The entry points of version 0.1's definitions ... */
+Datum
+complete_operation(PG_FUNCTION_ARGS)
+{
+	return complete_common(fcinfo, false);
+}
+
+Datum
+release_operation(PG_FUNCTION_ARGS)
+{
+	return release_common(fcinfo, false);
+}
+
+Datum
+extend_lease(PG_FUNCTION_ARGS)
+{
+	return extend_common(fcinfo, false);
+}
+
+/* ... and of 0.2's: the job type's worker_role applies */
+Datum
+complete_operation_0_2(PG_FUNCTION_ARGS)
+{
+	return complete_common(fcinfo, true);
+}
+
+Datum
+release_operation_0_2(PG_FUNCTION_ARGS)
+{
+	return release_common(fcinfo, true);
+}
+
+Datum
+extend_lease_0_2(PG_FUNCTION_ARGS)
+{
+	return extend_common(fcinfo, true);
 }

@@ -79,6 +79,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -99,6 +100,40 @@ PG_MODULE_MAGIC;
 	" AND o.attempt" EQ "$3 AND o.heartbeat_at" EQ "$4" \
 	" AND o.status::pg_catalog.text" EQ "$5"
 
+#define LOOKUP_SQL(extra_columns) \
+	"SELECT jt.stale_policy::pg_catalog.text, jt.max_attempts," \
+	" o.status::pg_catalog.text, o.attempt, o.heartbeat_at," \
+	" o.heartbeat_at" PLUS "jt.lease, o.fingerprint, o.result" extra_columns \
+	" FROM idempotency.job_types jt" \
+	" LEFT JOIN idempotency.operations o" \
+	" ON o.job_type" EQ "jt.job_type AND o.operation_key" EQ "$2" \
+	" WHERE jt.job_type" EQ "$1"
+/* since 0.2: $6, the caller, may work the job type (see idem_begin_worker) */
+#define ROLE_MAY_WORK_JT \
+	"(jt.worker_role IS NULL OR pg_catalog.pg_has_role($6," \
+	" jt.worker_role::pg_catalog.oid, 'USAGE'))"
+#define ROLE_MAY_WORK_O \
+	" AND EXISTS (SELECT FROM idempotency.job_types jt" \
+	" WHERE jt.job_type" EQ "o.job_type AND " ROLE_MAY_WORK_JT ")"
+/* $1 job type, $2 key, $3 attempt, $4 now, $5 result; $6 caller (_ROLE) */
+#define COMPLETE_SQL(extra) \
+	"UPDATE idempotency.operations o" \
+	" SET status = 'completed', completed_at = $4, result = $5" \
+	" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3" \
+	" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')" extra
+#define RELEASE_SQL(extra) \
+	"UPDATE idempotency.operations o" \
+	" SET status = 'released', completed_at = NULL, result = NULL" \
+	" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3" \
+	" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')" extra
+#define EXTEND_SQL(extra) \
+	"UPDATE idempotency.operations o SET heartbeat_at = $4" \
+	" FROM idempotency.job_types jt" \
+	" WHERE " THIS_OPERATION " AND jt.job_type" EQ "o.job_type" \
+	" AND o.attempt" EQ "$3 AND o.status" EQ "'claimed'" extra \
+	" RETURNING o.heartbeat_at" PLUS "jt.lease"
+#define FENCED_ARGS		{TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID, OIDOID}
+
 typedef struct StatementDef
 {
 	const char *sql;
@@ -108,13 +143,12 @@ typedef struct StatementDef
 
 static const StatementDef statements[ST_COUNT] = {
 	[ST_LOOKUP] = {
-		"SELECT jt.stale_policy::pg_catalog.text, jt.max_attempts,"
-		" o.status::pg_catalog.text, o.attempt, o.heartbeat_at,"
-		" o.heartbeat_at" PLUS "jt.lease, o.fingerprint, o.result"
-		" FROM idempotency.job_types jt"
-		" LEFT JOIN idempotency.operations o"
-		" ON o.job_type" EQ "jt.job_type AND o.operation_key" EQ "$2"
-		" WHERE jt.job_type" EQ "$1",
+		LOOKUP_SQL(""),
+		2, {TEXTOID, TEXTOID}
+	},
+	/* since 0.2: the job type's worker_role as a ninth column */
+	[ST_LOOKUP_ROLE] = {
+		LOOKUP_SQL(", jt.worker_role::pg_catalog.oid"),
 		2, {TEXTOID, TEXTOID}
 	},
 	/*
@@ -149,31 +183,13 @@ static const StatementDef statements[ST_COUNT] = {
 		" AND o.heartbeat_at" EQ "$4 AND o.status" EQ "'claimed'",
 		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
-	/* $3 attempt, $4 now, $5 result */
-	[ST_COMPLETE] = {
-		"UPDATE idempotency.operations o"
-		" SET status = 'completed', completed_at = $4, result = $5"
-		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
-		" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')",
-		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
-	},
-	/* the same parameters as ST_COMPLETE; $4 and $5 unused */
-	[ST_RELEASE] = {
-		"UPDATE idempotency.operations o"
-		" SET status = 'released', completed_at = NULL, result = NULL"
-		" WHERE " THIS_OPERATION " AND o.attempt" EQ "$3"
-		" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')",
-		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
-	},
-	/* the same parameters as ST_COMPLETE, $5 unused; returns the new expiry */
-	[ST_EXTEND] = {
-		"UPDATE idempotency.operations o SET heartbeat_at = $4"
-		" FROM idempotency.job_types jt"
-		" WHERE " THIS_OPERATION " AND jt.job_type" EQ "o.job_type"
-		" AND o.attempt" EQ "$3 AND o.status" EQ "'claimed'"
-		" RETURNING o.heartbeat_at" PLUS "jt.lease",
-		5, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
-	},
+	/* $4 and $5 unused by release, $5 by extend; extend returns the expiry */
+	[ST_COMPLETE] = {COMPLETE_SQL(""), 5, FENCED_ARGS},
+	[ST_RELEASE] = {RELEASE_SQL(""), 5, FENCED_ARGS},
+	[ST_EXTEND] = {EXTEND_SQL(""), 5, FENCED_ARGS},
+	[ST_COMPLETE_ROLE] = {COMPLETE_SQL(ROLE_MAY_WORK_O), 6, FENCED_ARGS},
+	[ST_RELEASE_ROLE] = {RELEASE_SQL(ROLE_MAY_WORK_O), 6, FENCED_ARGS},
+	[ST_EXTEND_ROLE] = {EXTEND_SQL(" AND " ROLE_MAY_WORK_JT), 6, FENCED_ARGS},
 	/* $1 now; columns as in stale_claims() */
 #define STALE_CLAIMS_SQL \
 		"SELECT o.job_type, o.operation_key, o.attempt, o.claimed_at," \
@@ -231,6 +247,13 @@ static const StatementDef statements[ST_COUNT] = {
 		" WHERE o.ctid" EQ "ANY ($2) AND" PURGEABLE,
 		2, {TIMESTAMPTZOID, TIDARRAYOID}
 	},
+	/* $2, $3: the first tid of the range and the first one after it */
+	[ST_PURGE_RANGE] = {
+		"DELETE FROM idempotency.operations o USING idempotency.job_types jt"
+		" WHERE o.ctid OPERATOR(pg_catalog.>=) $2 AND o.ctid OPERATOR(pg_catalog.<) $3"
+		" AND" PURGEABLE,
+		3, {TIMESTAMPTZOID, TIDOID, TIDOID}
+	},
 };
 
 static SPIPlanPtr plans[ST_COUNT];
@@ -282,11 +305,24 @@ idem_begin(IdemCall *call, const char *fname, bool writes)
 
 	owner = operations_owner();
 	GetUserIdAndSecContext(&call->caller, &call->save_sec_context);
+	call->worker_roles = false;
 	SetUserIdAndSecContext(owner,
 						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+}
+
+/*
+ * Start a call of a worker function (claim, complete, release, extend).
+ * worker_roles: the call comes through the function's 0.2 definition, so
+ * job_types has a worker_role column and it applies.
+ */
+void
+idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles)
+{
+	idem_begin(call, fname, true);
+	call->worker_roles = worker_roles;
 }
 
 /* End a call begun with idem_begin. (On error, transaction abort does both.) */
@@ -388,11 +424,12 @@ idem_status_name(OperationStatus status)
 }
 
 /*
- * Read a job type's configuration and the record of one key, in one
- * primary-key lookup each. Fills *state; see OperationState.
+ * Read a job type's configuration and the record of one key with ST_LOOKUP
+ * or ST_LOOKUP_ROLE, in one primary-key lookup each. Fills *state; see
+ * OperationState.
  */
-void
-idem_lookup(text *job_type, text *key, OperationState *state)
+static void
+lookup(Statement st, text *job_type, text *key, OperationState *state)
 {
 	Datum		values[2] = {PointerGetDatum(job_type), PointerGetDatum(key)};
 	HeapTuple	tuple;
@@ -400,7 +437,8 @@ idem_lookup(text *job_type, text *key, OperationState *state)
 	bool		isnull;
 
 	memset(state, 0, sizeof(*state));
-	if (idem_execute(ST_LOOKUP, values, NULL, 1) == 0)
+	state->worker_role = InvalidOid;
+	if (idem_execute(st, values, NULL, 1) == 0)
 		return;
 
 	tuple = SPI_tuptable->vals[0];
@@ -410,6 +448,12 @@ idem_lookup(text *job_type, text *key, OperationState *state)
 	state->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
 	if (isnull)
 		state->max_attempts = 0;
+	if (st == ST_LOOKUP_ROLE)
+	{
+		Datum		role = SPI_getbinval(tuple, desc, 9, &isnull);
+
+		state->worker_role = isnull ? InvalidOid : DatumGetObjectId(role);
+	}
 
 	(void) SPI_getbinval(tuple, desc, 3, &isnull);
 	if (isnull)
@@ -425,6 +469,45 @@ idem_lookup(text *job_type, text *key, OperationState *state)
 		state->fingerprint = isnull ? NULL : DatumGetTextPP(fp);
 	}
 	state->result = SPI_getbinval(tuple, desc, 8, &state->result_isnull);
+}
+
+/* The lookup of the operator functions: no worker_role */
+void
+idem_lookup(text *job_type, text *key, OperationState *state)
+{
+	lookup(ST_LOOKUP, job_type, key, state);
+}
+
+/*
+ * The lookup of the worker functions: the job type must exist and, if it
+ * names a worker_role, the caller must have that role's privileges (be it,
+ * or a member that inherits it; superusers have every role's). Raises 42501
+ * otherwise, before anything about the record is told or changed.
+ */
+void
+idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
+				   OperationState *state)
+{
+	lookup(call->worker_roles ? ST_LOOKUP_ROLE : ST_LOOKUP, job_type, key, state);
+	idem_require_job_type(state, job_type);
+
+	if (OidIsValid(state->worker_role) &&
+		!has_privs_of_role(call->caller, state->worker_role))
+	{
+		const char *role = GetUserNameFromId(state->worker_role, true);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for job type \"%s\"", idem_text(job_type)),
+				 role ?
+				 errdetail("Only role \"%s\" and the roles that inherit its privileges may work this job type.",
+						   role) :
+				 errdetail("Its worker_role names a role that no longer exists, so no role but a superuser may work it."),
+				 role ?
+				 errhint("Work it as a member of \"%s\" (GRANT \"%s\" TO \"%s\"), or change idempotency.job_types.worker_role.",
+						 role, role, GetUserNameFromId(call->caller, false)) :
+				 errhint("Set idempotency.job_types.worker_role to an existing role.")));
+	}
 }
 
 void

@@ -55,12 +55,16 @@ typedef enum StalePolicy
 typedef enum Statement
 {
 	ST_LOOKUP,
+	ST_LOOKUP_ROLE,
 	ST_INSERT,
 	ST_TAKEOVER,
 	ST_SKIP,
 	ST_COMPLETE,
 	ST_RELEASE,
 	ST_EXTEND,
+	ST_COMPLETE_ROLE,
+	ST_RELEASE_ROLE,
+	ST_EXTEND_ROLE,
 	ST_STALE_ALL,
 	ST_STALE_ONE,
 	ST_RESOLVE_COMPLETED,
@@ -68,6 +72,7 @@ typedef enum Statement
 	ST_AUDIT,
 	ST_PURGE_SCAN,
 	ST_PURGE_DELETE,
+	ST_PURGE_RANGE,
 	ST_COUNT
 } Statement;
 
@@ -81,6 +86,7 @@ typedef struct OperationState
 	bool		job_type_found;
 	StalePolicy policy;
 	int32		max_attempts;	/* 0: no limit */
+	Oid			worker_role;	/* InvalidOid: any role with EXECUTE */
 
 	bool		found;
 	OperationStatus status;
@@ -92,21 +98,31 @@ typedef struct OperationState
 	bool		result_isnull;
 } OperationState;
 
-/* One SQL-callable call: the caller's identity, restored at the end */
+/*
+ * One SQL-callable call: the caller's identity, restored at the end, and
+ * whether the job type's worker_role applies to it. It does for the worker
+ * functions as version 0.2 defines them; their 0.1 definitions (whose
+ * job_types has no worker_role column) call the C entry points without the
+ * _0_2 suffix, which do not check it. See "Versions" in idempotency.c.
+ */
 typedef struct IdemCall
 {
 	Oid			caller;
 	int			save_sec_context;
+	bool		worker_roles;
 } IdemCall;
 
 /* idempotency.c */
 extern void idem_begin(IdemCall *call, const char *fname, bool writes);
+extern void idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles);
 extern void idem_end(IdemCall *call);
 extern int	idem_execute(Statement st, Datum *values, const char *nulls, long count);
 extern Portal idem_cursor(Statement st, Datum *values, const char *nulls);
 extern void idem_lookup(text *job_type, text *key, OperationState *state);
 extern void idem_require_job_type(const OperationState *state, text *job_type);
 extern void idem_require_record(const OperationState *state, text *job_type, text *key);
+extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
+							   OperationState *state);
 extern text *idem_arg_job_type(FunctionCallInfo fcinfo, int argno);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno);
 extern int32 idem_arg_attempt(FunctionCallInfo fcinfo, int argno);

@@ -42,6 +42,8 @@ $node->safe_psql('src', q{
         ('charge_card', '2 minutes', 'lookup', 3, NULL),
         ('post_slack', '30 seconds', 'skip', NULL, '1 day'),
         ('sync_crm', '1 hour', 'retry', 5, NULL);
+    -- 0.2: a job type that only role worker may work (regrole: dumped by name)
+    UPDATE idempotency.job_types SET worker_role = 'worker' WHERE job_type = 'sync_crm';
     -- completed (with a result), claimed, released, and claims that will be stale
     SELECT idempotency.claim_operation('send_email', 'ORD-' || k, 'fp-' || k, 'w1')
     FROM generate_series(1, 50) k;
@@ -131,6 +133,12 @@ for my $db (qw(restored_custom restored_plain))
 	ok($node->safe_psql($db, q{SELECT has_table_privilege('operator', 'idempotency.job_type_stats', 'SELECT')
                                   AND NOT has_table_privilege('worker', 'idempotency.operations', 'UPDATE')}) eq 't',
 		"$db: table grants survived");
+
+	is($node->safe_psql($db, q{
+        SELECT string_agg(job_type || ':' || coalesce(worker_role::text, '-'), ' ' ORDER BY job_type)
+        FROM idempotency.job_types}),
+		'charge_card:- post_slack:- send_email:- sync_crm:worker',
+		"$db: the job types' worker roles survived");
 
 	# the protocol goes on
 	is($node->safe_psql($db, q{
