@@ -13,6 +13,7 @@
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/tuplestore.h"
@@ -99,7 +100,7 @@ take_over(text *job_type, text *key, const OperationState *state,
  */
 static void
 claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
-	  text *fingerprint, text *worker)
+	  text *fingerprint, text *worker, bool absent)
 {
 	int			tries;
 
@@ -111,12 +112,20 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 		if (tries >= IDEMPOTENCY_MAX_TRIES)
 			idem_too_many_tries("claim", job_type, key);
 
-		idem_worker_lookup(call, job_type, key, &state);
+		/*
+		 * The probe saw no record: insert at once. The INSERT selects the
+		 * job type (and checks the caller's role), so when it inserts
+		 * nothing the lookup of the next round says why.
+		 */
+		if (tries == 0 && absent)
+			state.found = false;
+		else
+			idem_worker_lookup(call, job_type, key, &state);
 
 		if (!state.found)
 		{
-			Datum		values[5];
-			char		nulls[5] = "     ";
+			Datum		values[6];
+			char		nulls[6] = "      ";
 
 			values[0] = PointerGetDatum(job_type);
 			values[1] = PointerGetDatum(key);
@@ -127,12 +136,14 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 				nulls[3] = 'n';
 			if (fingerprint == NULL)
 				nulls[4] = 'n';
+			values[5] = ObjectIdGetDatum(call->caller);
 
 			/*
 			 * Waits for a concurrent uncommitted claim of the same key; does
 			 * nothing if that one committed, and we read it again.
 			 */
-			if (idem_execute(ST_INSERT, values, nulls, 0) == 1)
+			if (idem_execute(call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
+							 values, nulls, 0) == 1)
 			{
 				set_verdict(v, "run", 1);
 				return;
@@ -247,12 +258,22 @@ claim_operation_common(FunctionCallInfo fcinfo, bool worker_roles)
 	Verdict		v;
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
+	ProbeResult probe;
 
 	InitMaterializedSRF(fcinfo, 0);
 
-	idem_begin_worker(&call, "claim_operation()", worker_roles);
-	claim(&call, &v, job_type, key, fingerprint, worker);
-	idem_end(&call);
+	/* a duplicate of a completed key is answered by the probe alone */
+	PreventCommandDuringRecovery("claim_operation()");
+	PreventCommandIfReadOnly("claim_operation()");
+	set_verdict(&v, "completed", 0);
+	probe = idem_probe(worker_roles, job_type, key, fingerprint,
+					   &v.attempt, &v.result, &v.result_isnull);
+	if (probe != PROBE_COMPLETED)
+	{
+		idem_begin_worker(&call, "claim_operation()", worker_roles);
+		claim(&call, &v, job_type, key, fingerprint, worker, probe == PROBE_ABSENT);
+		idem_end(&call);
+	}
 
 	values[0] = CStringGetTextDatum(v.verdict);
 	values[1] = Int32GetDatum(v.attempt);

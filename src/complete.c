@@ -13,6 +13,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 
 #include "idempotency.h"
@@ -129,6 +130,14 @@ complete_common(FunctionCallInfo fcinfo, bool worker_roles)
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
+
+	/* the common case, below SPI; anything else the SPI way */
+	PreventCommandDuringRecovery("complete_operation()");
+	PreventCommandIfReadOnly("complete_operation()");
+	if (idem_fast_complete(worker_roles, job_type, key, attempt,
+						   PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
+						   PG_ARGISNULL(3)))
+		PG_RETURN_VOID();
 
 	idem_begin_worker(&call, "complete_operation()", worker_roles);
 	(void) fenced_update(&call, ST_COMPLETE, ST_COMPLETE_ROLE, "complete",

@@ -47,9 +47,13 @@
  * (the claim, or the last extend_lease) plus its job type's lease, read from
  * idempotency.job_types at every call, is not in the future.
  *
- * A claim of a completed key is a single primary-key lookup (the job type's
- * configuration is joined in the same statement): it writes no WAL and takes
- * no transaction id.
+ * The two hot paths skip SPI (probe.c): a claim first probes the primary
+ * key itself, so a claim of a completed key is that one lookup (it writes no
+ * WAL and takes no transaction id) and a claim of a new key goes straight to
+ * ST_INSERT; complete_operation() updates a claimed record with
+ * table_tuple_update(). Every other case, and every table the fast update
+ * does not cover, goes through the statements below, which decide, follow
+ * concurrent updates and explain refusals.
  *
  * Rights
  * ------
@@ -115,6 +119,14 @@ PG_MODULE_MAGIC;
 #define ROLE_MAY_WORK_O \
 	" AND EXISTS (SELECT FROM idempotency.job_types jt" \
 	" WHERE jt.job_type" EQ "o.job_type AND " ROLE_MAY_WORK_JT ")"
+#define INSERT_SQL(extra) \
+	"INSERT INTO idempotency.operations AS o" \
+	" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at," \
+	" claimed_by, fingerprint)" \
+	" SELECT jt.job_type, $2, 'claimed', 1, $3, $3, $4, $5" \
+	" FROM idempotency.job_types jt WHERE jt.job_type" EQ "$1" extra \
+	" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING"
+#define INSERT_ARGS		{TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, OIDOID}
 /* $1 job type, $2 key, $3 attempt, $4 now, $5 result; $6 caller (_ROLE) */
 #define COMPLETE_SQL(extra) \
 	"UPDATE idempotency.operations o" \
@@ -154,17 +166,12 @@ static const StatementDef statements[ST_COUNT] = {
 	/*
 	 * $3 now, $4 worker, $5 fingerprint. Inserts nothing if the job type
 	 * was removed since the lookup: the statement's snapshot is taken after
-	 * its table lock, which waits for the removal (job_types_guard()).
+	 * its table lock, which waits for the removal (job_types_guard()). The
+	 * _ROLE variant ($6 the caller) also inserts nothing if the caller may
+	 * not work the job type; the lookup that follows says why.
 	 */
-	[ST_INSERT] = {
-		"INSERT INTO idempotency.operations AS o"
-		" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,"
-		" claimed_by, fingerprint)"
-		" SELECT jt.job_type, $2, 'claimed', 1, $3, $3, $4, $5"
-		" FROM idempotency.job_types jt WHERE jt.job_type" EQ "$1"
-		" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING",
-		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID}
-	},
+	[ST_INSERT] = {INSERT_SQL(""), 5, INSERT_ARGS},
+	[ST_INSERT_ROLE] = {INSERT_SQL(" AND " ROLE_MAY_WORK_JT), 6, INSERT_ARGS},
 	/* $3 attempt, $4 heartbeat, $5 status read; $6 now, $7 worker, $8 fingerprint */
 	[ST_TAKEOVER] = {
 		"UPDATE idempotency.operations o"

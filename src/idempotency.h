@@ -57,6 +57,7 @@ typedef enum Statement
 	ST_LOOKUP,
 	ST_LOOKUP_ROLE,
 	ST_INSERT,
+	ST_INSERT_ROLE,
 	ST_TAKEOVER,
 	ST_SKIP,
 	ST_COMPLETE,
@@ -111,6 +112,20 @@ typedef struct IdemCall
 	int			save_sec_context;
 	bool		worker_roles;
 } IdemCall;
+
+/* probe.c: the hot paths below SPI */
+typedef enum ProbeResult
+{
+	PROBE_ABSENT,				/* no record */
+	PROBE_COMPLETED,			/* completed, the same fingerprint (or none) */
+	PROBE_OTHER					/* anything else: the SPI path decides */
+} ProbeResult;
+
+extern ProbeResult idem_probe(bool worker_roles, text *job_type, text *key,
+							  text *fingerprint, int32 *attempt,
+							  Datum *result, bool *result_isnull);
+extern bool idem_fast_complete(bool worker_roles, text *job_type, text *key,
+							   int32 attempt, Datum result, bool result_isnull);
 
 /* idempotency.c */
 extern void idem_begin(IdemCall *call, const char *fname, bool writes);

@@ -1,0 +1,92 @@
+--
+-- The hot paths below SPI (src/probe.c): a duplicate claim answered by the
+-- primary-key probe, and complete_operation() updating the record with
+-- table_tuple_update(). They must leave the table exactly as the SPI path
+-- would: index entries for a non-HOT update, and every trigger, CHECK
+-- constraint and index a DBA adds to the table honoured (the fast update
+-- then steps aside for the executor).
+--
+CREATE EXTENSION idempotency;
+CREATE EXTENSION amcheck;
+INSERT INTO idempotency.job_types (job_type, lease) VALUES ('send_confirmation', '1 minute');
+
+-- fill one heap page with claims, so that completing one of them with a
+-- large result cannot stay on its page: a non-HOT update, which needs a new
+-- primary-key entry
+SELECT count(*) FROM generate_series(1, 200) k,
+    LATERAL idempotency.claim_operation('send_confirmation', 'ORD-' || (1000 + k)) c
+WHERE c.verdict = 'run';
+CREATE TEMP TABLE before_completion AS
+SELECT operation_key, (ctid::text::point)[0] AS block FROM idempotency.operations;
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1001', 1,
+    jsonb_build_object('body', repeat('x', 1800)));
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1002', 1, '{"small": true}');
+-- ORD-1001's new version left its full page (non-HOT); ORD-1002's stayed
+SELECT b.operation_key, b.block AS block_before, (o.ctid::text::point)[0] = b.block AS same_page
+FROM before_completion b JOIN idempotency.operations o USING (operation_key)
+WHERE operation_key IN ('ORD-1001', 'ORD-1002') ORDER BY 1;
+-- every heap tuple has its index entry, and the index finds both records
+SELECT bt_index_parent_check('idempotency.operations_pkey', heapallindexed => true);
+SET enable_seqscan = off;
+SELECT operation_key, status, length(result::text) AS result_length
+FROM idempotency.operations WHERE job_type = 'send_confirmation' AND operation_key IN ('ORD-1001', 'ORD-1002')
+ORDER BY 1;
+RESET enable_seqscan;
+-- and duplicates are answered from the probe, with the stored result
+SELECT verdict, attempt, length(result::text) AS result_length
+FROM idempotency.claim_operation('send_confirmation', 'ORD-1001');
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1002');
+
+-- in one transaction the probe sees the transaction's own earlier claim and
+-- completion (the transactional mode)
+BEGIN;
+SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'ORD-2001');
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-2001', 1, '{"in": "tx"}');
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-2001');
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-2001', 1);  -- a repeat: no-op
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM idempotency.operations WHERE operation_key = 'ORD-2001';
+
+-- a second index on the table (here: for a dashboard by status): every
+-- completion must add its entry, so the fast update steps aside
+CREATE INDEX operations_status ON idempotency.operations (status, completed_at);
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1003', 1, jsonb_build_object('body', repeat('y', 1800)));
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1004', 1);
+SELECT bt_index_parent_check('idempotency.operations_status', heapallindexed => true);
+SET enable_seqscan = off;
+SELECT operation_key FROM idempotency.operations WHERE status = 'completed' ORDER BY 1;
+RESET enable_seqscan;
+DROP INDEX idempotency.operations_status;
+
+-- a CHECK constraint added by the DBA is enforced on completion
+ALTER TABLE idempotency.operations ADD CONSTRAINT result_is_object
+    CHECK (result IS NULL OR jsonb_typeof(result) = 'object');
+\set VERBOSITY terse
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1005', 1, '[1, 2, 3]');
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SELECT status, result FROM idempotency.operations WHERE operation_key = 'ORD-1005';
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1005', 1, '{"ok": 1}');
+ALTER TABLE idempotency.operations DROP CONSTRAINT result_is_object;
+
+-- a trigger added by the DBA fires on completion
+CREATE TABLE completions_seen (operation_key text, status text);
+CREATE FUNCTION see_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO completions_seen VALUES (NEW.operation_key, NEW.status);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER see_completion AFTER UPDATE ON idempotency.operations
+    FOR EACH ROW EXECUTE FUNCTION see_completion();
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1006', 1);
+SELECT * FROM completions_seen;
+DROP TRIGGER see_completion ON idempotency.operations;
+
+-- after all that, the table and its index still agree
+SELECT bt_index_parent_check('idempotency.operations_pkey', heapallindexed => true);
+SELECT status, count(*) FROM idempotency.operations GROUP BY 1 ORDER BY 1;
+
+DROP TABLE completions_seen;
+DROP FUNCTION see_completion();
+DROP EXTENSION amcheck;
+DROP EXTENSION idempotency;

@@ -1,0 +1,393 @@
+/*-------------------------------------------------------------------------
+ *
+ * probe.c
+ *	  The two hot paths below SPI: the primary-key probe of
+ *	  claim_operation() and the update of complete_operation().
+ *
+ * Most claims meet either no record (the run path) or a completed one (the
+ * duplicate path). Both are decided by one lookup in
+ * idempotency.operations_pkey, done here with an index scan under the
+ * statement's snapshot (GetTransactionSnapshot(): a new one per call under
+ * READ COMMITTED, the transaction's under REPEATABLE READ and SERIALIZABLE,
+ * as SPI would take; the heap and index access take the same predicate
+ * locks as the executor's). A completed record is final, so its verdict
+ * needs nothing else: no SPI connection, no user switch, no plan. No record:
+ * the caller inserts at once. Anything else goes the SPI way.
+ *
+ * complete_operation() finds the record the same way and, when it is
+ * claimed or skipped under the caller's attempt, updates it with
+ * table_tuple_update(), as the executor's UPDATE would (HOT when it can;
+ * otherwise the primary key gets its entry for the new version). Every
+ * other outcome goes the SPI way, which re-reads, decides and explains:
+ * another attempt or state, a concurrent update (TM_Updated: under READ
+ * COMMITTED the SPI statement follows the update chain, under REPEATABLE
+ * READ and SERIALIZABLE it raises the serialization failure), and a table
+ * the fast path does not cover: one with triggers, CHECK constraints, row
+ * level security or a second index (all of which the executor maintains
+ * and this code does not).
+ *
+ * Since 0.2 both also read the job type's worker_role (one more primary-key
+ * lookup, in idempotency.job_types) when the call comes through a 0.2
+ * definition; a caller who may not work the job type goes the SPI way,
+ * whose lookup raises the error.
+ *
+ * No privilege is checked here, as none is in the SPI path (which runs as
+ * the table owner): EXECUTE on the function is the permission. The
+ * relations' and attributes' numbers and the enum labels' OIDs are cached
+ * per backend and forgotten on any relcache invalidation of the tables or
+ * their primary keys (DROP/CREATE/ALTER EXTENSION, ALTER TABLE).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_enum.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "idempotency.h"
+
+typedef struct ProbeCache
+{
+	bool		valid;
+	Oid			ops_relid;		/* idempotency.operations */
+	Oid			ops_pkey;
+	Oid			jt_relid;		/* idempotency.job_types */
+	Oid			jt_pkey;
+	AttrNumber	att_status;
+	AttrNumber	att_attempt;
+	AttrNumber	att_completed_at;
+	AttrNumber	att_fingerprint;
+	AttrNumber	att_result;
+	AttrNumber	att_worker_role;	/* InvalidAttrNumber before 0.2 */
+	Oid			claimed;		/* pg_enum OIDs of the statuses */
+	Oid			completed;
+	Oid			skipped;
+} ProbeCache;
+
+static ProbeCache cache;
+static bool callback_registered = false;
+
+static void
+probe_invalidate(Datum arg pg_attribute_unused(), Oid relid)
+{
+	if (relid == InvalidOid ||
+		relid == cache.ops_relid || relid == cache.ops_pkey ||
+		relid == cache.jt_relid || relid == cache.jt_pkey)
+		cache.valid = false;
+}
+
+static Oid
+enum_label(Oid type, const char *label)
+{
+	HeapTuple	tuple = SearchSysCache2(ENUMTYPOIDNAME, ObjectIdGetDatum(type),
+										CStringGetDatum(label));
+	Oid			oid = InvalidOid;
+
+	if (HeapTupleIsValid(tuple))
+	{
+		oid = ((Form_pg_enum) GETSTRUCT(tuple))->oid;
+		ReleaseSysCache(tuple);
+	}
+	return oid;
+}
+
+/* Fill the cache; false if the schema is not what this code expects */
+static bool
+probe_load(void)
+{
+	Oid			nspid;
+	Oid			status_type;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(probe_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	memset(&cache, 0, sizeof(cache));
+	nspid = get_namespace_oid("idempotency", true);
+	if (!OidIsValid(nspid))
+		return false;
+	cache.ops_relid = get_relname_relid("operations", nspid);
+	cache.ops_pkey = get_relname_relid("operations_pkey", nspid);
+	cache.jt_relid = get_relname_relid("job_types", nspid);
+	cache.jt_pkey = get_relname_relid("job_types_pkey", nspid);
+	if (!OidIsValid(cache.ops_relid) || !OidIsValid(cache.ops_pkey) ||
+		!OidIsValid(cache.jt_relid) || !OidIsValid(cache.jt_pkey))
+		return false;
+	cache.att_status = get_attnum(cache.ops_relid, "status");
+	cache.att_attempt = get_attnum(cache.ops_relid, "attempt");
+	cache.att_completed_at = get_attnum(cache.ops_relid, "completed_at");
+	cache.att_fingerprint = get_attnum(cache.ops_relid, "fingerprint");
+	cache.att_result = get_attnum(cache.ops_relid, "result");
+	cache.att_worker_role = get_attnum(cache.jt_relid, "worker_role");
+	if (cache.att_status == InvalidAttrNumber || cache.att_attempt == InvalidAttrNumber ||
+		cache.att_completed_at == InvalidAttrNumber ||
+		cache.att_fingerprint == InvalidAttrNumber || cache.att_result == InvalidAttrNumber)
+		return false;
+	status_type = get_atttype(cache.ops_relid, cache.att_status);
+	cache.claimed = enum_label(status_type, "claimed");
+	cache.completed = enum_label(status_type, "completed");
+	cache.skipped = enum_label(status_type, "skipped");
+	if (!OidIsValid(cache.claimed) || !OidIsValid(cache.completed) ||
+		!OidIsValid(cache.skipped))
+		return false;
+	cache.valid = true;
+	return true;
+}
+
+static bool
+same_text(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * An index scan of one primary key (text columns) for one key; the caller
+ * fetches with index_getnext_slot() and ends with end_lookup().
+ */
+typedef struct Lookup
+{
+	Relation	idx;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+} Lookup;
+
+static void
+begin_lookup(Lookup *l, Relation rel, Oid indexid, LOCKMODE lockmode,
+			 Snapshot snapshot, text *key1, text *key2)
+{
+	ScanKeyData skey[2];
+	int			nkeys = key2 ? 2 : 1;
+
+	l->idx = index_open(indexid, lockmode);
+	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   l->idx->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(key1));
+	if (key2)
+		ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+							   l->idx->rd_indcollation[1], F_TEXTEQ,
+							   PointerGetDatum(key2));
+	l->scan = index_beginscan(rel, l->idx, snapshot, nkeys, 0);
+	index_rescan(l->scan, skey, nkeys, NULL, 0);
+	l->slot = table_slot_create(rel, NULL);
+}
+
+static void
+end_lookup(Lookup *l)
+{
+	ExecDropSingleTupleTableSlot(l->slot);
+	index_endscan(l->scan);
+	index_close(l->idx, NoLock);
+}
+
+/*
+ * May the caller work this job type? True when the call does not check
+ * worker roles, when the schema has no worker_role (0.1), when it is NULL,
+ * and when the caller has the role's privileges. False also when the job
+ * type is not there: the SPI path raises the error in every false case.
+ */
+static bool
+may_work(bool worker_roles, text *job_type, Snapshot snapshot)
+{
+	Relation	rel;
+	Lookup		l;
+	bool		ok = false;
+
+	if (!worker_roles || cache.att_worker_role == InvalidAttrNumber)
+		return true;
+
+	rel = table_open(cache.jt_relid, AccessShareLock);
+	begin_lookup(&l, rel, cache.jt_pkey, AccessShareLock, snapshot, job_type, NULL);
+	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
+	{
+		bool		isnull;
+		Datum		role = slot_getattr(l.slot, cache.att_worker_role, &isnull);
+
+		ok = isnull || has_privs_of_role(GetUserId(), DatumGetObjectId(role));
+	}
+	end_lookup(&l);
+	table_close(rel, NoLock);
+	return ok;
+}
+
+/*
+ * claim_operation()'s probe. PROBE_COMPLETED fills *attempt and *result (a
+ * detoasted copy in the caller's memory context); PROBE_ABSENT: no record
+ * is visible; PROBE_OTHER: anything else (another status, a different
+ * fingerprint, a caller who may not work the job type, a schema this code
+ * does not know), for the SPI path to decide and explain.
+ */
+ProbeResult
+idem_probe(bool worker_roles, text *job_type, text *key, text *fingerprint,
+		   int32 *attempt, Datum *result, bool *result_isnull)
+{
+	Relation	rel;
+	Lookup		l;
+	Snapshot	snapshot;
+	ProbeResult r = PROBE_ABSENT;
+
+	if (!cache.valid && !probe_load())
+		return PROBE_OTHER;
+
+	rel = table_open(cache.ops_relid, AccessShareLock);
+	/* the table may have changed while we waited for its lock */
+	if (!cache.valid)
+	{
+		table_close(rel, NoLock);
+		return PROBE_OTHER;
+	}
+
+	/* see this transaction's own earlier changes, as SPI would */
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	begin_lookup(&l, rel, cache.ops_pkey, AccessShareLock, snapshot, job_type, key);
+
+	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
+	{
+		bool		isnull;
+		Datum		status = slot_getattr(l.slot, cache.att_status, &isnull);
+		Datum		fp = slot_getattr(l.slot, cache.att_fingerprint, &isnull);
+
+		r = PROBE_OTHER;
+		if (DatumGetObjectId(status) == cache.completed &&
+			(fingerprint == NULL || isnull || same_text(fingerprint, DatumGetTextPP(fp))) &&
+			may_work(worker_roles, job_type, snapshot))
+		{
+			Datum		res;
+
+			*attempt = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
+			res = slot_getattr(l.slot, cache.att_result, result_isnull);
+			if (!*result_isnull)
+				*result = PointerGetDatum(PG_DETOAST_DATUM_COPY(res));
+			r = PROBE_COMPLETED;
+		}
+	}
+
+	end_lookup(&l);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, NoLock);
+	return r;
+}
+
+/*
+ * Does the fast update cover this table? Not when the executor would do
+ * more than update the heap and the primary key.
+ */
+static bool
+plain_table(Relation rel)
+{
+	List	   *indexes;
+	bool		plain;
+
+	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity ||
+		(rel->rd_att->constr != NULL && rel->rd_att->constr->num_check > 0))
+		return false;
+	indexes = RelationGetIndexList(rel);
+	plain = list_length(indexes) == 1 && linitial_oid(indexes) == cache.ops_pkey;
+	list_free(indexes);
+	return plain;
+}
+
+/*
+ * complete_operation()'s common case: the record is claimed or skipped
+ * under this attempt; make it completed. True when done; false when the
+ * SPI path must decide (see the top of this file).
+ */
+bool
+idem_fast_complete(bool worker_roles, text *job_type, text *key, int32 attempt,
+				   Datum result, bool result_isnull)
+{
+	Relation	rel;
+	Lookup		l;
+	Snapshot	snapshot;
+	bool		done = false;
+
+	if (!cache.valid && !probe_load())
+		return false;
+
+	rel = table_open(cache.ops_relid, RowExclusiveLock);
+	if (!cache.valid || !plain_table(rel))
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	begin_lookup(&l, rel, cache.ops_pkey, RowExclusiveLock, snapshot, job_type, key);
+
+	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
+	{
+		bool		isnull;
+		Oid			status = DatumGetObjectId(slot_getattr(l.slot, cache.att_status, &isnull));
+		int32		current = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
+
+		if (current == attempt &&
+			(status == cache.claimed || status == cache.skipped) &&
+			may_work(worker_roles, job_type, snapshot))
+		{
+			TupleDesc	desc = RelationGetDescr(rel);
+			TupleTableSlot *newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+			ItemPointerData tid = l.slot->tts_tid;
+			TM_FailureData tmfd;
+			LockTupleMode lockmode;
+			bool		update_indexes;
+
+			/* the record as it is, with status, completed_at and result set */
+			slot_getallattrs(l.slot);
+			ExecClearTuple(newslot);
+			memcpy(newslot->tts_values, l.slot->tts_values, desc->natts * sizeof(Datum));
+			memcpy(newslot->tts_isnull, l.slot->tts_isnull, desc->natts * sizeof(bool));
+			newslot->tts_values[cache.att_status - 1] = ObjectIdGetDatum(cache.completed);
+			newslot->tts_values[cache.att_completed_at - 1] =
+				TimestampTzGetDatum(GetCurrentTimestamp());
+			newslot->tts_isnull[cache.att_completed_at - 1] = false;
+			newslot->tts_values[cache.att_result - 1] = result;
+			newslot->tts_isnull[cache.att_result - 1] = result_isnull;
+			ExecStoreVirtualTuple(newslot);
+
+			/* waits for a concurrent updater; TM_Updated etc.: the SPI way */
+			if (table_tuple_update(rel, &tid, newslot, GetCurrentCommandId(true),
+								   snapshot, InvalidSnapshot, true,
+								   &tmfd, &lockmode, &update_indexes) == TM_Ok)
+			{
+				if (update_indexes)
+				{
+					/* not HOT: the new version needs its primary-key entry */
+					IndexInfo  *ii = BuildIndexInfo(l.idx);
+					Datum		ivalues[INDEX_MAX_KEYS];
+					bool		inulls[INDEX_MAX_KEYS];
+
+					FormIndexDatum(ii, newslot, NULL, ivalues, inulls);
+					index_insert(l.idx, ivalues, inulls, &newslot->tts_tid, rel,
+								 UNIQUE_CHECK_YES, true, ii);
+				}
+				done = true;
+			}
+			ExecDropSingleTupleTableSlot(newslot);
+		}
+	}
+
+	end_lookup(&l);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, NoLock);
+	return done;
+}
