@@ -66,4 +66,85 @@ COMMENT ON FUNCTION idempotency.extend_lease(text, text, integer) IS
 -- Paced purge
 --
 
--- (purge section)
+-- purge_operations() deletes everything expired in one transaction; its
+-- burst of WAL (a full-page image of every heap page it touches first after
+-- a checkpoint) makes every concurrent commit wait. The procedure
+-- idempotency.purge() does the same deletes by ranges of heap pages (TID
+-- range scans), commits after each range and pauses after a range that
+-- deleted something, so the WAL comes in small pieces (bench/analysis.md).
+-- It is SECURITY INVOKER and has no SET clause, because a procedure with
+-- either cannot COMMIT; so every name and operator in it is
+-- schema-qualified, and the caller's search_path cannot capture them
+-- (test/t/004_hostile_search_path.pl). The deletes themselves run, like
+-- every function's, with the table owner's rights (purge_block_range()).
+--
+
+CREATE FUNCTION idempotency.purge_block_range(first_block bigint, blocks integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'purge_block_range'
+LANGUAGE c VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency.purge_block_range(bigint, integer) IS
+'Delete the completed and skipped records older than their job type''s retention whose tuples lie in heap blocks first_block .. first_block + blocks - 1 of idempotency.operations (one DELETE, a TID range scan); returns how many. The unit of idempotency.purge()';
+
+CREATE FUNCTION idempotency.purge_refuse_transaction_block()
+RETURNS void
+AS 'MODULE_PATHNAME', 'purge_refuse_transaction_block'
+LANGUAGE c VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency.purge_refuse_transaction_block() IS
+'Raises SQLSTATE 25001 inside a transaction block, where idempotency.purge() could not commit; called by idempotency.purge() before it deletes anything';
+
+CREATE PROCEDURE idempotency.purge(
+    pages_per_batch integer DEFAULT 20,
+    pause interval DEFAULT '20 milliseconds',
+    INOUT purged bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    blocks        pg_catalog.int8;  -- the table's size when the walk starts
+    next_block    pg_catalog.int8 := 0;
+    deleted       pg_catalog.int8;
+    pause_seconds pg_catalog.float8;
+BEGIN
+    IF pages_per_batch IS NULL THEN
+        RAISE EXCEPTION 'pages_per_batch must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF pages_per_batch OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'pages_per_batch must be positive, not %', pages_per_batch
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The default, 20 pages per transaction, keeps the purge''s WAL from slowing concurrent commits.';
+    END IF;
+    IF pause IS NULL THEN
+        RAISE EXCEPTION 'pause must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass interval ''0'' for no pause.';
+    END IF;
+    IF pause OPERATOR(pg_catalog.<) '0'::pg_catalog.interval THEN
+        RAISE EXCEPTION 'pause must not be negative, not %', pause
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM idempotency.purge_refuse_transaction_block();
+
+    pause_seconds := pg_catalog.date_part('epoch', pause);
+    blocks := pg_catalog.pg_relation_size('idempotency.operations'::pg_catalog.regclass)
+              OPERATOR(pg_catalog./) pg_catalog.current_setting('block_size')::pg_catalog.int8;
+    purged := 0;
+    WHILE next_block OPERATOR(pg_catalog.<) blocks LOOP
+        deleted := idempotency.purge_block_range(next_block, pages_per_batch);
+        COMMIT;
+        purged := purged OPERATOR(pg_catalog.+) deleted;
+        next_block := next_block OPERATOR(pg_catalog.+) pages_per_batch;
+        -- a batch that deleted nothing wrote (next to) no WAL: no pause
+        IF deleted OPERATOR(pg_catalog.>) 0 AND pause_seconds OPERATOR(pg_catalog.>) 0::pg_catalog.float8
+           AND next_block OPERATOR(pg_catalog.<) blocks THEN
+            PERFORM pg_catalog.pg_sleep(pause_seconds);
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON PROCEDURE idempotency.purge(integer, interval, bigint) IS
+'CALL it (outside a transaction block, e.g. from pg_cron) to delete what purge_operations() deletes without slowing concurrent commits: pages_per_batch heap pages per transaction, a pause after each batch that deleted something; returns purged, how many records were deleted';
+
+REVOKE ALL ON FUNCTION idempotency.purge_block_range(bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempotency.purge_refuse_transaction_block() FROM PUBLIC;
+REVOKE ALL ON PROCEDURE idempotency.purge(integer, interval, bigint) FROM PUBLIC;

@@ -148,6 +148,8 @@ def lat_fields(s):
 def verdict(ok):
     if ok is None:
         return "not measured"
+    if isinstance(ok, str):
+        return ok
     return "**met**" if ok else "**missed**"
 
 
@@ -287,12 +289,22 @@ def main(dirname):
                 tgt("run path latency, %s vs %s records (%d client%s)" % (
                     fmt(fnum(kv1(kv, "scale", "big_rows"))), fmt(fnum(kv1(kv, "scale", "small_rows"))), c, "" if c == 1 else "s"),
                     "%s× (%s vs %s ms mean)" % (fmt(r, 2), fmt(big, 3), fmt(small, 3)), "≤ 1.25×", r <= 1.25)
+        # the target is the paced procedure's; purge_operations() (one
+        # transaction) is shown next to it for comparison
         idle = lat_fields(kv1(kv, "purge", "idle"))
+        paced = lat_fields(kv1(kv, "purge", "paced"))
         during = lat_fields(kv1(kv, "purge", "during"))
+        if idle and paced and paced["count"] > 0:
+            r = ratio(paced["p99"], idle["p99"])
+            tgt("run-path p99 during CALL idempotency.purge() of %s records (%s pages per transaction, %s ms pause)" % (
+                fmt(fnum(kv1(kv, "purge", "paced.deleted", "nan"))), kv1(kv, "purge", "paced_pages", "?"),
+                kv1(kv, "purge", "paced_pause_ms", "?")),
+                "%s× (%s vs %s ms)" % (fmt(r, 2), fmt(paced["p99"], 2), fmt(idle["p99"], 2)), "≤ 2×", r <= 2)
         if idle and during and during["count"] > 0:
             r = ratio(during["p99"], idle["p99"])
-            tgt("run-path p99 during purge_operations() of %s records" % fmt(fnum(kv1(kv, "purge", "during.deleted", "nan"))),
-                "%s× (%s vs %s ms)" % (fmt(r, 2), fmt(during["p99"], 2), fmt(idle["p99"], 2)), "≤ 2×", r <= 2)
+            tgt("run-path p99 during purge_operations() of %s records (one transaction)" % fmt(fnum(kv1(kv, "purge", "during.deleted", "nan"))),
+                "%s× (%s vs %s ms)" % (fmt(r, 2), fmt(during["p99"], 2), fmt(idle["p99"], 2)),
+                "–" if paced else "≤ 2×", "comparison" if paced else r <= 2)
 
     if "proto" in impls and ref_c:
         r = cells.paired("matrix", "run", "proto", "raw", ref_c)
@@ -489,19 +501,20 @@ def main(dirname):
         if idle:
             w("Purging while the run path runs at a fixed %s ops/s with %s clients (pgbench `-R`; latency "
               "counts from the scheduled start). A CHECKPOINT before each purge, so the first change of "
-              "each page writes a full-page image. *purge_operations()*: the extension, one call, one "
-              "transaction (batches of %s rows). *throttled*: `bench/sql/purge_throttled.sql`, the same "
+              "each page writes a full-page image. *purge_operations()*: one call, one "
+              "transaction (batches of %s rows). *idempotency.purge()*: the paced procedure, the same "
               "deletes in ranges of %s pages, one transaction each, %s ms pause after a range that deleted "
-              "something (tried against the missed target; see the analysis)." % (
+              "something, on as many expired records loaded again after the first purge." % (
                   kv1(kv, "purge", "rate"), kv1(kv, "purge", "clients"), kv1(kv, "purge", "batch", "10000"),
-                  kv1(kv, "purge", "throttle_pages", "?"), kv1(kv, "purge", "throttle_pause_ms", "?")))
+                  kv1(kv, "purge", "paced_pages", "?"), kv1(kv, "purge", "paced_pause_ms", "?")))
             w("")
             w("| run path | purge s | deleted | deleted/s | purge WAL MB | FPI | transactions | mean ms | p50 | p95 | p99 | max |")
             w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             w("| idle | | | | | | %s | %s | %s | %s | %s | %s |" % (
                 fmt(idle["count"]), fmt(idle["mean"], 2), fmt(idle["p50"], 2), fmt(idle["p95"], 2),
                 fmt(idle["p99"], 2), fmt(idle["max"], 2)))
-            for label, name in (("during", "during purge_operations()"), ("throttled", "during the throttled purge")):
+            for label, name in (("during", "during purge_operations()"), ("paced", "during CALL idempotency.purge()"),
+                                ("throttled", "during the throttled SQL prototype")):
                 d = lat_fields(kv1(kv, "purge", label))
                 if not d:
                     continue

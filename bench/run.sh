@@ -18,9 +18,11 @@
 #             rotates); plus "pk", a plain primary-key SELECT, on the dup path
 #   scale     c only: run path with $BENCH_SCALE_BIG records present vs
 #             $BENCH_SCALE_SMALL (two databases, interleaved); stale_claims()
-#             on the big table with $BENCH_STALE_ROWS stale claims;
-#             purge_operations() of $BENCH_PURGE_ROWS expired records while
-#             the run path runs at a fixed rate (p99 before and during)
+#             on the big table with $BENCH_STALE_ROWS stale claims; the
+#             purge of $BENCH_PURGE_ROWS expired records while the run path
+#             runs at a fixed rate (p99 before and during), twice:
+#             purge_operations() (one transaction), then the same number
+#             again with the paced procedure CALL idempotency.purge()
 #   redis     redis-server on 127.0.0.1 (random port, appendonly yes,
 #             appendfsync always) with redis-benchmark: SET NX PX (claim),
 #             SET (done), SET NX on an existing key (duplicate)
@@ -54,9 +56,9 @@
 # BENCH_PURGE_ROWS=1000000, BENCH_STALE_ROWS=300, BENCH_PURGE_CLIENTS=4,
 # BENCH_PATHS="run dup tx stale mixed" (the matrix's paths),
 # BENCH_PURGE_RATE (default: a quarter of the c run path's 4-client median),
-# BENCH_REDIS=auto|no, BENCH_SHARED_BUFFERS=1GB; the throttled purge that is
-# compared with purge_operations() (bench/sql/purge_throttled.sql):
-# BENCH_THROTTLE_PAGES=100 pages per transaction, BENCH_THROTTLE_PAUSE_MS=20.
+# BENCH_REDIS=auto|no, BENCH_SHARED_BUFFERS=1GB; the paced purge that is
+# compared with purge_operations(), CALL idempotency.purge(pages, pause):
+# BENCH_PACED_PAGES=20 pages per transaction, BENCH_PACED_PAUSE_MS=20.
 #
 # Without --existing-cluster: builds and installs the extension like
 # scripts/test (scripts/build.sh; the install is skipped when the installed
@@ -102,7 +104,7 @@ fi
 : "${BENCH_SCALE_SMALL:=10000}" "${BENCH_PURGE_ROWS:=1000000}" "${BENCH_STALE_ROWS:=300}"
 : "${BENCH_PURGE_CLIENTS:=4}" "${BENCH_PURGE_RATE:=}" "${BENCH_REDIS:=auto}"
 : "${BENCH_SHARED_BUFFERS:=1GB}" "${BENCH_PURGE_BATCH:=10000}" "${BENCH_TX:=}"
-: "${BENCH_THROTTLE_PAGES:=100}" "${BENCH_THROTTLE_PAUSE_MS:=20}" "${BENCH_PATHS:=run dup tx stale mixed}"
+: "${BENCH_PACED_PAGES:=20}" "${BENCH_PACED_PAUSE_MS:=20}" "${BENCH_PATHS:=run dup tx stale mixed}"
 : "${PG_CONFIG:=/usr/lib/postgresql/15/bin/pg_config}"
 
 if [[ -z $out ]]; then
@@ -647,8 +649,9 @@ if want scale; then
         done
     done
 
-    # purge_operations() of the expired records while the run path runs at a
-    # fixed rate: p99 before (idle) and during the purge
+    # the purge of the expired records while the run path runs at a fixed
+    # rate: p99 before (idle) and during purge_operations(), then during
+    # the paced procedure idempotency.purge()
     rate=$BENCH_PURGE_RATE
     if [[ -z $rate ]]; then
         rate=$(awk -F'\t' '$1 == "matrix" && $2 == "run" && $3 == "c" && $4 == 4 { print $8 }' "$results" |
@@ -657,8 +660,8 @@ if want scale; then
     kvput purge rate "$rate"
     kvput purge clients "$BENCH_PURGE_CLIENTS"
     kvput purge batch "$BENCH_PURGE_BATCH"
-    kvput purge throttle_pages "$BENCH_THROTTLE_PAGES"
-    kvput purge throttle_pause_ms "$BENCH_THROTTLE_PAUSE_MS"
+    kvput purge paced_pages "$BENCH_PACED_PAGES"
+    kvput purge paced_pause_ms "$BENCH_PACED_PAUSE_MS"
     purge_chunk() {     # purge_chunk LABEL: one fixed-rate run of the run path
         cell_no=$((cell_no + 1))
         local d=$work/logs/purge-$1-$cell_no
@@ -705,15 +708,16 @@ if want scale; then
         kvput purge "$label" "$(/usr/bin/python3 "$here/lat.py" --from "$p0" --to "$p1" "$work/logs/purge-$label.log")"
     }
     measure_purge during "SELECT idempotency.purge_operations($BENCH_PURGE_BATCH)"
-    # what was tried: the same deletes, in short transactions with pauses
-    q "$big" -f "$here/sql/purge_throttled.sql"
+    # the paced purge: as many expired records again (appended to the
+    # table, as the first ones were), deleted a range of pages per
+    # transaction with a pause in between
     q "$big" -c "INSERT INTO idempotency.operations (job_type, operation_key, status, attempt,
                      claimed_at, heartbeat_at, completed_at)
                  SELECT 'old_orders', 'OLD2-' || lpad(g::text, 8, '0'), 'completed', 1,
                      now() - interval '2 days', now() - interval '2 days', now() - interval '2 days'
                  FROM generate_series(1, $BENCH_PURGE_ROWS) g"
     q "$big" -c 'VACUUM ANALYZE idempotency.operations'
-    measure_purge throttled "CALL bench_c.purge_throttled($BENCH_THROTTLE_PAGES, $BENCH_THROTTLE_PAUSE_MS)"
+    measure_purge paced "CALL idempotency.purge($BENCH_PACED_PAGES, '$BENCH_PACED_PAUSE_MS milliseconds')"
     kvput purge after_rows "$(val "$big" 'SELECT count(*) FROM idempotency.operations')"
 fi
 

@@ -1,17 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * admin.c
- *	  What people and sweepers call: stale_claims(), resolve_operation()
- *	  and purge_operations().
+ *	  What people and sweepers call: stale_claims(), resolve_operation(),
+ *	  purge_operations() and the pieces of the paced purge,
+ *	  purge_block_range() and purge_refuse_transaction_block().
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/block.h"
+#include "storage/itemptr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -23,6 +27,8 @@
 PG_FUNCTION_INFO_V1(stale_claims);
 PG_FUNCTION_INFO_V1(resolve_operation);
 PG_FUNCTION_INFO_V1(purge_operations);
+PG_FUNCTION_INFO_V1(purge_block_range);
+PG_FUNCTION_INFO_V1(purge_refuse_transaction_block);
 
 #define STALE_CLAIMS_COLUMNS	8
 
@@ -242,4 +248,94 @@ purge_operations(PG_FUNCTION_ARGS)
 	MemoryContextDelete(batch_cxt);
 
 	PG_RETURN_INT64(deleted);
+}
+
+/*
+ * purge_block_range(first_block bigint, blocks integer) RETURNS bigint
+ *
+ * The unit of the paced purge (the procedure idempotency.purge()): deletes
+ * the records purge_operations() would delete, but only those whose tuples
+ * lie in the heap blocks [first_block, first_block + blocks) of
+ * idempotency.operations. One DELETE with a TID range scan, so it reads
+ * only those blocks and, called in its own transaction, writes a small,
+ * bounded amount of WAL. Returns how many records it deleted.
+ *
+ * A range past the end of the table deletes nothing. Records that a
+ * concurrent update moves to another block during the walk are left for
+ * the next purge.
+ */
+Datum
+purge_block_range(PG_FUNCTION_ARGS)
+{
+	int64		first_block;
+	int32		blocks;
+	int64		end_block;
+	ItemPointerData first_tid;
+	ItemPointerData end_tid;
+	Datum		args[3];
+	IdemCall	call;
+	int64		deleted;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("first_block must not be null")));
+	first_block = PG_GETARG_INT64(0);
+	if (first_block < 0 || first_block > (int64) MaxBlockNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("first_block must be between 0 and %u, not %lld",
+						MaxBlockNumber, (long long) first_block)));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("blocks must not be null")));
+	blocks = PG_GETARG_INT32(1);
+	if (blocks < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("blocks must be positive, not %d", blocks)));
+
+	/*
+	 * The range is [(first_block,0), (end_block,0)): offset 0 comes before
+	 * every tuple of its block. No tuple lives in block InvalidBlockNumber,
+	 * so an end past it is clamped there and still covers every block.
+	 */
+	end_block = Min(first_block + blocks, (int64) InvalidBlockNumber);
+	ItemPointerSet(&first_tid, (BlockNumber) first_block, 0);
+	ItemPointerSet(&end_tid, (BlockNumber) end_block, 0);
+
+	args[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[1] = PointerGetDatum(&first_tid);
+	args[2] = PointerGetDatum(&end_tid);
+
+	idem_begin(&call, "purge_block_range()", true);
+	deleted = idem_execute(ST_PURGE_RANGE, args, NULL, 0);
+	idem_end(&call);
+
+	PG_RETURN_INT64(deleted);
+}
+
+/*
+ * purge_refuse_transaction_block() RETURNS void
+ *
+ * The first step of idempotency.purge(), which commits after every batch:
+ * a CALL inside a transaction block (BEGIN, or several statements sent as
+ * one query string) cannot commit, so it is refused here, before anything
+ * is deleted, with the error VACUUM gives in the same place (25001) rather
+ * than PostgreSQL's "invalid transaction termination" at the procedure's
+ * first COMMIT. (A CALL from inside a function, or from a procedure with a
+ * SET clause or SECURITY DEFINER, cannot commit either; that still gets
+ * the latter, 2D000, and its first batch is rolled back.)
+ */
+Datum
+purge_refuse_transaction_block(PG_FUNCTION_ARGS)
+{
+	if (IsTransactionBlock())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("idempotency.purge() cannot run inside a transaction block"),
+				 errdetail("It commits after every batch of pages."),
+				 errhint("CALL it alone in autocommit mode, as pg_cron does: not after BEGIN, not with other statements in one query string. Inside a transaction, use SELECT idempotency.purge_operations().")));
+	PG_RETURN_VOID();
 }

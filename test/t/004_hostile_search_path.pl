@@ -4,13 +4,17 @@
 # in a schema of its own put ahead of pg_catalog on its search_path,
 # look-alikes of every operator and function the extension's statements
 # use (=, <=, +, - on text, integer, timestamptz, interval, the status enum
-# and tid; count, now, clock_timestamp, coalesce-like helpers), tables
-# named like the extension's, and temporary tables too. Each look-alike
+# and tid; bigint and interval arithmetic; count, now, clock_timestamp,
+# pg_sleep, pg_relation_size, current_setting, date_part, coalesce-like
+# helpers), tables named like the extension's, and temporary tables too. Each look-alike
 # returns the right answer (so a capture would go unnoticed by the caller)
 # but counts its call in a sequence, and records the user it ran as. Then
 # the worker calls every function of the extension, on every path
-# (verdicts, takeovers, refusals); the count must stay 0. The plant is
-# shown to work: the worker's own unqualified `=` is captured.
+# (verdicts, takeovers, refusals), and CALLs the paced purge
+# idempotency.purge(), a PL/pgSQL procedure that runs with the caller's
+# rights and search_path (it cannot have a SET clause); the count must stay
+# 0. The plant is shown to work: the worker's own unqualified `=` is
+# captured.
 use strict;
 use warnings;
 
@@ -33,8 +37,16 @@ $node->safe_psql('postgres', q{
     CREATE ROLE mallory LOGIN;
     GRANT USAGE ON SCHEMA idempotency TO mallory;
     GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idempotency TO mallory;
+    GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA idempotency TO mallory;
     GRANT SELECT ON idempotency.job_type_stats TO mallory;
     GRANT CREATE ON DATABASE postgres TO mallory;
+    -- expired records over several pages, for the paced purge's batches
+    -- and pauses
+    INSERT INTO idempotency.operations (job_type, operation_key, status, attempt,
+                                        claimed_at, heartbeat_at, completed_at)
+    SELECT 'hold', 'filler-' || g, 'completed', 1,
+           now() - interval '3 hours', now() - interval '3 hours', now() - interval '3 hours'
+    FROM generate_series(1, 300) g;
 });
 
 # mallory's plant: every look-alike counts its call and answers correctly
@@ -69,6 +81,14 @@ my @ops = (
 	[ '=', 'idempotency.operation_status', 'idempotency.operation_status', 'boolean', 'pg_catalog.enum_eq' ],
 	[ '=', 'idempotency.stale_policy', 'idempotency.stale_policy', 'boolean', 'pg_catalog.enum_eq' ],
 	[ '=', 'jsonb', 'jsonb', 'boolean', 'pg_catalog.jsonb_eq' ],
+	# the paced purge's arithmetic
+	[ '<', 'bigint', 'bigint', 'boolean', 'pg_catalog.int8lt' ],
+	[ '>', 'bigint', 'integer', 'boolean', 'pg_catalog.int84gt' ],
+	[ '+', 'bigint', 'bigint', 'bigint', 'pg_catalog.int8pl' ],
+	[ '+', 'bigint', 'integer', 'bigint', 'pg_catalog.int84pl' ],
+	[ '/', 'bigint', 'bigint', 'bigint', 'pg_catalog.int8div' ],
+	[ '<', 'interval', 'interval', 'boolean', 'pg_catalog.interval_lt' ],
+	[ '>', 'double precision', 'double precision', 'boolean', 'pg_catalog.float8gt' ],
 );
 my $n = 0;
 for my $op (@ops)
@@ -102,6 +122,16 @@ $plant .= q{
     BEGIN PERFORM evil.caught('escape_json'); RETURN $1; END $$;
     CREATE FUNCTION evil.pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS $$
     BEGIN PERFORM evil.caught('pg_notify'); END $$;
+    CREATE FUNCTION evil.pg_relation_size(regclass) RETURNS bigint LANGUAGE plpgsql AS $$
+    BEGIN PERFORM evil.caught('pg_relation_size'); RETURN pg_catalog.pg_relation_size($1); END $$;
+    CREATE FUNCTION evil.current_setting(text) RETURNS text LANGUAGE plpgsql AS $$
+    BEGIN PERFORM evil.caught('current_setting'); RETURN pg_catalog.current_setting($1); END $$;
+    CREATE FUNCTION evil.date_part(text, interval) RETURNS double precision LANGUAGE plpgsql AS $$
+    BEGIN PERFORM evil.caught('date_part'); RETURN pg_catalog.date_part($1, $2); END $$;
+    CREATE FUNCTION evil.pg_sleep(double precision) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN PERFORM evil.caught('pg_sleep'); PERFORM pg_catalog.pg_sleep($1); END $$;
+    CREATE FUNCTION evil.pg_sleep_for(interval) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN PERFORM evil.caught('pg_sleep_for'); PERFORM pg_catalog.pg_sleep_for($1); END $$;
     CREATE TABLE evil.operations (job_type text, operation_key text, status text, attempt integer,
         claimed_at timestamptz, heartbeat_at timestamptz, completed_at timestamptz,
         claimed_by text, fingerprint text, result jsonb);
@@ -122,7 +152,7 @@ $1/;
 my ($out, $err) = ('', '');
 my $mallory = $node->connstr('postgres') . ' user=mallory';
 my $rc = $node->psql('postgres', $plant, connstr => $mallory, stdout => \$out, stderr => \$err);
-is($rc, 0, 'mallory planted ' . scalar(@ops) . ' operators, 8 functions and 3 tables in schema evil')
+is($rc, 0, 'mallory planted ' . scalar(@ops) . ' operators, 13 functions and 3 tables in schema evil')
   or diag($err);
 
 sub calls
@@ -171,6 +201,8 @@ SELECT idempotency.resolve_operation('hold', 'H', 'maybe');
 SELECT count(*) FROM idempotency.stale_claims();
 SELECT count(*) FROM idempotency.stale_claims('hold');
 SELECT count(*) FROM idempotency.job_type_stats;
+\echo paced purge:
+CALL idempotency.purge(1, '1 millisecond');
 SELECT idempotency.purge_operations(2);
 };
 $node->psql('postgres', $session, connstr => $mallory, on_error_stop => 0,
@@ -194,6 +226,8 @@ SELECT idempotency.complete_operation('retry', 'R', 2, '[1, 2]');
 SELECT idempotency.resolve_operation('hold', 'H', 'completed', 'checked the mailbox');
 SELECT idempotency.resolve_operation('skip', 'S', 'retry');
 SELECT * FROM idempotency.claim_operation('skip', 'S');
+\echo paced purge:
+CALL idempotency.purge(1, '1 millisecond');
 SELECT idempotency.purge_operations();
 SELECT * FROM idempotency.job_type_stats;
 };
@@ -225,6 +259,9 @@ is($node->safe_psql('postgres', q{
 	'hold/B/claimed/2 hold/H/completed/1 lookup/L/claimed/2 retry/R/completed/2 skip/S/claimed/2',
 	'the records are what the protocol says (A purged after its retention)');
 like($out2, qr/^verify\|2\|$/m, 'lookup took over its stale claim with verify');
+like($out, qr/^paced purge:\n300\n0$/m,
+	'the paced purge deleted the 300 expired records over several pages, pausing between batches');
+like($out2, qr/^paced purge:\n1\n0$/m, 'the paced purge deleted A after its retention');
 like($err, qr/job type "evil" is not registered/, "mallory's own job_types table was not read");
 like($err, qr/was claimed with a different fingerprint.*operation_key is too long/s,
 	'the refusals ran (fingerprint, key length, ...)');
