@@ -536,8 +536,9 @@ idem_require_record(const OperationState *state, text *job_type, text *key)
 	if (!state->found)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_OPERATION_NOT_FOUND),
-				 errmsg("operation \"%s\" of job type \"%s\" was never claimed",
+				 errmsg("operation \"%s\" of job type \"%s\" has no record",
 						idem_text(key), idem_text(job_type)),
+				 errdetail("It was never claimed, or its record was purged after its job type's retention."),
 				 errhint("Call idempotency.claim_operation() first and use the attempt it returns.")));
 }
 

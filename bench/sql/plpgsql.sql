@@ -234,7 +234,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job type "%" is not registered', k_job_type USING ERRCODE = 'ID001';
     ELSIF r.status IS NULL THEN
-        RAISE EXCEPTION 'operation "%" of job type "%" was never claimed', k_key, k_job_type
+        RAISE EXCEPTION 'operation "%" of job type "%" has no record', k_key, k_job_type
             USING ERRCODE = 'ID004';
     ELSIF k_attempt < r.attempt THEN
         RAISE EXCEPTION 'attempt % of operation "%" of job type "%" was superseded', k_attempt, k_key, k_job_type
