@@ -35,8 +35,11 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     idempotency.stale_claims(text),
     idempotency.resolve_operation(text, text, text, text),
-    idempotency.purge_operations(integer)
+    idempotency.purge_operations(integer),
+    idempotency.purge_block_range(bigint, integer),
+    idempotency.purge_refuse_transaction_block()
     TO regress_idem_operator;
+GRANT EXECUTE ON PROCEDURE idempotency.purge(integer, interval, bigint) TO regress_idem_operator;
 GRANT SELECT ON idempotency.job_type_stats, idempotency.operations, idempotency.resolutions
     TO regress_idem_operator;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency.job_types TO regress_idem_operator;
@@ -86,6 +89,10 @@ SELECT idempotency.resolve_operation('send_confirmation', 'ORD-1003', 'completed
 \echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.purge_operations();
 \echo :LAST_ERROR_SQLSTATE
+CALL idempotency.purge();
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.purge_block_range(0, 10);
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
 -- the operator reads, decides and configures, but does not claim
@@ -98,6 +105,7 @@ SELECT idempotency.resolve_operation('send_confirmation', 'ORD-1003', 'completed
 SELECT operation_key, resolution, resolved_by FROM idempotency.resolutions;
 UPDATE idempotency.job_types SET retention = '30 days';
 SELECT idempotency.purge_operations();
+CALL idempotency.purge();
 SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1004');
 \echo :LAST_ERROR_SQLSTATE
 UPDATE idempotency.operations SET status = 'released';
