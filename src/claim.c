@@ -32,13 +32,6 @@ typedef struct Verdict
 	bool		result_isnull;
 } Verdict;
 
-static bool
-same_text(text *a, text *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 /*
  * Tell listeners on IDEMPOTENCY_HELD_CHANNEL that a stale claim is held for
  * a person. Delivered at commit, like every NOTIFY; sent at each claim that
@@ -152,7 +145,7 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 		}
 
 		if (fingerprint != NULL && state.fingerprint != NULL &&
-			!same_text(fingerprint, state.fingerprint))
+			!idem_same_text(fingerprint, state.fingerprint))
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_FINGERPRINT_MISMATCH),
 					 errmsg("operation \"%s\" of job type \"%s\" was claimed with a different fingerprint",

@@ -558,6 +558,14 @@ idem_too_many_tries(const char *action, text *job_type, text *key)
 			 errhint("Retry the call.")));
 }
 
+/* Byte-wise equality of two texts (fingerprints) */
+bool
+idem_same_text(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
 char *
 idem_text(text *t)
 {

@@ -144,5 +144,6 @@ extern int32 idem_arg_attempt(FunctionCallInfo fcinfo, int argno);
 extern const char *idem_status_name(OperationStatus status);
 extern void idem_too_many_tries(const char *action, text *job_type, text *key) pg_attribute_noreturn();
 extern char *idem_text(text *t);
+extern bool idem_same_text(text *a, text *b);
 
 #endif							/* IDEMPOTENCY_H */

@@ -152,13 +152,6 @@ probe_load(void)
 	return true;
 }
 
-static bool
-same_text(text *a, text *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 /*
  * An index scan of one primary key (text columns) for one key; the caller
  * fetches with index_getnext_slot() and ends with end_lookup().
@@ -229,65 +222,6 @@ may_work(bool worker_roles, text *job_type, Snapshot snapshot)
 }
 
 /*
- * claim_operation()'s probe. PROBE_COMPLETED fills *attempt and *result (a
- * detoasted copy in the caller's memory context); PROBE_ABSENT: no record
- * is visible; PROBE_OTHER: anything else (another status, a different
- * fingerprint, a caller who may not work the job type, a schema this code
- * does not know), for the SPI path to decide and explain.
- */
-ProbeResult
-idem_probe(bool worker_roles, text *job_type, text *key, text *fingerprint,
-		   int32 *attempt, Datum *result, bool *result_isnull)
-{
-	Relation	rel;
-	Lookup		l;
-	Snapshot	snapshot;
-	ProbeResult r = PROBE_ABSENT;
-
-	if (!cache.valid && !probe_load())
-		return PROBE_OTHER;
-
-	rel = table_open(cache.ops_relid, AccessShareLock);
-	/* the table may have changed while we waited for its lock */
-	if (!cache.valid)
-	{
-		table_close(rel, NoLock);
-		return PROBE_OTHER;
-	}
-
-	/* see this transaction's own earlier changes, as SPI would */
-	CommandCounterIncrement();
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	begin_lookup(&l, rel, cache.ops_pkey, AccessShareLock, snapshot, job_type, key);
-
-	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
-	{
-		bool		isnull;
-		Datum		status = slot_getattr(l.slot, cache.att_status, &isnull);
-		Datum		fp = slot_getattr(l.slot, cache.att_fingerprint, &isnull);
-
-		r = PROBE_OTHER;
-		if (DatumGetObjectId(status) == cache.completed &&
-			(fingerprint == NULL || isnull || same_text(fingerprint, DatumGetTextPP(fp))) &&
-			may_work(worker_roles, job_type, snapshot))
-		{
-			Datum		res;
-
-			*attempt = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
-			res = slot_getattr(l.slot, cache.att_result, result_isnull);
-			if (!*result_isnull)
-				*result = PointerGetDatum(PG_DETOAST_DATUM_COPY(res));
-			r = PROBE_COMPLETED;
-		}
-	}
-
-	end_lookup(&l);
-	UnregisterSnapshot(snapshot);
-	table_close(rel, NoLock);
-	return r;
-}
-
-/*
  * Does the fast update cover this table? Not when the executor would do
  * more than update the heap and the primary key.
  */
@@ -307,6 +241,98 @@ plain_table(Relation rel)
 }
 
 /*
+ * Open idempotency.operations for a probe (AccessShareLock) or for the fast
+ * update (RowExclusiveLock, and only if plain_table() says the fast update
+ * covers it). NULL when the SPI path must do the work instead.
+ */
+static Relation
+open_operations(LOCKMODE lockmode, bool for_update)
+{
+	Relation	rel;
+
+	if (!cache.valid && !probe_load())
+		return NULL;
+	rel = table_open(cache.ops_relid, lockmode);
+	/* the table may have changed while we waited for its lock */
+	if (!cache.valid || (for_update && !plain_table(rel)))
+	{
+		table_close(rel, NoLock);
+		return NULL;
+	}
+	return rel;
+}
+
+/*
+ * Look up one record under a new statement snapshot, after making this
+ * transaction's own earlier changes visible, as SPI would. Returns the
+ * snapshot; end_record_lookup() releases it, the scan and the table.
+ */
+static Snapshot
+begin_record_lookup(Lookup *l, Relation rel, LOCKMODE lockmode, text *job_type, text *key)
+{
+	Snapshot	snapshot;
+
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	begin_lookup(l, rel, cache.ops_pkey, lockmode, snapshot, job_type, key);
+	return snapshot;
+}
+
+static void
+end_record_lookup(Lookup *l, Snapshot snapshot, Relation rel)
+{
+	end_lookup(l);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, NoLock);
+}
+
+/*
+ * claim_operation()'s probe. PROBE_COMPLETED fills *attempt and *result (a
+ * detoasted copy in the caller's memory context); PROBE_ABSENT: no record
+ * is visible; PROBE_OTHER: anything else (another status, a different
+ * fingerprint, a caller who may not work the job type, a schema this code
+ * does not know), for the SPI path to decide and explain.
+ */
+ProbeResult
+idem_probe(bool worker_roles, text *job_type, text *key, text *fingerprint,
+		   int32 *attempt, Datum *result, bool *result_isnull)
+{
+	Relation	rel;
+	Lookup		l;
+	Snapshot	snapshot;
+	ProbeResult r = PROBE_ABSENT;
+
+	rel = open_operations(AccessShareLock, false);
+	if (rel == NULL)
+		return PROBE_OTHER;
+	snapshot = begin_record_lookup(&l, rel, AccessShareLock, job_type, key);
+
+	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
+	{
+		bool		isnull;
+		Datum		status = slot_getattr(l.slot, cache.att_status, &isnull);
+		Datum		fp = slot_getattr(l.slot, cache.att_fingerprint, &isnull);
+
+		r = PROBE_OTHER;
+		if (DatumGetObjectId(status) == cache.completed &&
+			(fingerprint == NULL || isnull || idem_same_text(fingerprint, DatumGetTextPP(fp))) &&
+			may_work(worker_roles, job_type, snapshot))
+		{
+			Datum		res;
+
+			*attempt = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
+			res = slot_getattr(l.slot, cache.att_result, result_isnull);
+			if (!*result_isnull)
+				*result = PointerGetDatum(PG_DETOAST_DATUM_COPY(res));
+			r = PROBE_COMPLETED;
+		}
+	}
+
+	end_record_lookup(&l, snapshot, rel);
+	return r;
+}
+
+/*
  * complete_operation()'s common case: the record is claimed or skipped
  * under this attempt; make it completed. True when done; false when the
  * SPI path must decide (see the top of this file).
@@ -320,19 +346,10 @@ idem_fast_complete(bool worker_roles, text *job_type, text *key, int32 attempt,
 	Snapshot	snapshot;
 	bool		done = false;
 
-	if (!cache.valid && !probe_load())
+	rel = open_operations(RowExclusiveLock, true);
+	if (rel == NULL)
 		return false;
-
-	rel = table_open(cache.ops_relid, RowExclusiveLock);
-	if (!cache.valid || !plain_table(rel))
-	{
-		table_close(rel, NoLock);
-		return false;
-	}
-
-	CommandCounterIncrement();
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	begin_lookup(&l, rel, cache.ops_pkey, RowExclusiveLock, snapshot, job_type, key);
+	snapshot = begin_record_lookup(&l, rel, RowExclusiveLock, job_type, key);
 
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
@@ -386,8 +403,6 @@ idem_fast_complete(bool worker_roles, text *job_type, text *key, int32 attempt,
 		}
 	}
 
-	end_lookup(&l);
-	UnregisterSnapshot(snapshot);
-	table_close(rel, NoLock);
+	end_record_lookup(&l, snapshot, rel);
 	return done;
 }
