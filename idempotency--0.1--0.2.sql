@@ -63,6 +63,38 @@ COMMENT ON FUNCTION idempotency.extend_lease(text, text, integer) IS
 'Heartbeat for a long job: the claim''s lease restarts now; returns the new expiry. Fenced like complete_operation; a caller without the job type''s worker_role is refused (42501)';
 
 --
+-- TRUNCATE of job_types: 0.1's guard (job_types_guard()) is a row trigger,
+-- which TRUNCATE does not fire; job types with records could all go at
+-- once. The same refusal, for the statement.
+--
+
+CREATE FUNCTION idempotency.job_types_truncate_guard() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    LOCK TABLE idempotency.operations IN SHARE MODE;
+    IF EXISTS (SELECT 1 FROM idempotency.operations) THEN
+        RAISE EXCEPTION 'cannot truncate idempotency.job_types: job types still have operations'
+            USING ERRCODE = 'foreign_key_violation',
+                  DETAIL = 'Removing the job types would leave their records without a lease and a policy.',
+                  HINT = 'Empty idempotency.operations first, or delete only the job types without records.';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION idempotency.job_types_truncate_guard() IS
+'Trigger: refuses to truncate idempotency.job_types while idempotency.operations has records';
+REVOKE ALL ON FUNCTION idempotency.job_types_truncate_guard() FROM PUBLIC;
+
+CREATE TRIGGER job_types_truncate_guard
+    BEFORE TRUNCATE ON idempotency.job_types
+    FOR EACH STATEMENT EXECUTE FUNCTION idempotency.job_types_truncate_guard();
+COMMENT ON TRIGGER job_types_truncate_guard ON idempotency.job_types IS
+'Keeps job types while operations has records (TRUNCATE)';
+
+--
 -- Paced purge
 --
 

@@ -50,10 +50,16 @@ DELETE FROM idempotency.job_types WHERE job_type = 'a';
 \echo :LAST_ERROR_SQLSTATE
 UPDATE idempotency.job_types SET job_type = 'a2' WHERE job_type = 'a';
 \echo :LAST_ERROR_SQLSTATE
+TRUNCATE idempotency.job_types;
+\echo :LAST_ERROR_SQLSTATE
 -- ... but its settings can change, and one without records can go
 UPDATE idempotency.job_types SET lease = '5 minutes', stale_policy = 'hold' WHERE job_type = 'a';
 DELETE FROM idempotency.job_types WHERE job_type = 'b';
 UPDATE idempotency.job_types SET job_type = 'c2' WHERE job_type = 'c';
 SELECT job_type, lease, stale_policy FROM idempotency.job_types ORDER BY 1;
+-- TRUNCATE too, once the records are gone
+DELETE FROM idempotency.operations;
+TRUNCATE idempotency.job_types;
+SELECT count(*) AS job_types_after_truncate FROM idempotency.job_types;
 
 DROP EXTENSION idempotency;

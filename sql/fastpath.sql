@@ -82,6 +82,35 @@ SELECT idempotency.complete_operation('send_confirmation', 'ORD-1006', 1);
 SELECT * FROM completions_seen;
 DROP TRIGGER see_completion ON idempotency.operations;
 
+-- a stored generated column is computed on completion
+ALTER TABLE idempotency.operations ADD COLUMN done boolean
+    GENERATED ALWAYS AS (status = 'completed') STORED;
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1007', 1);
+SELECT operation_key, status, done FROM idempotency.operations WHERE operation_key = 'ORD-1007';
+ALTER TABLE idempotency.operations DROP COLUMN done;
+
+-- a table published for UPDATE without a replica identity refuses the
+-- completion as the executor would
+ALTER TABLE idempotency.operations REPLICA IDENTITY NOTHING;
+SET client_min_messages = error;  -- not the wal_level warning
+CREATE PUBLICATION idempotency_pub FOR TABLE idempotency.operations;
+RESET client_min_messages;
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1009', 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP PUBLICATION idempotency_pub;
+ALTER TABLE idempotency.operations REPLICA IDENTITY DEFAULT;
+SELECT status FROM idempotency.operations WHERE operation_key = 'ORD-1009';
+
+-- a column whose type a superuser changed is converted, never misread
+ALTER TABLE idempotency.operations ALTER COLUMN result TYPE json USING result::json;
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1010', 1, '{"after": "alter"}');
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1010');
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1002');
+SELECT operation_key, result::text FROM idempotency.operations
+WHERE operation_key IN ('ORD-1002', 'ORD-1010') ORDER BY 1;
+ALTER TABLE idempotency.operations ALTER COLUMN result TYPE jsonb USING result::jsonb;
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1010');
+
 -- after all that, the table and its index still agree
 SELECT bt_index_parent_check('idempotency.operations_pkey', heapallindexed => true);
 SELECT status, count(*) FROM idempotency.operations GROUP BY 1 ORDER BY 1;

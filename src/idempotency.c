@@ -104,10 +104,18 @@ PG_MODULE_MAGIC;
 	" AND o.attempt" EQ "$3 AND o.heartbeat_at" EQ "$4" \
 	" AND o.status::pg_catalog.text" EQ "$5"
 
+/*
+ * Every column the C code reads with SPI_getbinval() is cast to the type it
+ * assumes: a no-op for the extension's own tables, a clear error (or a
+ * conversion) if a superuser changed a column's type, never a datum of the
+ * wrong type.
+ */
 #define LOOKUP_SQL(extra_columns) \
-	"SELECT jt.stale_policy::pg_catalog.text, jt.max_attempts," \
-	" o.status::pg_catalog.text, o.attempt, o.heartbeat_at," \
-	" o.heartbeat_at" PLUS "jt.lease, o.fingerprint, o.result" extra_columns \
+	"SELECT jt.stale_policy::pg_catalog.text, jt.max_attempts::pg_catalog.int4," \
+	" o.status::pg_catalog.text, o.attempt::pg_catalog.int4," \
+	" o.heartbeat_at::pg_catalog.timestamptz," \
+	" (o.heartbeat_at" PLUS "jt.lease)::pg_catalog.timestamptz," \
+	" o.fingerprint::pg_catalog.text, o.result::pg_catalog.jsonb" extra_columns \
 	" FROM idempotency.job_types jt" \
 	" LEFT JOIN idempotency.operations o" \
 	" ON o.job_type" EQ "jt.job_type AND o.operation_key" EQ "$2" \
@@ -143,7 +151,7 @@ PG_MODULE_MAGIC;
 	" FROM idempotency.job_types jt" \
 	" WHERE " THIS_OPERATION " AND jt.job_type" EQ "o.job_type" \
 	" AND o.attempt" EQ "$3 AND o.status" EQ "'claimed'" extra \
-	" RETURNING o.heartbeat_at" PLUS "jt.lease"
+	" RETURNING (o.heartbeat_at" PLUS "jt.lease)::pg_catalog.timestamptz"
 #define FENCED_ARGS		{TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID, OIDOID}
 
 typedef struct StatementDef
@@ -160,7 +168,7 @@ static const StatementDef statements[ST_COUNT] = {
 	},
 	/* since 0.2: the job type's worker_role as a ninth column */
 	[ST_LOOKUP_ROLE] = {
-		LOOKUP_SQL(", jt.worker_role::pg_catalog.oid"),
+		LOOKUP_SQL(", jt.worker_role::pg_catalog.regrole::pg_catalog.oid"),
 		2, {TEXTOID, TEXTOID}
 	},
 	/*
@@ -199,9 +207,11 @@ static const StatementDef statements[ST_COUNT] = {
 	[ST_EXTEND_ROLE] = {EXTEND_SQL(" AND " ROLE_MAY_WORK_JT), 6, FENCED_ARGS},
 	/* $1 now; columns as in stale_claims() */
 #define STALE_CLAIMS_SQL \
-		"SELECT o.job_type, o.operation_key, o.attempt, o.claimed_at," \
-		" o.claimed_by, jt.stale_policy, o.heartbeat_at" PLUS "jt.lease," \
-		" $1" MINUS "(o.heartbeat_at" PLUS "jt.lease)" \
+		"SELECT o.job_type::pg_catalog.text, o.operation_key::pg_catalog.text," \
+		" o.attempt::pg_catalog.int4, o.claimed_at::pg_catalog.timestamptz," \
+		" o.claimed_by::pg_catalog.text, jt.stale_policy::idempotency.stale_policy," \
+		" (o.heartbeat_at" PLUS "jt.lease)::pg_catalog.timestamptz," \
+		" ($1" MINUS "(o.heartbeat_at" PLUS "jt.lease))::pg_catalog.interval" \
 		" FROM idempotency.operations o" \
 		" JOIN idempotency.job_types jt ON jt.job_type" EQ "o.job_type" \
 		" WHERE o.status" EQ "'claimed'" \
@@ -360,7 +370,7 @@ get_plan(Statement st)
 }
 
 /* Run one prepared statement; returns SPI_processed */
-int
+uint64
 idem_execute(Statement st, Datum *values, const char *nulls, long count)
 {
 	int			rc = SPI_execute_plan(get_plan(st), values, nulls, false, count);
@@ -368,7 +378,7 @@ idem_execute(Statement st, Datum *values, const char *nulls, long count)
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for statement %d: %s",
 			 (int) st, SPI_result_code_string(rc));
-	return (int) SPI_processed;
+	return SPI_processed;
 }
 
 /* Open a cursor on one prepared statement */

@@ -131,7 +131,7 @@ extern bool idem_fast_complete(bool worker_roles, text *job_type, text *key,
 extern void idem_begin(IdemCall *call, const char *fname, bool writes);
 extern void idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles);
 extern void idem_end(IdemCall *call);
-extern int	idem_execute(Statement st, Datum *values, const char *nulls, long count);
+extern uint64 idem_execute(Statement st, Datum *values, const char *nulls, long count);
 extern Portal idem_cursor(Statement st, Datum *values, const char *nulls);
 extern void idem_lookup(text *job_type, text *key, OperationState *state);
 extern void idem_require_job_type(const OperationState *state, text *job_type);

@@ -23,8 +23,13 @@
  * COMMITTED the SPI statement follows the update chain, under REPEATABLE
  * READ and SERIALIZABLE it raises the serialization failure), and a table
  * the fast path does not cover: one with triggers, CHECK constraints, row
- * level security or a second index (all of which the executor maintains
- * and this code does not).
+ * level security, stored generated columns or a second index (all of which
+ * the executor maintains and this code does not). A table published for
+ * UPDATE without a replica identity gets the executor's own error
+ * (CheckCmdReplicaIdentity()). The cache records only a schema whose
+ * columns have the types this code reads and writes and whose primary keys
+ * are the columns it scans; any other (a superuser's ALTER TABLE) leaves
+ * every call to SPI, whose statements cast what they read.
  *
  * Since 0.2 both also read the job type's worker_role (one more primary-key
  * lookup, in idempotency.job_types) when the call comes through a 0.2
@@ -42,13 +47,20 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -84,9 +96,13 @@ typedef struct ProbeCache
 static ProbeCache cache;
 static bool callback_registered = false;
 
+/* bumped by every relcache invalidation; see probe_load() */
+static uint64 invalidations = 0;
+
 static void
 probe_invalidate(Datum arg pg_attribute_unused(), Oid relid)
 {
+	invalidations++;
 	if (relid == InvalidOid ||
 		relid == cache.ops_relid || relid == cache.ops_pkey ||
 		relid == cache.jt_relid || relid == cache.jt_pkey)
@@ -108,12 +124,63 @@ enum_label(Oid type, const char *label)
 	return oid;
 }
 
-/* Fill the cache; false if the schema is not what this code expects */
+/* The number of column `name` of `relid` if it has type `type`, else 0 */
+static AttrNumber
+column(Oid relid, const char *name, Oid type)
+{
+	AttrNumber	attnum = get_attnum(relid, name);
+
+	if (attnum == InvalidAttrNumber || get_atttype(relid, attnum) != type)
+		return InvalidAttrNumber;
+	return attnum;
+}
+
+/* Is `indexid` a valid unique btree index on exactly these columns? */
+static bool
+unique_index_on(Oid indexid, AttrNumber first, AttrNumber second)
+{
+	HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(indexid));
+	Form_pg_index index;
+	bool		ok;
+
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	index = (Form_pg_index) GETSTRUCT(tuple);
+	ok = index->indisunique && index->indisvalid && index->indisready &&
+		index->indnkeyatts == (second ? 2 : 1) &&
+		index->indkey.values[0] == first &&
+		(second == InvalidAttrNumber || index->indkey.values[1] == second) &&
+		heap_attisnull(tuple, Anum_pg_index_indexprs, NULL) &&
+		heap_attisnull(tuple, Anum_pg_index_indpred, NULL);
+	ReleaseSysCache(tuple);
+	if (!ok)
+		return false;
+
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(indexid));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	ok = ((Form_pg_class) GETSTRUCT(tuple))->relam == BTREE_AM_OID;
+	ReleaseSysCache(tuple);
+	return ok;
+}
+
+/*
+ * Fill the cache; false if the schema is not what this code expects (then
+ * every call goes the SPI way, which works with whatever a superuser made
+ * of the tables, or says why not). The catalogs are read without locks:
+ * the fast paths lock the table before they use the cache, which processes
+ * every invalidation that arrived meanwhile. One that arrives while the
+ * cache is being filled is caught by the counter.
+ */
 static bool
 probe_load(void)
 {
+	uint64		start = invalidations;
 	Oid			nspid;
 	Oid			status_type;
+	AttrNumber	att_job_type;
+	AttrNumber	att_key;
+	AttrNumber	att_jt_job_type;
 
 	if (!callback_registered)
 	{
@@ -131,25 +198,45 @@ probe_load(void)
 	if (!OidIsValid(cache.ops_relid) || !OidIsValid(cache.ops_pkey) ||
 		!OidIsValid(cache.jt_relid) || !OidIsValid(cache.jt_pkey))
 		return false;
+
+	/* the columns the fast paths read or write, with the types they assume */
+	att_job_type = column(cache.ops_relid, "job_type", TEXTOID);
+	att_key = column(cache.ops_relid, "operation_key", TEXTOID);
 	cache.att_status = get_attnum(cache.ops_relid, "status");
-	cache.att_attempt = get_attnum(cache.ops_relid, "attempt");
-	cache.att_completed_at = get_attnum(cache.ops_relid, "completed_at");
-	cache.att_fingerprint = get_attnum(cache.ops_relid, "fingerprint");
-	cache.att_result = get_attnum(cache.ops_relid, "result");
-	cache.att_worker_role = get_attnum(cache.jt_relid, "worker_role");
-	if (cache.att_status == InvalidAttrNumber || cache.att_attempt == InvalidAttrNumber ||
+	cache.att_attempt = column(cache.ops_relid, "attempt", INT4OID);
+	cache.att_completed_at = column(cache.ops_relid, "completed_at", TIMESTAMPTZOID);
+	cache.att_fingerprint = column(cache.ops_relid, "fingerprint", TEXTOID);
+	cache.att_result = column(cache.ops_relid, "result", JSONBOID);
+	att_jt_job_type = column(cache.jt_relid, "job_type", TEXTOID);
+	if (att_job_type == InvalidAttrNumber || att_key == InvalidAttrNumber ||
+		cache.att_status == InvalidAttrNumber || cache.att_attempt == InvalidAttrNumber ||
 		cache.att_completed_at == InvalidAttrNumber ||
-		cache.att_fingerprint == InvalidAttrNumber || cache.att_result == InvalidAttrNumber)
+		cache.att_fingerprint == InvalidAttrNumber || cache.att_result == InvalidAttrNumber ||
+		att_jt_job_type == InvalidAttrNumber)
 		return false;
+	/* absent before 0.2; of another type, the fast paths leave roles to SPI */
+	cache.att_worker_role = get_attnum(cache.jt_relid, "worker_role");
+	if (cache.att_worker_role != InvalidAttrNumber &&
+		get_atttype(cache.jt_relid, cache.att_worker_role) != REGROLEOID)
+		return false;
+
+	/* the scans' keys are the primary keys' columns, in this order */
+	if (!unique_index_on(cache.ops_pkey, att_job_type, att_key) ||
+		!unique_index_on(cache.jt_pkey, att_jt_job_type, InvalidAttrNumber))
+		return false;
+
 	status_type = get_atttype(cache.ops_relid, cache.att_status);
+	if (get_typtype(status_type) != TYPTYPE_ENUM)
+		return false;
 	cache.claimed = enum_label(status_type, "claimed");
 	cache.completed = enum_label(status_type, "completed");
 	cache.skipped = enum_label(status_type, "skipped");
 	if (!OidIsValid(cache.claimed) || !OidIsValid(cache.completed) ||
 		!OidIsValid(cache.skipped))
 		return false;
-	cache.valid = true;
-	return true;
+
+	cache.valid = (invalidations == start);
+	return cache.valid;
 }
 
 /*
@@ -207,7 +294,15 @@ may_work(bool worker_roles, text *job_type, Snapshot snapshot)
 	if (!worker_roles || cache.att_worker_role == InvalidAttrNumber)
 		return true;
 
-	rel = table_open(cache.jt_relid, AccessShareLock);
+	/* gone (a concurrent DROP EXTENSION) or changed: the SPI way says why */
+	rel = try_relation_open(cache.jt_relid, AccessShareLock);
+	if (rel == NULL)
+		return false;
+	if (!cache.valid)
+	{
+		relation_close(rel, AccessShareLock);
+		return false;
+	}
 	begin_lookup(&l, rel, cache.jt_pkey, AccessShareLock, snapshot, job_type, NULL);
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
@@ -231,8 +326,10 @@ plain_table(Relation rel)
 	List	   *indexes;
 	bool		plain;
 
+	TupleConstr *constr = rel->rd_att->constr;
+
 	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity ||
-		(rel->rd_att->constr != NULL && rel->rd_att->constr->num_check > 0))
+		(constr != NULL && (constr->num_check > 0 || constr->has_generated_stored)))
 		return false;
 	indexes = RelationGetIndexList(rel);
 	plain = list_length(indexes) == 1 && linitial_oid(indexes) == cache.ops_pkey;
@@ -252,13 +349,19 @@ open_operations(LOCKMODE lockmode, bool for_update)
 
 	if (!cache.valid && !probe_load())
 		return NULL;
-	rel = table_open(cache.ops_relid, lockmode);
-	/* the table may have changed while we waited for its lock */
+	/* gone (a concurrent DROP EXTENSION): the SPI way says why */
+	rel = try_relation_open(cache.ops_relid, lockmode);
+	if (rel == NULL)
+		return NULL;
+	/* changed while we waited for the lock, or not plain enough */
 	if (!cache.valid || (for_update && !plain_table(rel)))
 	{
-		table_close(rel, NoLock);
+		relation_close(rel, lockmode);
 		return NULL;
 	}
+	/* published without a replica identity: the executor's error */
+	if (for_update)
+		CheckCmdReplicaIdentity(rel, CMD_UPDATE);
 	return rel;
 }
 
