@@ -323,10 +323,9 @@ may_work(bool worker_roles, text *job_type, Snapshot snapshot)
 static bool
 plain_table(Relation rel)
 {
+	TupleConstr *constr = rel->rd_att->constr;
 	List	   *indexes;
 	bool		plain;
-
-	TupleConstr *constr = rel->rd_att->constr;
 
 	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity ||
 		(constr != NULL && (constr->num_check > 0 || constr->has_generated_stored)))
