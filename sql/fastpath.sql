@@ -69,6 +69,29 @@ SELECT status, result FROM idempotency.operations WHERE operation_key = 'ORD-100
 SELECT idempotency.complete_operation('send_confirmation', 'ORD-1005', 1, '{"ok": 1}');
 ALTER TABLE idempotency.operations DROP CONSTRAINT result_is_object;
 
+-- row level security forced on a table owner who is not a superuser (who
+-- would bypass it) is enforced on completion: the statements run as the owner
+CREATE ROLE regress_idem_owner;
+GRANT USAGE ON SCHEMA idempotency TO regress_idem_owner;
+GRANT SELECT ON idempotency.job_types TO regress_idem_owner;
+ALTER TABLE idempotency.operations OWNER TO regress_idem_owner;
+ALTER TABLE idempotency.operations ENABLE ROW LEVEL SECURITY;
+ALTER TABLE idempotency.operations FORCE ROW LEVEL SECURITY;
+CREATE POLICY no_completion ON idempotency.operations
+    USING (true) WITH CHECK (status <> 'completed');
+\set VERBOSITY terse
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1011', 1);
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SELECT status FROM idempotency.operations WHERE operation_key = 'ORD-1011';
+DROP POLICY no_completion ON idempotency.operations;
+ALTER TABLE idempotency.operations NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE idempotency.operations DISABLE ROW LEVEL SECURITY;
+ALTER TABLE idempotency.operations OWNER TO CURRENT_USER;
+REVOKE ALL ON idempotency.job_types FROM regress_idem_owner;
+REVOKE ALL ON SCHEMA idempotency FROM regress_idem_owner;
+DROP ROLE regress_idem_owner;
+
 -- a trigger added by the DBA fires on completion
 CREATE TABLE completions_seen (operation_key text, status text);
 CREATE FUNCTION see_completion() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -8,9 +8,10 @@
  * idempotency.operations holds one row per (job_type, operation_key); its
  * primary key is its only index. A worker claims the key before the work
  * (claim_operation) and completes it after (complete_operation). Every
- * function here is a short sequence of prepared SPI statements on that one
- * row; they take no explicit locks (only job_types_guard(), on the rare
- * removal of a job type, does). Correctness rests on two PostgreSQL
+ * function is a short sequence of prepared SPI statements on that one row
+ * (the two hot paths in probe.c do the same lookup and update below SPI);
+ * they take no explicit locks (only the job_types guards, on the rare
+ * removal of job types, do). Correctness rests on two PostgreSQL
  * guarantees:
  *
  * 1. INSERT ... ON CONFLICT DO NOTHING on the primary key. A claim that
@@ -66,9 +67,9 @@
  * search_path cannot capture them.
  *
  * Plans are prepared once per backend and kept (SPI_keepplan). They are
- * written against text, integer, timestamptz and jsonb parameters only, so
- * when the extension is dropped and created again the plan cache
- * re-analyzes them against the new objects.
+ * written against parameters of built-in types only (text, integer, oid,
+ * tid, tid[], timestamptz, jsonb), so when the extension is dropped and
+ * created again the plan cache re-analyzes them against the new objects.
  *
  * Copyright (c) 2026, the idempotency authors
  *
@@ -501,6 +502,18 @@ idem_lookup(text *job_type, text *key, OperationState *state)
  * or a member that inherits it; superusers have every role's). Raises 42501
  * otherwise, before anything about the record is told or changed.
  */
+/*
+ * May `caller` work a job type whose worker_role is `role` (InvalidOid:
+ * none)? The one rule, for the SPI lookup and the fast paths of probe.c;
+ * the fenced updates say the same in SQL (ROLE_MAY_WORK_JT, pg_has_role
+ * with 'USAGE', which is has_privs_of_role()).
+ */
+bool
+idem_role_may_work(Oid caller, Oid role)
+{
+	return !OidIsValid(role) || has_privs_of_role(caller, role);
+}
+
 void
 idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 				   OperationState *state)
@@ -508,8 +521,7 @@ idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 	lookup(call->worker_roles ? ST_LOOKUP_ROLE : ST_LOOKUP, job_type, key, state);
 	idem_require_job_type(state, job_type);
 
-	if (OidIsValid(state->worker_role) &&
-		!has_privs_of_role(call->caller, state->worker_role))
+	if (!idem_role_may_work(call->caller, state->worker_role))
 	{
 		const char *role = GetUserNameFromId(state->worker_role, true);
 

@@ -136,6 +136,7 @@ extern Portal idem_cursor(Statement st, Datum *values, const char *nulls);
 extern void idem_lookup(text *job_type, text *key, OperationState *state);
 extern void idem_require_job_type(const OperationState *state, text *job_type);
 extern void idem_require_record(const OperationState *state, text *job_type, text *key);
+extern bool idem_role_may_work(Oid caller, Oid role);
 extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 							   OperationState *state);
 extern text *idem_arg_job_type(FunctionCallInfo fcinfo, int argno);

@@ -65,7 +65,6 @@
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
-#include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -309,7 +308,7 @@ may_work(bool worker_roles, text *job_type, Snapshot snapshot)
 		bool		isnull;
 		Datum		role = slot_getattr(l.slot, cache.att_worker_role, &isnull);
 
-		ok = isnull || has_privs_of_role(GetUserId(), DatumGetObjectId(role));
+		ok = idem_role_may_work(GetUserId(), isnull ? InvalidOid : DatumGetObjectId(role));
 	}
 	end_lookup(&l);
 	table_close(rel, NoLock);
