@@ -20,7 +20,8 @@ SELECT idempotency.complete_operation('send_confirmation', 'A', 1, '{"n": 1}');
 SELECT idempotency.complete_operation('send_confirmation', 'A', 1, '{"n": 2}');
 SELECT status, attempt, result FROM idempotency.operations WHERE operation_key = 'A';
 
--- completing a completed record is not a way to change its attempt
+-- completing a completed record is not a way to change its attempt: an
+-- attempt no claim returned is a caller bug (22023), not a superseded one
 SELECT idempotency.complete_operation('send_confirmation', 'A', 2);
 \echo :LAST_ERROR_SQLSTATE
 
@@ -89,6 +90,26 @@ SELECT operation_key, status, attempt, result FROM idempotency.operations
 WHERE operation_key IN ('E', 'F') ORDER BY 1;
 SELECT verdict, attempt, result FROM idempotency.claim_operation('send_confirmation', 'E');
 SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'F');
+
+-- a held claim (stale under hold; the redelivery got held and changed
+-- nothing) can still be completed or released by its own attempt: its
+-- worker was slow, not dead. There is no takeover: the attempt stays 1.
+UPDATE idempotency.job_types SET stale_policy = 'hold';
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'H1', NULL, 'slow');
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'H2', NULL, 'slow');
+SELECT pg_temp.age_claim('H1', '11 minutes');
+SELECT pg_temp.age_claim('H2', '11 minutes');
+SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'H1', NULL, 'redelivery');
+SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'H2', NULL, 'redelivery');
+SELECT operation_key, attempt FROM idempotency.stale_claims() WHERE operation_key IN ('H1', 'H2') ORDER BY 1;
+SELECT idempotency.complete_operation('send_confirmation', 'H1', 1, '{"late": true}');
+SELECT idempotency.release_operation('send_confirmation', 'H2', 1);
+SELECT operation_key, status, attempt, claimed_by, result FROM idempotency.operations
+WHERE operation_key IN ('H1', 'H2') ORDER BY 1;
+SELECT count(*) AS stale FROM idempotency.stale_claims() WHERE operation_key IN ('H1', 'H2');
+-- the next deliveries: completed with the late result; run as attempt 2
+SELECT verdict, attempt, result FROM idempotency.claim_operation('send_confirmation', 'H1');
+SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'H2');
 
 -- all three work inside the claim's transaction (the transactional mode)
 BEGIN;

@@ -46,7 +46,8 @@ SELECT * FROM idempotency.claim_operation(repeat('j', 129), 'ORD-1001');
 SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1001', 'other-fp');
 \echo :LAST_ERROR_SQLSTATE
 
--- attempts: NULL 22004, zero or negative 22023, not the current one ID003
+-- attempts: NULL 22004, zero or negative 22023, one no claim returned 22023
+-- (a superseded attempt is ID003: complete.sql)
 SELECT idempotency.complete_operation('send_confirmation', 'ORD-1002', NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.complete_operation('send_confirmation', 'ORD-1002', 0);

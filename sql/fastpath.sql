@@ -140,5 +140,40 @@ SELECT status, count(*) FROM idempotency.operations GROUP BY 1 ORDER BY 1;
 
 DROP TABLE completions_seen;
 DROP FUNCTION see_completion();
+
+-- The cheap duplicate path: a claim that only answers (completed,
+-- in_progress, held, an already skipped record) writes nothing, so it takes
+-- no transaction id. Only a claim that writes (run, verify, a new skipped)
+-- takes one. (A held verdict queues a NOTIFY; PostgreSQL assigns a
+-- transaction id for it at commit, as for every NOTIFY, not during the call.)
+INSERT INTO idempotency.job_types (job_type, lease, stale_policy) VALUES
+    ('xid_hold', '10 minutes', 'hold'), ('xid_skip', '10 minutes', 'skip');
+SELECT verdict FROM idempotency.claim_operation('xid_hold', 'done');
+SELECT idempotency.complete_operation('xid_hold', 'done', 1, '{"sent": true}');
+SELECT verdict FROM idempotency.claim_operation('xid_hold', 'busy');
+SELECT verdict FROM idempotency.claim_operation('xid_hold', 'stuck');
+SELECT verdict FROM idempotency.claim_operation('xid_skip', 'given_up');
+UPDATE idempotency.operations
+SET claimed_at = claimed_at - interval '1 hour', heartbeat_at = heartbeat_at - interval '1 hour'
+WHERE operation_key IN ('stuck', 'given_up');
+SELECT verdict FROM idempotency.claim_operation('xid_skip', 'given_up');
+BEGIN;
+SELECT verdict, attempt, result FROM idempotency.claim_operation('xid_hold', 'done');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid_after_completed;
+SELECT verdict, attempt FROM idempotency.claim_operation('xid_hold', 'busy');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid_after_in_progress;
+SELECT verdict, attempt FROM idempotency.claim_operation('xid_hold', 'stuck');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid_after_held;
+SELECT verdict, attempt FROM idempotency.claim_operation('xid_skip', 'given_up');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid_after_skipped;
+ROLLBACK;
+-- the same check sees the transaction id of a claim that writes
+BEGIN;
+SELECT verdict, attempt FROM idempotency.claim_operation('xid_hold', 'new');
+SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS xid_after_run;
+ROLLBACK;
+DELETE FROM idempotency.operations WHERE job_type IN ('xid_hold', 'xid_skip');
+DELETE FROM idempotency.job_types WHERE job_type IN ('xid_hold', 'xid_skip');
+
 DROP EXTENSION amcheck;
 DROP EXTENSION idempotency;

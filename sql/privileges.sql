@@ -65,7 +65,7 @@ SELECT current_user;
 DO $$
 BEGIN
     PERFORM idempotency.complete_operation('send_confirmation', 'ORD-1001', 7);
-EXCEPTION WHEN SQLSTATE 'ID003' THEN
+EXCEPTION WHEN SQLSTATE '22023' THEN
     RAISE NOTICE 'caught %', SQLSTATE;
 END
 $$;

@@ -46,6 +46,26 @@ SELECT verdict FROM idempotency.claim_operation('newsletter', 'N-1');
 SELECT idempotency.resolve_operation('newsletter', 'N-1', 'retry');
 SELECT verdict, attempt FROM idempotency.claim_operation('newsletter', 'N-1');
 
+-- ... also as completed: the effect did happen after all
+SELECT verdict FROM idempotency.claim_operation('newsletter', 'N-2');
+SELECT pg_temp.age_claim('N-2');
+SELECT verdict FROM idempotency.claim_operation('newsletter', 'N-2');
+SELECT idempotency.resolve_operation('newsletter', 'N-2', 'completed', 'sent after all');
+SELECT status, attempt, completed_at IS NOT NULL AS finished
+FROM idempotency.operations WHERE operation_key = 'N-2';
+SELECT verdict, attempt FROM idempotency.claim_operation('newsletter', 'N-2');
+-- its slow worker's own completion agrees: a no-op
+SELECT idempotency.complete_operation('newsletter', 'N-2', 1);
+
+-- after a 'retry' resolution, a slow worker that did do the work cannot
+-- record it (ID005): the record is released and the next delivery runs
+SELECT verdict FROM idempotency.claim_operation('send_confirmation', 'ORD-1007', NULL, 'slow');
+SELECT pg_temp.age_claim('ORD-1007');
+SELECT idempotency.resolve_operation('send_confirmation', 'ORD-1007', 'retry', 'not in the mail log yet');
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1007', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'ORD-1007');
+
 -- not waiting for a decision: a young claim, a completed or released record (ID005)
 SELECT idempotency.resolve_operation('newsletter', 'N-1', 'completed');
 \echo :LAST_ERROR_SQLSTATE

@@ -106,6 +106,7 @@ resolve_operation(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("resolution must not be null"),
+				 errdetail("A resolution records a person's decision on a stale claim or a skipped operation."),
 				 errhint("Use 'completed' (the effect happened) or 'retry' (it did not).")));
 	resolution = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	if (strcmp(resolution, "completed") == 0)
@@ -116,6 +117,7 @@ resolve_operation(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown resolution \"%s\"", resolution),
+				 errdetail("A resolution is 'completed' or 'retry'."),
 				 errhint("Use 'completed' (the effect happened) or 'retry' (it did not).")));
 
 	idem_begin(&call, "resolve_operation()", true);
@@ -193,12 +195,16 @@ purge_operations(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("batch_size must not be null")));
+				 errmsg("batch_size must not be null"),
+				 errdetail("purge_operations() deletes the expired records in batches of batch_size rows, one DELETE each."),
+				 errhint("Pass a positive batch size, or leave it out for the default of 10000.")));
 	batch_size = PG_GETARG_INT32(0);
 	if (batch_size < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch_size must be positive, not %d", batch_size)));
+				 errmsg("batch_size must be positive, not %d", batch_size),
+				 errdetail("purge_operations() deletes the expired records in batches of batch_size rows, one DELETE each."),
+				 errhint("Pass a positive batch size, or leave it out for the default of 10000.")));
 
 	now = TimestampTzGetDatum(GetCurrentTimestamp());
 	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency purge batch",
@@ -279,22 +285,30 @@ purge_block_range(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("first_block must not be null")));
+				 errmsg("first_block must not be null"),
+				 errdetail("purge_block_range() purges the heap blocks first_block to first_block + blocks - 1 of idempotency.operations."),
+				 errhint("Pass a block number from 0 up, as idempotency.purge() does.")));
 	first_block = PG_GETARG_INT64(0);
 	if (first_block < 0 || first_block > (int64) MaxBlockNumber)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("first_block must be between 0 and %u, not %lld",
-						MaxBlockNumber, (long long) first_block)));
+						MaxBlockNumber, (long long) first_block),
+				 errdetail("Heap block numbers run from 0 to %u.", MaxBlockNumber),
+				 errhint("Pass a block number from 0 up; a range past the end of the table deletes nothing.")));
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("blocks must not be null")));
+				 errmsg("blocks must not be null"),
+				 errdetail("blocks is the number of heap blocks, from first_block on, that purge_block_range() purges."),
+				 errhint("Pass a positive number of blocks, for example 20 as idempotency.purge() does by default.")));
 	blocks = PG_GETARG_INT32(1);
 	if (blocks < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("blocks must be positive, not %d", blocks)));
+				 errmsg("blocks must be positive, not %d", blocks),
+				 errdetail("blocks is the number of heap blocks, from first_block on, that purge_block_range() purges."),
+				 errhint("Pass a positive number of blocks, for example 20 as idempotency.purge() does by default.")));
 
 	/*
 	 * The range is [(first_block,0), (end_block,0)): offset 0 comes before

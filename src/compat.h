@@ -4,17 +4,71 @@
  *	  Differences between PostgreSQL major versions, in one place.
  *
  * The extension is built and tested on PostgreSQL 15. Code for another
- * major version goes here, behind PG_VERSION_NUM, never in the .c files.
+ * major version goes here, behind PG_VERSION_NUM, never in the .c files:
+ * they call the idem_* wrappers below instead of the PostgreSQL functions
+ * whose signature changed.
+ *
+ * Only PostgreSQL 15 is tested. The branches for later majors follow their
+ * headers (access/tableam.h, access/genam.h) but have not been compiled
+ * here.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef IDEMPOTENCY_COMPAT_H
 #define IDEMPOTENCY_COMPAT_H
 
+#include "access/genam.h"
+#include "access/tableam.h"
+
+/*
+ * InitMaterializedSRF() (claim_operation(), stale_claims()) appeared in
+ * PostgreSQL 15; older majors are not supported.
+ */
 #if PG_VERSION_NUM < 150000
 #error "idempotency requires PostgreSQL 15 or later"
 #endif
 
-/* InitMaterializedSRF() appeared in PostgreSQL 15 */
+/*
+ * table_tuple_update(): its last argument, whether the indexes need entries
+ * for the new version, is a bool up to PostgreSQL 15 and a TU_UpdateIndexes
+ * since 16 (TU_None: a HOT update; TU_Summarizing: only summarizing indexes
+ * such as BRIN; TU_All: every index). *update_indexes is set to true when
+ * the btree indexes need an entry for the new version, as the executor
+ * decides.
+ */
+static inline TM_Result
+idem_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
+						CommandId cid, Snapshot snapshot, Snapshot crosscheck,
+						bool wait, TM_FailureData *tmfd,
+						LockTupleMode *lockmode, bool *update_indexes)
+{
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes tu = TU_None;
+	TM_Result	result = table_tuple_update(rel, otid, slot, cid, snapshot,
+											crosscheck, wait, tmfd, lockmode,
+											&tu);
+
+	*update_indexes = (tu == TU_All);
+	return result;
+#else
+	return table_tuple_update(rel, otid, slot, cid, snapshot, crosscheck,
+							  wait, tmfd, lockmode, update_indexes);
+#endif
+}
+
+/*
+ * index_beginscan(): PostgreSQL 18 added an IndexScanInstrumentation
+ * argument (NULL: none, as for a scan outside EXPLAIN).
+ */
+static inline IndexScanDesc
+idem_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
+					 int nkeys, int norderbys)
+{
+#if PG_VERSION_NUM >= 180000
+	return index_beginscan(heap, index, snapshot, NULL, nkeys, norderbys);
+#else
+	return index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
 
 #endif							/* IDEMPOTENCY_COMPAT_H */

@@ -29,17 +29,55 @@ PG_FUNCTION_INFO_V1(extend_lease_0_2);
 #define CLAIMED_OR_SKIPPED	(STATUS_BIT(OPERATION_CLAIMED) | STATUS_BIT(OPERATION_SKIPPED))
 
 /*
+ * Why a record in `status` refuses `action` (ID005): the detail and the
+ * hint, which says what the caller should do instead.
+ */
+static void
+wrong_state_texts(OperationStatus status, int allowed,
+				  const char **detail, const char **hint)
+{
+	*detail = allowed == CLAIMED_OR_SKIPPED ?
+		"Only a claimed or skipped operation can be given this call." :
+		"Only a claimed operation can be given this call.";
+	*hint = "Retry the call.";	/* claimed: not reached, claimed is allowed */
+	switch (status)
+	{
+		case OPERATION_COMPLETED:
+			*hint = "The operation is done: stop, and acknowledge the message.";
+			break;
+		case OPERATION_RELEASED:
+			*detail = allowed == CLAIMED_OR_SKIPPED ?
+				"Only a claimed or skipped operation can be given this call. This one was released under this attempt, by release_operation() or by a person's 'retry' resolution; its next claim runs it again with a new attempt." :
+				"Only a claimed operation can be given this call. This one was released under this attempt, by release_operation() or by a person's 'retry' resolution; its next claim runs it again with a new attempt.";
+			*hint = "Stop, and record nothing for this attempt. If its effect did happen after all, tell a person: the next delivery will do it again.";
+			break;
+		case OPERATION_SKIPPED:
+			*hint = "A skipped operation can still be completed or released under this attempt: finish the work, then call complete_operation() or release_operation().";
+			break;
+		case OPERATION_CLAIMED:
+			break;
+	}
+}
+
+/*
  * The fenced update of `action` matched nothing: read the record and raise
  * the error that says why. Returns true when the call is a harmless repeat
  * (the record is already `done` under this attempt; done < 0: never), false
  * when the record is in one of the `allowed` states again (it changed under
  * us: the caller tries once more).
+ *
+ * An attempt below the record's is superseded (ID003): a later claim gave
+ * the operation a new attempt, after a takeover or after a release. An
+ * attempt above it was never issued for this record (22023): a bug in the
+ * caller, or an attempt of a record that was purged and claimed anew.
  */
 static bool
 explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
 				const char *action, int allowed, int done)
 {
 	OperationState state;
+	const char *detail;
+	const char *hint;
 
 	idem_worker_lookup(call, job_type, key, &state);
 	idem_require_record(&state, job_type, key);
@@ -49,29 +87,31 @@ explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
 				(errcode(ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED),
 				 errmsg("attempt %d of operation \"%s\" of job type \"%s\" was superseded",
 						attempt, idem_text(key), idem_text(job_type)),
-				 errdetail("The operation was taken over after its lease ran out; its current attempt is %d.",
-						   state.attempt),
+				 errdetail("A later claim started attempt %d, and the record is %s now: the operation was taken over after a lease ran out, or claimed again after it was released by its worker or by a person's 'retry' resolution.",
+						   state.attempt, idem_status_name(state.status)),
 				 errhint("Another worker owns this operation now: stop, and record nothing for this attempt.")));
 	if (attempt > state.attempt)
 		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED),
-				 errmsg("attempt %d of operation \"%s\" of job type \"%s\" does not exist",
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt %d of operation \"%s\" of job type \"%s\" was never issued",
 						attempt, idem_text(key), idem_text(job_type)),
-				 errdetail("The current attempt is %d.", state.attempt),
-				 errhint("Pass the attempt that claim_operation() returned.")));
+				 errdetail("The record's current attempt is %d, and no claim of it returned a higher one. The attempt belongs to another operation, or to a record that was purged after its retention and claimed anew.",
+						   state.attempt),
+				 errhint("Pass the attempt that claim_operation() returned for this job type and operation key.")));
 
 	if ((int) state.status == done)
 		return true;
 	if (allowed & STATUS_BIT(state.status))
 		return false;
 
+	wrong_state_texts(state.status, allowed, &detail, &hint);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEMPOTENCY_WRONG_STATE),
 			 errmsg("cannot %s operation \"%s\" of job type \"%s\": it is %s",
 					action, idem_text(key), idem_text(job_type),
 					idem_status_name(state.status)),
-			 errdetail("Only a %s operation can be given this call.",
-					   allowed == CLAIMED_OR_SKIPPED ? "claimed or skipped" : "claimed")));
+			 errdetail("%s", detail),
+			 errhint("%s", hint)));
 	pg_unreachable();
 }
 

@@ -295,6 +295,7 @@ operations_owner(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("table idempotency.operations does not exist"),
+				 errdetail("The idempotency library was called in a database where the extension is not installed, or the extension was dropped while the call ran."),
 				 errhint("Run CREATE EXTENSION idempotency in this database.")));
 
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
@@ -497,12 +498,6 @@ idem_lookup(text *job_type, text *key, OperationState *state)
 }
 
 /*
- * The lookup of the worker functions: the job type must exist and, if it
- * names a worker_role, the caller must have that role's privileges (be it,
- * or a member that inherits it; superusers have every role's). Raises 42501
- * otherwise, before anything about the record is told or changed.
- */
-/*
  * May `caller` work a job type whose worker_role is `role` (InvalidOid:
  * none)? The one rule, for the SPI lookup and the fast paths of probe.c;
  * the fenced updates say the same in SQL (ROLE_MAY_WORK_JT, pg_has_role
@@ -514,6 +509,12 @@ idem_role_may_work(Oid caller, Oid role)
 	return !OidIsValid(role) || has_privs_of_role(caller, role);
 }
 
+/*
+ * The lookup of the worker functions: the job type must exist and, if it
+ * names a worker_role, the caller must have that role's privileges (be it,
+ * or a member that inherits it; superusers have every role's). Raises 42501
+ * otherwise, before anything about the record is told or changed.
+ */
 void
 idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 				   OperationState *state)
@@ -596,10 +597,11 @@ idem_text(text *t)
 
 /*
  * Argument checks. Each bad input gets its own message; NULL is 22004,
- * empty is 22023, too long is 22001.
+ * empty is 22023, too long is 22001. `hint` says what to pass instead.
  */
 static text *
-arg_name(FunctionCallInfo fcinfo, int argno, const char *what, int maxbytes)
+arg_name(FunctionCallInfo fcinfo, int argno, const char *what, int maxbytes,
+		 const char *hint)
 {
 	text	   *t;
 	int			len;
@@ -607,13 +609,17 @@ arg_name(FunctionCallInfo fcinfo, int argno, const char *what, int maxbytes)
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what)));
+				 errmsg("%s must not be null", what),
+				 errdetail("An operation is named by its job type and its operation key; neither may be NULL."),
+				 errhint("%s", hint)));
 	t = PG_GETARG_TEXT_PP(argno);
 	len = VARSIZE_ANY_EXHDR(t);
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
+				 errmsg("%s must not be empty", what),
+				 errdetail("An operation is named by its job type and its operation key; neither may be an empty string."),
+				 errhint("%s", hint)));
 	if (len > maxbytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
@@ -626,13 +632,15 @@ arg_name(FunctionCallInfo fcinfo, int argno, const char *what, int maxbytes)
 text *
 idem_arg_job_type(FunctionCallInfo fcinfo, int argno)
 {
-	return arg_name(fcinfo, argno, "job_type", IDEMPOTENCY_MAX_JOB_TYPE_BYTES);
+	return arg_name(fcinfo, argno, "job_type", IDEMPOTENCY_MAX_JOB_TYPE_BYTES,
+					"Pass the name of a job type registered in idempotency.job_types.");
 }
 
 text *
 idem_arg_key(FunctionCallInfo fcinfo, int argno)
 {
-	return arg_name(fcinfo, argno, "operation_key", IDEMPOTENCY_MAX_KEY_BYTES);
+	return arg_name(fcinfo, argno, "operation_key", IDEMPOTENCY_MAX_KEY_BYTES,
+					"Pass the key that names the effect, for example the order number (not the queue's message id).");
 }
 
 int32
@@ -644,12 +652,14 @@ idem_arg_attempt(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("attempt must not be null"),
+				 errdetail("The attempt is the fencing token that shows the caller still owns the claim."),
 				 errhint("Pass the attempt that claim_operation() returned.")));
 	attempt = PG_GETARG_INT32(argno);
 	if (attempt < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("attempt must be positive, not %d", attempt),
+				 errdetail("Attempts are numbered from 1; claim_operation() never returns %d.", attempt),
 				 errhint("Pass the attempt that claim_operation() returned.")));
 	return attempt;
 }

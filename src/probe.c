@@ -72,6 +72,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "idempotency.h"
 
 typedef struct ProbeCache
@@ -264,7 +265,7 @@ begin_lookup(Lookup *l, Relation rel, Oid indexid, LOCKMODE lockmode,
 		ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
 							   l->idx->rd_indcollation[1], F_TEXTEQ,
 							   PointerGetDatum(key2));
-	l->scan = index_beginscan(rel, l->idx, snapshot, nkeys, 0);
+	l->scan = idem_index_beginscan(rel, l->idx, snapshot, nkeys, 0);
 	index_rescan(l->scan, skey, nkeys, NULL, 0);
 	l->slot = table_slot_create(rel, NULL);
 }
@@ -483,9 +484,9 @@ idem_fast_complete(bool worker_roles, text *job_type, text *key, int32 attempt,
 			ExecStoreVirtualTuple(newslot);
 
 			/* waits for a concurrent updater; TM_Updated etc.: the SPI way */
-			if (table_tuple_update(rel, &tid, newslot, GetCurrentCommandId(true),
-								   snapshot, InvalidSnapshot, true,
-								   &tmfd, &lockmode, &update_indexes) == TM_Ok)
+			if (idem_table_tuple_update(rel, &tid, newslot, GetCurrentCommandId(true),
+										snapshot, InvalidSnapshot, true,
+										&tmfd, &lockmode, &update_indexes) == TM_Ok)
 			{
 				if (update_indexes)
 				{

@@ -231,7 +231,7 @@ def run(conn):
 
     # -- attempts at the integer limits
     refused(conn, 'attempt 2147483647', 'SELECT idempotency.complete_operation(%s, %s, 2147483647)',
-            ('hold', 'ORD-2'), 'ID003')
+            ('hold', 'ORD-2'), '22023')
     refused(conn, 'attempt -2147483648', 'SELECT idempotency.complete_operation(%s, %s, -2147483648)',
             ('hold', 'ORD-2'), '22023')
     refused(conn, 'attempt 2147483648 (not an integer)',

@@ -128,8 +128,10 @@ class Model:
         r = self.records.get((jt, key))
         if r is None:
             return ('error', 'ID004')
-        if attempt != r.attempt:
-            return ('error', 'ID003')
+        if attempt < r.attempt:
+            return ('error', 'ID003')     # superseded by a later claim
+        if attempt > r.attempt:
+            return ('error', '22023')     # never issued: a caller bug
         if r.status in allowed:
             return None
         if r.status == done:
