@@ -11,19 +11,32 @@ For every delivery: claim_operation(job type, key, fingerprint, worker);
   completed, skipped  -> return the stored result: acknowledged, nothing runs
   in_progress         -> self.retry(countdown=lease): look again after the lease
   held                -> return None: acknowledged; a person decides
-                         (resolve_operation)
+                         (resolve_operation; the sweeper then re-enqueues)
 The body raising KnownFailure (the effect certainly did not happen) releases
-the claim and retries at once; any other exception leaves the claim to its
+the claim and retries after a backoff (doubling with the attempt, at most
+backoff_max and half the lease); any other exception leaves the claim to its
 lease (the job type's stale-claim policy decides at the next delivery, or the
-sweeper finds it). Use with task_acks_late = True and
-task_reject_on_worker_lost = True, so that a killed worker's message is
-redelivered.
+sweeper finds it).
+
+A claim that fails with an error is never acknowledged away: self.retry
+publishes the task again (before the message is acknowledged) after a capped
+exponential backoff, unless the error is the caller's bug that no retry can
+heal (ID002: the key was claimed with other arguments; class 22: bad input
+such as an empty key), which fails the task at once and loudly. Everything
+else is retried: a lost connection, a server shutdown (57P01), a lock or
+serialization failure (55P03, 40001, 40P01), a grant not given yet (42501),
+the extension or the job type not installed yet (42P01, 3F000, 42883, ID001),
+a standby after a failover (25006).
+
+Use with task_acks_late = True and task_reject_on_worker_lost = True, so that
+a killed worker's message is redelivered.
 """
 import hashlib
 import inspect
 import json
 import logging
 import os
+import random
 import socket
 import threading
 
@@ -42,12 +55,22 @@ _db_lock = threading.Lock()
 
 
 def connection(dsn=""):
-    """one autocommit connection per worker process (made after the fork)"""
+    """one autocommit connection per worker process (made after the fork);
+    replaced when it was closed or broken (psycopg marks it closed)"""
     with _db_lock:
         if _db["pid"] != os.getpid() or _db["conn"] is None or _db["conn"].closed:
             _db["conn"] = psycopg.connect(dsn, autocommit=True)
             _db["pid"] = os.getpid()
         return _db["conn"]
+
+
+def claim_error_heals(err):
+    """Can the same claim succeed later? No for the caller's bugs: ID002
+    (the operation key was claimed with a different fingerprint) and class
+    22 (bad input). Yes for everything else, first of all for errors without
+    a SQLSTATE (the connection failed or was lost)."""
+    code = getattr(err, "sqlstate", None)
+    return not (code is not None and (code == "ID002" or code.startswith("22")))
 
 
 class IdempotentTask(Task):
@@ -56,15 +79,31 @@ class IdempotentTask(Task):
     lease = 600            # seconds, as in idempotency.job_types
     dsn = ""               # libpq connection string; "" = PG* environment
     max_retries = None     # in_progress retries until the other claim ends
+    backoff = 1.0          # seconds before the first retry after an error
+    backoff_max = 60.0     # the retries' delay doubles up to this
+    claim_max_retries = None   # None: retry a failing claim until it works
 
     # -- override these as needed ---------------------------------------
-    def operation_key(self, args, kwargs):
+    def bound_arguments(self, args, kwargs):
+        """the task's arguments by name, defaults included: the same for
+        .delay("ORD-1", "a@b") and .apply_async(kwargs={"order": ..., ...})"""
         bound = inspect.signature(self.run).bind(*args, **kwargs)
-        return str(bound.arguments[self.key_arg])
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def operation_key(self, args, kwargs):
+        return str(self.bound_arguments(args, kwargs)[self.key_arg])
 
     def fingerprint(self, args, kwargs):
-        body = json.dumps([list(args), kwargs], sort_keys=True, separators=(",", ":"))
+        body = json.dumps(self.bound_arguments(args, kwargs), sort_keys=True,
+                          separators=(",", ":"), default=str)
         return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+    def retry_delay(self, n):
+        """seconds before retry n + 1 (n = 0, 1, ...): backoff * 2**n, at
+        most backoff_max, with jitter (between half and all of it)"""
+        d = min(self.backoff_max, self.backoff * 2 ** min(n, 32))
+        return d / 2 + random.random() * d / 2
 
     def on_verdict(self, event):
         log.info("%s %s: %s #%s -> %s", self.name, event["key"], event["verdict"],
@@ -74,14 +113,26 @@ class IdempotentTask(Task):
     def __call__(self, *args, **kwargs):
         job_type = self.job_type or self.name
         key = self.operation_key(args, kwargs)
-        db = connection(self.dsn)
-        verdict, attempt, result = db.execute(
-            "SELECT verdict, attempt, result FROM idempotency.claim_operation(%s, %s, %s, %s)",
-            (job_type, key, self.fingerprint(args, kwargs),
-             f"{socket.gethostname()}/pid-{os.getpid()}")).fetchone()
-        event = {"key": key, "verdict": verdict, "attempt": attempt,
-                 "delivery": (self.request.delivery_info or {}).get("redelivered"),
+        event = {"key": key, "delivery": (self.request.delivery_info or {}).get("redelivered"),
                  "retries": self.request.retries}
+        try:
+            db = connection(self.dsn)
+            verdict, attempt, result = db.execute(
+                "SELECT verdict, attempt, result FROM idempotency.claim_operation(%s, %s, %s, %s)",
+                (job_type, key, self.fingerprint(args, kwargs),
+                 f"{socket.gethostname()}/pid-{os.getpid()}")).fetchone()
+        except psycopg.Error as err:
+            event.update(verdict="claim error", attempt=None, sqlstate=err.sqlstate or "connection")
+            if not claim_error_heals(err):
+                self.on_verdict({**event, "action": "fail"})
+                raise   # the caller's bug: the task fails (and is acknowledged)
+            delay = self.retry_delay(self.request.retries)
+            log.warning("%s %s: claim failed (%s), retry in %.1f s: %s", self.name, key,
+                        event["sqlstate"], delay, err)
+            self.on_verdict({**event, "action": "retry", "retry_in": delay})
+            # published again before this message is acknowledged
+            raise self.retry(exc=err, countdown=delay, max_retries=self.claim_max_retries)
+        event.update(verdict=verdict, attempt=attempt)
 
         if verdict in ("completed", "skipped", "held"):
             self.on_verdict({**event, "action": "ack"})
@@ -110,17 +161,26 @@ class IdempotentTask(Task):
         try:
             self.request.idempotency = {"attempt": attempt, "verify": verdict == "verify"}
             value = self.run(*args, **kwargs)
-        except KnownFailure:
+        except KnownFailure as failure:
             stop.set()
-            db.execute("SELECT idempotency.release_operation(%s, %s, %s)", (job_type, key, attempt))
-            self.on_verdict({**event, "action": "released"})
-            raise self.retry(countdown=0)
+            try:
+                self._write("release_operation", job_type, key, attempt)
+            except psycopg.Error as err:
+                # still claimed: the next delivery meets it (in_progress, then
+                # the policy once the lease ran out)
+                log.warning("%s %s: release_operation failed: %s", self.name, key, err)
+                raise self.retry(exc=err, countdown=self.lease)
+            # a later delivery claims attempt + 1; wait less than half the
+            # lease, so that the sweeper (a released record nobody claimed
+            # for a lease) does not re-enqueue it too
+            delay = min(self.retry_delay(attempt - 1), self.lease / 2)
+            self.on_verdict({**event, "action": "released", "retry_in": delay})
+            raise self.retry(exc=failure, countdown=delay)
         finally:
             stop.set()
             beat.join()
         try:
-            db.execute("SELECT idempotency.complete_operation(%s, %s, %s, %s)",
-                       (job_type, key, attempt, json.dumps(value)))
+            self._write("complete_operation", job_type, key, attempt, json.dumps(value))
         except psycopg.Error as err:
             if err.sqlstate != "ID003":
                 raise
@@ -129,3 +189,17 @@ class IdempotentTask(Task):
             return None
         self.on_verdict({**event, "action": "completed"})
         return value
+
+    def _write(self, function, *params):
+        """complete_operation or release_operation (both no-ops when repeated):
+        once more on a new connection if the connection was lost"""
+        sql = f"SELECT idempotency.{function}({', '.join(['%s'] * len(params))})"
+        for tries in (1, 2):
+            conn = connection(self.dsn)
+            try:
+                conn.execute(sql, params)
+                return
+            except (psycopg.OperationalError, psycopg.InterfaceError) as err:
+                if tries == 2 or not conn.closed:
+                    raise
+                log.warning("%s: %s; once more on a new connection", function, err)

@@ -6,7 +6,9 @@ Test hook (only when $E2E_DIR is set): the end-to-end test stops a worker
 exactly before or after an email by creating the FIFO
 $E2E_DIR/pause-<key>-<before|after>. The first worker to reach that point
 takes it (rename), writes $E2E_DIR/at-<key>-<point> with its pid and blocks
-on the FIFO until the test writes to it, or kill -9s the worker.
+on the FIFO until the test writes to it, or kill -9s the worker. The test
+also makes the provider refuse the next email of a key (Refused, nothing is
+sent) by creating the file $E2E_DIR/refuse-<key>.
 """
 import datetime
 import os
@@ -29,7 +31,24 @@ def _checkpoint(key, point):
         f.read()
 
 
+class Refused(Exception):
+    """The provider refused the request (say HTTP 429): nothing was sent."""
+
+
+def _refused(key):
+    d = os.environ.get("E2E_DIR")
+    if not d:
+        return False
+    try:
+        os.rename(f"{d}/refuse-{key}", f"{d}/refuse-{key}.taken-{os.getpid()}")
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def send(to, subject, key):
+    if _refused(key):
+        raise Refused(f"429 too many requests: {to} not sent")
     _checkpoint(key, "before")
     line = f"{datetime.datetime.now().isoformat()}\t{key}\t{to}\t{subject}\tpid {os.getpid()}\n"
     fd = os.open(os.environ.get("MAIL_LOG", "outbox.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -12,7 +12,7 @@ import time
 from celery import Celery
 
 import mail_provider
-from idempotency_celery import IdempotentTask
+from idempotency_celery import IdempotentTask, KnownFailure
 
 app = Celery("tasks", broker=os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"))
 app.conf.update(
@@ -36,7 +36,10 @@ class Task(IdempotentTask):
 @app.task(base=Task, name="send_confirmation", key_arg="order", lease=LEASE,
           job_type=os.environ.get("JOB_TYPE", "send_confirmation"))
 def send_confirmation(order, email):
-    return mail_provider.send(email, f"Your order {order}", key=order)
+    try:
+        return mail_provider.send(email, f"Your order {order}", key=order)
+    except mail_provider.Refused as err:   # certainly not sent: release, retry after a backoff
+        raise KnownFailure(str(err)) from err
 
 
 def confirmation_args(order):

@@ -4,7 +4,10 @@ Shared by the end-to-end tests of examples/sqs, examples/celery and
 examples/sidekiq. Each test supplies an adapter (start and stop its broker on
 127.0.0.1, start a worker process, publish the send_confirmation message of an
 order, run its sweeper) and this module runs the seven cases of the seed
-through it and prints the matrix in the shape of idempotency-matrix:
+through it, then two cases of the claim protocol around a queue (8: a
+person's 'retry' decision reaches a worker through the sweeper; 9: a known
+failure is released and sent by a later delivery, after a backoff), plus the
+adapter's own cases, and prints the matrix in the shape of idempotency-matrix:
 
     case  attempt  | observed: emails, record afterwards, verdicts | expected
 
@@ -45,13 +48,19 @@ CASES = [
     ("5", "worker dies after the claim, before the email", "held for a person after the lease"),
     ("6", "worker dies after the email, before completed", "held for a person after the lease"),
     ("7", "redelivery of case 5 inside the lease", "skipped; no second worker takes over"),
+    # not in the seed: the way back from a held or skipped record, and a known failure
+    ("8", "case 5, then a person decides 'retry'", "sent once, after the decision (sweeper)"),
+    ("9", "the provider refuses the email once", "released; sent by a later delivery, after a backoff"),
 ]
+# cases that only make sense under some policies (default: all)
+CASE_POLICIES = {"8": ("hold", "skip")}   # under retry nothing waits for a person
 EXPECTED_TEXT = {
     "retry": {"5": "sent again after the lease", "6": "sent again after the lease (2nd email)"},
     "skip": {"5": "given up after the lease (never sent)", "6": "given up after the lease"},
 }
 KEYS = {"1": ["ORD-1001"], "2": ["ORD-2001"], "3": ["ORD-3001"], "4": ["ORD-4001", "ORD-4002"],
-        "5": ["ORD-5001"], "6": ["ORD-6001"], "7": ["ORD-7001"]}
+        "5": ["ORD-5001"], "6": ["ORD-6001"], "7": ["ORD-7001"], "8": ["ORD-8001"],
+        "9": ["ORD-9001"]}
 
 # expected emails and record per policy for the uncertain cases
 UNCERTAIN = {
@@ -113,6 +122,20 @@ class Adapter:
         """run the sweeper once; return its output"""
         raise NotImplementedError
 
+    def setup_db(self, db, job_type):
+        """called after the job type of a policy was registered (e.g. grants)"""
+
+    # cases of this system only: (case, title, expected text, policies or None)
+    extra_cases = []
+
+    def run_extra(self, r, case):
+        """run one of extra_cases; return (emails, record, shown, plain) as run_case"""
+        raise NotImplementedError
+
+    def expected_extra(self, case, policy):
+        """(emails, record, verdict regex, verdict text) of one of extra_cases"""
+        raise NotImplementedError
+
 
 class Run:
     def __init__(self, adapter, policy, tmp):
@@ -131,6 +154,7 @@ class Run:
         self.db = psycopg.connect(autocommit=True)
         self.tokens = {}       # key -> list of (time, token) added by the test
         self.killed = set()    # pids killed by the test
+        self.note_text = None  # a line the test prints under the matrix
 
     # ---- environment, workers -------------------------------------------
     def env(self):
@@ -190,6 +214,7 @@ class Run:
             c.execute("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) "
                       "VALUES (%s, make_interval(secs => %s), %s)",
                       (self.job_type, LEASE, self.policy))
+        self.a.setup_db(self.db, self.job_type)
 
     def cleanup_db(self):
         with self.db.cursor() as c:
@@ -266,6 +291,10 @@ class Run:
     def pause(self, key, point):
         os.mkfifo(os.path.join(self.dir, f"pause-{key}-{point}"))
 
+    def refuse(self, key):
+        """the fake provider refuses the next email of key (and sends nothing)"""
+        open(os.path.join(self.dir, f"refuse-{key}"), "w").close()
+
     def wait_paused(self, key, point):
         marker = os.path.join(self.dir, f"at-{key}-{point}")
         deadline = time.time() + WAIT
@@ -305,17 +334,36 @@ class Run:
         self.tokens.setdefault(key, []).append((t or time.time(), token))
 
     def sweep(self, key):
+        """run the sweeper; return what it did with key: "person" (a stale
+        claim handed to a person), "stale" (a stale claim re-enqueued) or
+        "released" (a released record nobody claimed for a lease,
+        re-enqueued)"""
         t = time.time()   # what it re-enqueues may run before it exits
         out = self.a.sweep(self.env())
         with open(os.path.join(self.dir, "sweeper.log"), "a") as f:
             f.write(out)
-        if re.search(rf"for a person: \S+ {re.escape(key)}\b", out):
+        k = re.escape(key)
+        if re.search(rf"^for a person: \S+ {k} attempt \d+ ", out, re.M):
             self.note(key, "sweeper: for a person", t)
-            return 0
-        if re.search(rf"re-enqueued: \S+ {re.escape(key)}\b", out):
+            return "person"
+        if re.search(rf"^re-enqueued: \S+ {k} attempt \d+ \(released\)$", out, re.M):
+            self.note(key, "sweeper: re-enqueued (released)", t)
+            return "released"
+        if re.search(rf"^re-enqueued: \S+ {k} attempt \d+ \(policy \w+\)$", out, re.M):
             self.note(key, "sweeper: re-enqueued", t)
-            return 1
+            return "stale"
         raise Failed(f"{key}: the sweeper did not report it:\n{out}")
+
+    def resolve(self, key, resolution):
+        """a person's decision (as an operator would type it)"""
+        t = time.time()
+        with self.db.cursor() as c:
+            c.execute("SELECT idempotency.resolve_operation(%s, %s, %s, %s)",
+                      (self.job_type, key, resolution, "e2e: the email was not sent"))
+        self.note(key, f"person: {resolution}", t)
+
+    def done_count(self, keys):
+        return sum(e["action"] in ("ack", "completed", "superseded") for e in self.events(keys))
 
     # ---- the verdict sequence of a case ----------------------------------
     def verdicts(self, keys):
@@ -323,12 +371,18 @@ class Run:
         them; consecutive repeats collapsed ("in_progress ×2")"""
         lost = self.a.redelivery == "never"
         items = []
-        for e in self.events(keys):
+        evs = self.events(keys)
+        released = {(e["key"], e["attempt"]) for e in evs if e["action"] == "released"}
+        for e in evs:
             if e["action"] in ("completed", "superseded", "released"):
                 continue   # the end of a run that is already listed
             v = e["verdict"]
+            if v == "claim error":
+                v = f"claim error ({e.get('sqlstate')}, {e['action']})"
             if e["action"] == "work" and e["pid"] in self.killed:
                 v += " (killed, job lost)" if lost else " (killed)"
+            elif e["action"] == "work" and (e["key"], e["attempt"]) in released:
+                v += " (released)"
             items.append((e["t"], e["key"], v))
         for k in keys:
             items.extend((t, k, tok) for t, tok in self.tokens.get(k, []))
@@ -373,6 +427,13 @@ def expected_verdicts(case, policy, redelivery):
                 rx = f"{killed}, sweeper: re-enqueued, {out}"
                 text = f"run (killed, job lost), sweeper: re-enqueued, {out}"
         return rx, text
+    if case == "8":
+        # case 5 under hold or skip, then the decision and the sweeper's re-enqueue
+        rx, text = expected_verdicts("5", policy, redelivery)
+        tail = ", person: retry, sweeper: re-enqueued (released), run"
+        return rx + tail.replace("(released)", r"\(released\)"), text + tail
+    if case == "9":
+        return r"run \(released\), run", "run (released), run"
     if case == "7":
         # inside the lease: in_progress, no takeover; then the policy after the lease
         if policy == "hold":
@@ -413,7 +474,24 @@ def run_case(r, case):
         a.publish(keys[0])
         a.publish(keys[1])
         r.settle(keys, 2)
-    elif case in ("5", "6", "7"):
+    elif case == "9":
+        # the provider refuses the first email: the job raises KnownFailure,
+        # the helper releases the claim and the queue brings the job back
+        # after a backoff; the next claim runs attempt 2
+        r.refuse(key)
+        a.publish(key)
+        evs = r.settle(keys, 1)
+        rel = [e for e in evs if e["action"] == "released"]
+        if len(rel) != 1:
+            raise Failed(f"{key}: {len(rel)} releases, expected 1")
+        later = [e for e in evs if e["action"] == "work" and e["t"] > rel[0]["t"]]
+        gap = later[0]["t"] - rel[0]["t"] if later else None
+        wait = float(rel[0].get("retry_in", -1))
+        if gap is None or not 0 < wait <= LEASE / 2 or gap < wait - 0.1:
+            raise Failed(f"{key}: the next run came {gap} s after the release; "
+                         f"the helper said it would wait {wait} s (0 < wait <= lease/2)")
+        r.note_text = f"next run {gap:.1f} s after the release (backoff {wait:.1f} s)"
+    elif case in ("5", "6", "7", "8"):
         point = "after" if case == "6" else "before"
         r.pause(key, point)
         a.publish(key)
@@ -431,8 +509,23 @@ def run_case(r, case):
         r.settle(keys, acks)
         if r.record(key).startswith("claimed"):
             r.wait_stale(key)
-            if r.sweep(key):
+            if r.sweep(key) != "person":
                 r.settle(keys, acks + 1)
+        if case == "8":
+            # held (a stale claim under hold) or skipped: nothing will deliver
+            # it again. A person decides the email was not sent; the record
+            # becomes released, and the sweeper (released for a lease, no
+            # claim) re-enqueues it; the next claim runs attempt 2.
+            rec = r.record(key)
+            if rec not in ("claimed #1 (stale)", "skipped #1"):
+                raise Failed(f"{key}: {rec} before the decision, expected held or skipped")
+            done = r.done_count(keys)
+            r.resolve(key, "retry")
+            if r.record(key) != "released #1":
+                raise Failed(f"{key}: {r.record(key)} after resolve_operation(..., 'retry')")
+            if r.sweep(key) != "released":
+                raise Failed(f"{key}: the sweeper did not re-enqueue the released record")
+            r.settle(keys, done + 1)
     emails = [r.emails(k) for k in keys]
     records = [r.record(k) for k in keys]
     shown, plain = r.verdicts(keys)
@@ -446,6 +539,8 @@ def run_case(r, case):
 def expected_row(case, policy):
     if case in ("5", "6"):
         return UNCERTAIN[policy][case]
+    if case in ("8", "9"):
+        return 1, "completed #2"
     if case == "7":
         return 0, "claimed #1 (young)"
     if case == "4":
@@ -506,16 +601,19 @@ def main(adapter, argv=None):
     ap = argparse.ArgumentParser(description=f"replay matrix through {adapter.title}")
     ap.add_argument("--policy", default=os.environ.get("E2E_POLICIES", "hold"),
                     help="comma-separated: hold,retry,skip (default hold)")
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7")
+    ap.add_argument("--cases", default=None,
+                    help="comma-separated case numbers (default: all, with the system's own)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
     policies = args.policy.split(",")
-    cases = args.cases.split(",")
+    all_cases = [(c, t, x, CASE_POLICIES.get(c)) for c, t, x in CASES] + list(adapter.extra_cases)
+    cases = args.cases.split(",") if args.cases else [c for c, _, _, _ in all_cases]
     t0 = time.time()
     tmp = tempfile.mkdtemp(prefix=f"e2e-{adapter.name}-")
     os.chmod(tmp, 0o755)
     passed = failed = 0
     summary = []
+    notes = []   # measured details of some cases
     print(f"== {adapter.title}: the seed's replay matrix through the real queue "
           f"(policies {', '.join(policies)}; lease {LEASE:g} s)")
     try:
@@ -530,16 +628,23 @@ def main(adapter, argv=None):
             rows = []
             try:
                 r.ensure_workers()
-                for case, title, text in CASES:
-                    if case not in cases:
+                for case, title, text, only in all_cases:
+                    if case not in cases or (only and policy not in only):
                         continue
                     text = EXPECTED_TEXT.get(policy, {}).get(case, text)
-                    x_n, x_rec = expected_row(case, policy)
-                    x_rx, x_vtext = expected_verdicts(case, policy, adapter.redelivery)
-                    exp = (x_n, x_rec, x_rx, x_vtext)
+                    extra = case not in KEYS
+                    if extra:
+                        exp = adapter.expected_extra(case, policy)
+                    else:
+                        x_n, x_rec = expected_row(case, policy)
+                        x_rx, x_vtext = expected_verdicts(case, policy, adapter.redelivery)
+                        exp = (x_n, x_rec, x_rx, x_vtext)
                     try:
-                        obs = run_case(r, case)
+                        r.note_text = None
+                        obs = adapter.run_extra(r, case) if extra else run_case(r, case)
                         err = ""
+                        if r.note_text:
+                            notes.append(f"{policy} case {case}: {r.note_text}")
                     except Failed as e:
                         obs, err = None, str(e)
                         print(f"case {case}: {e}", file=sys.stderr)
@@ -567,6 +672,10 @@ def main(adapter, argv=None):
     print()
     for note in adapter.notes:
         print(note)
+    if notes:
+        print()
+        for note in notes:
+            print(note)
     if summary:
         print("\nemails in the uncertain cases: " + ", ".join(
             f"{p} case {c}: {'?' if n is None else n}" for p, c, n in summary))

@@ -7,6 +7,7 @@
 #
 #   class SendConfirmation
 #     include Sidekiq::Worker
+#     include Idempotency::Job        # optional: idempotency_verify?, idempotency_attempt
 #     sidekiq_options idempotency: { "job_type" => "send_confirmation", "lease" => 600 }
 #     def self.idempotency_key(order, _email) = order   # names the effect
 #     def perform(order, email) ... end
@@ -15,13 +16,26 @@
 # For every job of a class with the `idempotency` option:
 # claim_operation(job type, key, fingerprint, worker);
 #   run / verify        -> perform runs, a thread heartbeats extend_lease;
-#                          then complete_operation; the job is done
+#                          then complete_operation; the job is done. Under
+#                          verify (lookup policy) idempotency_verify? is true
+#                          in perform: look the key up at the provider first
 #   completed, skipped  -> done without running perform
 #   in_progress         -> re-enqueued to run again after the lease (perform_in)
-#   held                -> done; a person decides (resolve_operation)
+#   held                -> done; a person decides (resolve_operation; the
+#                          sweeper then re-enqueues the released record)
 # perform raising Idempotency::KnownFailure (the effect certainly did not
-# happen) releases the claim and re-enqueues the job at once; any other error
-# leaves the claim to its lease and the job to Sidekiq's retries.
+# happen) releases the claim and re-enqueues the job after a backoff (doubling
+# with the attempt from "backoff" seconds, at most "backoff_max" and half the
+# lease); any other error leaves the claim to its lease and the job to
+# Sidekiq's retries. A database error of the claim itself goes to Sidekiq's
+# retries too (nothing is acknowledged away).
+#
+# Connections: one per Sidekiq thread for the claim and the completion, and
+# one per Sidekiq thread for the heartbeat, opened at the first beat. A
+# connection the server closed (restart, failover, an idle timeout) is
+# replaced, and the statement sent once more (all four calls can be repeated:
+# complete and release are no-ops when repeated; a repeated claim at worst
+# meets its own claim as in_progress, and the lease and the policy decide).
 require "digest"
 require "json"
 require "pg"
@@ -30,30 +44,84 @@ require "socket"
 module Idempotency
   class KnownFailure < StandardError; end
 
+  # include in a job class to see the claim from perform
+  module Job
+    attr_accessor :idempotency_attempt, :idempotency_verify
+
+    # true when the claim's verdict was verify (lookup policy): a stale claim
+    # was taken over, and the effect may have happened; look it up first
+    def idempotency_verify? = !!idempotency_verify
+  end
+
   # PG.connect("") of ruby-pg 1.4 ignores PGHOST; PG.connect does not
   def self.connect(dsn)
     dsn ? PG.connect(dsn) : PG.connect
   end
 
-  # a thread that calls the block every `every` seconds, with its own
-  # connection, until stop
+  def self.sqlstate(err)
+    err.respond_to?(:result) && err.result&.error_field(PG::Result::PG_DIAG_SQLSTATE)
+  end
+
+  # a connection that opens on first use and is replaced when it broke
+  class Connection
+    def initialize(dsn)
+      @dsn = dsn
+      @conn = nil
+    end
+
+    def exec_params(sql, params)
+      tries = 0
+      begin
+        tries += 1
+        pg.exec_params(sql, params)
+      rescue PG::Error
+        raise if tries > 1 || healthy?   # an error of the statement itself
+        close                            # the connection broke: once more
+        retry
+      end
+    end
+
+    def healthy?
+      !@conn.nil? && !@conn.finished? && @conn.status == PG::CONNECTION_OK
+    end
+
+    def close
+      c, @conn = @conn, nil
+      c.close if c && !c.finished?
+    rescue PG::Error
+      nil
+    end
+
+    private
+
+    def pg
+      unless healthy?
+        close
+        @conn = Idempotency.connect(@dsn)
+      end
+      @conn
+    end
+  end
+
+  # a thread that calls the block with `conn` every `every` seconds until
+  # stop. A failing beat is logged and the next one tried; nothing it raises
+  # reaches the job (stop never raises).
   class Heartbeat
-    def initialize(dsn, every, &beat)
+    def initialize(conn, every, &beat)
       @mutex = Mutex.new
       @cv = ConditionVariable.new
       @stopped = false
       @thread = Thread.new do
-        conn = Idempotency.connect(dsn)
-        begin
-          loop do
-            done = @mutex.synchronize { @cv.wait(@mutex, every) unless @stopped; @stopped }
-            break if done
+        Thread.current.report_on_exception = false
+        loop do
+          done = @mutex.synchronize { @cv.wait(@mutex, every) unless @stopped; @stopped }
+          break if done
+          begin
             beat.call(conn)
+          rescue StandardError => e
+            Sidekiq.logger.warn("heartbeat: #{e.class}: #{e.message}")
+            break if Idempotency.sqlstate(e) == "ID003"   # taken over: stop beating
           end
-        rescue PG::Error => e
-          Sidekiq.logger.warn("heartbeat: #{e.message}")
-        ensure
-          conn.close
         end
       end
     end
@@ -61,6 +129,8 @@ module Idempotency
     def stop
       @mutex.synchronize { @stopped = true; @cv.signal }
       @thread.join
+    rescue StandardError => e   # not reached: the thread rescues its errors
+      Sidekiq.logger.warn("heartbeat: #{e.class}: #{e.message}")
     end
   end
 
@@ -81,7 +151,7 @@ module Idempotency
       lease = (opts["lease"] || 600).to_f
       args = job["args"]
       key = (worker.class.respond_to?(:idempotency_key) ? worker.class.idempotency_key(*args) : args.first).to_s
-      db = connection
+      db = connection(:idempotency_pg)
       row = db.exec_params(
         "SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4)",
         [job_type, key, fingerprint(worker.class.name, args), "#{Socket.gethostname}/pid-#{Process.pid}"]
@@ -102,18 +172,24 @@ module Idempotency
       end
 
       notify(event, "work")
-      beat = Heartbeat.new(@dsn, lease / 4) do |hb|
+      beat = Heartbeat.new(connection(:idempotency_pg_beat), lease / 4) do |hb|
         hb.exec_params("SELECT idempotency.extend_lease($1, $2, $3)", [job_type, key, attempt])
       end
       begin
-        job["idempotency_attempt"] = attempt
-        job["idempotency_verify"] = verdict == "verify"
+        if worker.respond_to?(:idempotency_verify=)
+          worker.idempotency_attempt = attempt
+          worker.idempotency_verify = verdict == "verify"
+        end
         yield
       rescue KnownFailure
         beat.stop
         db.exec_params("SELECT idempotency.release_operation($1, $2, $3)", [job_type, key, attempt])
-        worker.class.set(queue: queue).perform_async(*args)
-        return notify(event, "released")
+        # a later job claims attempt + 1; within half the lease, so that the
+        # sweeper (a released record nobody claimed for a lease) does not
+        # re-enqueue it too
+        delay = [backoff(opts, attempt - 1), lease / 2].min
+        worker.class.set(queue: queue).perform_in(delay, *args)
+        return notify(event.merge("retry_in" => delay), "released")
       ensure
         beat.stop
       end
@@ -121,7 +197,7 @@ module Idempotency
         db.exec_params("SELECT idempotency.complete_operation($1, $2, $3, $4)",
                        [job_type, key, attempt, JSON.generate({ "jid" => job["jid"] })])
       rescue PG::Error => e
-        raise unless e.result&.error_field(PG::Result::PG_DIAG_SQLSTATE) == "ID003"
+        raise unless Idempotency.sqlstate(e) == "ID003"
         return notify(event, "superseded")   # taken over after the lease: the new owner records it
       end
       notify(event, "completed")
@@ -133,13 +209,16 @@ module Idempotency
       "sha256:" + Digest::SHA256.hexdigest(JSON.generate([klass, args]))
     end
 
-    # one connection per Sidekiq thread
-    def connection
-      c = Thread.current[:idempotency_pg]
-      if c.nil? || c.finished?
-        c = Thread.current[:idempotency_pg] = Idempotency.connect(@dsn)
-      end
-      c
+    # seconds before try n + 1: backoff * 2**n, at most backoff_max, with
+    # jitter (between half and all of it)
+    def backoff(opts, n)
+      d = [(opts["backoff"] || 1).to_f * 2**[n, 32].min, (opts["backoff_max"] || 60).to_f].min
+      d / 2 + rand * d / 2
+    end
+
+    # one per Sidekiq thread (a thread runs one job at a time)
+    def connection(name)
+      Thread.current[name] ||= Connection.new(@dsn)
     end
 
     def notify(event, action)

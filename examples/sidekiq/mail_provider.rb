@@ -6,10 +6,23 @@
 # exactly before or after an email by creating the FIFO
 # $E2E_DIR/pause-<key>-<before|after>. The first worker to reach that point
 # takes it (rename), writes $E2E_DIR/at-<key>-<point> with its pid and blocks
-# on the FIFO until the test writes to it, or kill -9s the worker.
+# on the FIFO until the test writes to it, or kill -9s the worker. The test
+# also makes the provider refuse the next email of a key (Refused, nothing is
+# sent) by creating the file $E2E_DIR/refuse-<key>.
 require "time"
 
 module MailProvider
+  # the provider refused the request (say HTTP 429): nothing was sent
+  class Refused < StandardError; end
+
+  def self.refused?(key)
+    dir = ENV["E2E_DIR"] or return false
+    File.rename("#{dir}/refuse-#{key}", "#{dir}/refuse-#{key}.taken-#{Process.pid}")
+    true
+  rescue Errno::ENOENT
+    false
+  end
+
   def self.checkpoint(key, point)
     dir = ENV["E2E_DIR"] or return
     fifo = "#{dir}/pause-#{key}-#{point}"
@@ -25,6 +38,7 @@ module MailProvider
   end
 
   def self.send_email(to:, subject:, key:)
+    raise Refused, "429 too many requests: #{to} not sent" if refused?(key)
     checkpoint(key, "before")
     File.open(ENV.fetch("MAIL_LOG", "outbox.log"), "a") do |f|
       f.write("#{Time.now.iso8601(6)}\t#{key}\t#{to}\t#{subject}\tpid #{Process.pid}\n")

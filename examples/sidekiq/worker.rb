@@ -13,6 +13,7 @@ LEASE = Float(ENV.fetch("LEASE_SECONDS", "600"))   # as in idempotency.job_types
 
 class SendConfirmation
   include Sidekiq::Worker
+  include Idempotency::Job   # idempotency_verify? in perform (lookup policy)
   sidekiq_options queue: ENV.fetch("SIDEKIQ_QUEUE", "default"),
                   idempotency: { "job_type" => ENV.fetch("JOB_TYPE", "send_confirmation"), "lease" => LEASE }
 
@@ -23,7 +24,11 @@ class SendConfirmation
   def self.args_for(order) = [order, "customer-#{order.downcase}@example.test"]
 
   def perform(order, email)
+    # verify: the provider of this example cannot be searched, so there is
+    # nothing to look up (use hold, retry or skip for it)
     MailProvider.send_email(to: email, subject: "Your order #{order}", key: order)
+  rescue MailProvider::Refused => e   # certainly not sent: release, retry after a backoff
+    raise Idempotency::KnownFailure, e.message
   end
 end
 

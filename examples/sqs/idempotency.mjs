@@ -11,8 +11,12 @@
 //                    seconds (another worker holds a young claim)
 //   held          -> delete (ack): a person decides (resolve_operation)
 // A handler that throws KnownFailure (the effect certainly did not happen)
-// releases the claim and the message is redelivered at once; any other error
-// leaves the claim to its lease and the message to its visibility timeout.
+// releases the claim and the message is redelivered after a backoff (its
+// visibility: `backoff` seconds doubling with the attempt, at most
+// `backoffMax` and half of `retryAfter`); any other error leaves the claim to
+// its lease and the message to its visibility timeout. A database error of
+// the claim throws too: the message is not deleted and comes back after its
+// visibility timeout (then to the dead-letter queue after maxReceiveCount).
 import { createHash } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
@@ -20,7 +24,11 @@ import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
 /** Throw from a handler when the effect certainly did not happen. */
 export class KnownFailure extends Error {}
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// resolves after ms, or at once when signal aborts
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const t = setTimeout(resolve, ms);
+  signal?.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+});
 
 export function fingerprintOf(body) {
   return 'sha256:' + createHash('sha256').update(body).digest('hex');
@@ -37,12 +45,16 @@ export function fingerprintOf(body) {
  * @param opts.key        (payload, message) => operation key (names the effect)
  * @param opts.heartbeat  ms between extend_lease calls (less than the lease)
  * @param opts.retryAfter s until an in_progress message is seen again (about the lease)
+ * @param opts.backoff    s before a released message is seen again (first attempt; default 1)
+ * @param opts.backoffMax s at most (default 60; never more than retryAfter / 2)
  * @param opts.onVerdict  optional (event) => void, for logs and metrics
  */
 export function idempotent(handler, opts) {
   const { pool, sqs, queueUrl, jobType, key } = opts;
   const heartbeatMs = opts.heartbeat ?? 60_000;
   const retryAfter = opts.retryAfter ?? 600;
+  const backoff = opts.backoff ?? 1;
+  const backoffMax = opts.backoffMax ?? 60;
   const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
   const notify = opts.onVerdict ?? (() => {});
 
@@ -76,12 +88,14 @@ export function idempotent(handler, opts) {
     }
 
     notify({ ...event, action: 'work' });
-    // heartbeat: keep the claim young while the handler runs
-    let beating = true;
+    // heartbeat: keep the claim young while the handler runs; stopped (the
+    // sleep cancelled) before complete or release, so that no late beat
+    // meets a completed record
+    const stop = new AbortController();
     const beat = (async () => {
-      while (beating) {
-        await sleep(heartbeatMs);
-        if (!beating) break;
+      while (!stop.signal.aborted) {
+        await sleep(heartbeatMs, stop.signal);
+        if (stop.signal.aborted) break;
         try {
           await pool.query('SELECT idempotency.extend_lease($1, $2, $3)',
                            [jobType, opKey, claim.attempt]);
@@ -97,18 +111,26 @@ export function idempotent(handler, opts) {
       result = await handler(payload, { key: opKey, attempt: claim.attempt,
                                         verify: claim.verdict === 'verify', message });
     } catch (err) {
-      beating = false;
+      stop.abort();
+      await beat;
       if (err instanceof KnownFailure) {
         await pool.query('SELECT idempotency.release_operation($1, $2, $3)',
                          [jobType, opKey, claim.attempt]);
+        // a later receive claims attempt + 1; within half the lease, so that
+        // the sweeper (a released record nobody claimed for a lease) does
+        // not re-enqueue it too. SQS counts in whole seconds.
+        const d = Math.min(backoffMax, backoff * 2 ** Math.min(claim.attempt - 1, 32));
+        const delay = Math.max(1, Math.min(Math.floor(retryAfter / 2),
+                                           Math.round(d / 2 + Math.random() * d / 2)));
         await sqs.send(new ChangeMessageVisibilityCommand({
-          QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: 0 }));
-        notify({ ...event, action: 'released' });
+          QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: delay }));
+        notify({ ...event, action: 'released', retry_in: delay });
         return undefined;
       }
       throw err;   // uncertain: the lease and the policy decide
     } finally {
-      beating = false;
+      stop.abort();
+      await beat;
     }
     try {
       await pool.query('SELECT idempotency.complete_operation($1, $2, $3, $4)',

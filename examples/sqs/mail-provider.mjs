@@ -8,8 +8,24 @@
 // $E2E_DIR/pause-<key>-<before|after>. The first worker to reach that point
 // takes the FIFO (rename), writes $E2E_DIR/at-<key>-<point> with its pid and
 // waits on the FIFO; the test then kill -9s it, or writes to the FIFO to let
-// it go on.
+// it go on. The test also makes the provider refuse the next email of a key
+// (Refused, nothing is sent) by creating the file $E2E_DIR/refuse-<key>.
 import { promises as fsp } from 'node:fs';
+
+/** The provider refused the request (say HTTP 429): nothing was sent. */
+export class Refused extends Error {}
+
+async function refused(key) {
+  const dir = process.env.E2E_DIR;
+  if (!dir) return false;
+  try {
+    await fsp.rename(`${dir}/refuse-${key}`, `${dir}/refuse-${key}.taken-${process.pid}`);
+    return true;
+  } catch (err) {
+    if (err.code === 'ENOENT') return false;
+    throw err;
+  }
+}
 
 async function checkpoint(key, point) {
   const dir = process.env.E2E_DIR;
@@ -29,6 +45,7 @@ async function checkpoint(key, point) {
 }
 
 export async function sendEmail({ to, subject, key }) {
+  if (await refused(key)) throw new Refused(`429 too many requests: ${to} not sent`);
   await checkpoint(key, 'before');
   const fh = await fsp.open(process.env.MAIL_LOG ?? 'outbox.log', 'a');
   try {

@@ -7,8 +7,8 @@
 // confirmation of this order"), not the SQS message id.
 import pg from 'pg';
 import { Consumer } from 'sqs-consumer';
-import { idempotent } from './idempotency.mjs';
-import { sendEmail } from './mail-provider.mjs';
+import { idempotent, KnownFailure } from './idempotency.mjs';
+import { sendEmail, Refused } from './mail-provider.mjs';
 import { sqs, queueUrl } from './sqs-client.mjs';
 import { appendFileSync } from 'node:fs';
 
@@ -16,8 +16,14 @@ const lease = Number(process.env.LEASE_SECONDS ?? 600);          // as in idempo
 const pool = new pg.Pool({ max: 2 });                             // PG* environment
 
 async function sendConfirmation(order) {
-  const sent = await sendEmail({ to: order.email, subject: `Your order ${order.order}`, key: order.order });
-  return { accepted: sent.accepted };
+  try {
+    const sent = await sendEmail({ to: order.email, subject: `Your order ${order.order}`, key: order.order });
+    return { accepted: sent.accepted };
+  } catch (err) {
+    // certainly not sent: release, and the message comes back after a backoff
+    if (err instanceof Refused) throw new KnownFailure(err.message);
+    throw err;
+  }
 }
 
 const consumer = Consumer.create({

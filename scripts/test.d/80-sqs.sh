@@ -2,7 +2,9 @@
 # The SQS example's end-to-end test (examples/sqs/e2e.py): the seed's replay
 # matrix through a local SQS (fauxqs on 127.0.0.1, random port) and real
 # sqs-consumer workers killed with kill -9, under the policies hold, retry
-# and skip. Installs python3-psycopg (root) and the npm packages of
+# and skip, plus case 8 (a person's 'retry' reaches a worker through the
+# sweeper) and case 9 (a known failure, released and redelivered after a
+# backoff). Installs python3-psycopg (root) and the npm packages of
 # examples/sqs (npm ci) when missing; the broker is started and stopped by
 # the test.
 set -euo pipefail

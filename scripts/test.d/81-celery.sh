@@ -2,8 +2,13 @@
 # The Celery example's end-to-end test (examples/celery/e2e.py): the seed's
 # replay matrix through a private rabbitmq-server on 127.0.0.1 (random ports,
 # started and stopped by the test) and two Celery workers whose pool process
-# is killed with kill -9, under the policies hold, retry and skip. Installs
-# python3-celery, python3-psycopg and rabbitmq-server (root) when missing.
+# is killed with kill -9, under the policies hold, retry and skip, plus case 8
+# (a person's 'retry' reaches a worker through the sweeper), case 9 (a known
+# failure, released and sent after a backoff) and Celery's cases 10 (a claim
+# refused with 42501 is retried, not acknowledged away) and 11 (fingerprint of
+# positional and keyword arguments; ID002 fails without retries). Creates and
+# drops the role idempotency_e2e_celery_worker. Installs python3-celery,
+# python3-psycopg and rabbitmq-server (root) when missing.
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs python3-celery python3-psycopg rabbitmq-server

@@ -3,9 +3,13 @@
 # replay matrix through a private redis-server on 127.0.0.1 (random port,
 # started and stopped by the test) and two Sidekiq processes killed with
 # kill -9 (default fetch: the job is lost, the sweeper finds the claim), under
-# the policies hold, retry and skip. Installs ruby-sidekiq, ruby-pg,
-# redis-server and python3-psycopg (root) when missing.
+# the policies hold, retry and skip, plus case 8 (a person's 'retry' reaches a
+# worker through the sweeper) and case 9 (a known failure, released and sent
+# after a backoff). First the middleware's focused tests (test_middleware.rb:
+# reconnect, heartbeat failures, verify; no Redis). Installs ruby-sidekiq,
+# ruby-pg, redis-server and python3-psycopg (root) when missing.
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs ruby-sidekiq ruby-pg redis-server python3-psycopg
+(cd examples/sidekiq && RUBYOPT=-W0 ruby test_middleware.rb)
 exec /usr/bin/python3 examples/sidekiq/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"

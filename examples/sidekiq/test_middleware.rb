@@ -1,0 +1,160 @@
+# test_middleware.rb: focused tests of idempotency_sidekiq.rb that need a
+# database but no Redis (the middleware is called directly, as Sidekiq's
+# processor calls it):
+#
+#   ruby test_middleware.rb        # PG* environment; the extension is created if missing
+#
+# - a connection the server closed is replaced (and a statement's own error
+#   is not sent twice);
+# - a failing heartbeat (no connection at all, or one the server closed)
+#   logs, keeps trying and never raises into the job;
+# - under verdict verify (lookup policy) the job sees idempotency_verify?.
+require "minitest/autorun"
+require "logger"
+require "sidekiq"
+require_relative "idempotency_sidekiq"
+
+Sidekiq.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
+
+LEASE = 1.0
+
+class IdempotencyMiddlewareTest < Minitest::Test
+  def setup
+    @admin = PG.connect
+    @admin.exec("SET client_min_messages = warning")
+    @admin.exec("CREATE EXTENSION IF NOT EXISTS idempotency")
+    @types = []
+  end
+
+  def teardown
+    @types.each do |t|
+      @admin.exec_params("DELETE FROM idempotency.operations WHERE job_type = $1", [t])
+      @admin.exec_params("DELETE FROM idempotency.job_types WHERE job_type = $1", [t])
+    end
+    @admin.close
+    Thread.current[:idempotency_pg]&.close
+    Thread.current[:idempotency_pg_beat]&.close
+    Thread.current[:idempotency_pg] = Thread.current[:idempotency_pg_beat] = nil
+  end
+
+  def job_type(policy)
+    t = "sidekiq_unit_#{policy}_#{Process.pid}"
+    @admin.exec_params("DELETE FROM idempotency.operations WHERE job_type = $1", [t])
+    @admin.exec_params("DELETE FROM idempotency.job_types WHERE job_type = $1", [t])
+    @admin.exec_params("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) " \
+                       "VALUES ($1, make_interval(secs => $2), $3)", [t, LEASE, policy])
+    @types << t
+    t
+  end
+
+  def job_class(type)
+    Class.new do
+      include Sidekiq::Worker
+      include Idempotency::Job
+      sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }
+      def self.name = "UnitJob"
+      def perform(_key); end
+    end
+  end
+
+  # the middleware's fingerprint of UnitJob with args [key]
+  def fp(key) = "sha256:" + Digest::SHA256.hexdigest(JSON.generate(["UnitJob", [key]]))
+
+  def record(type, key)
+    r = @admin.exec_params("SELECT status::text || ' #' || attempt FROM idempotency.operations " \
+                           "WHERE job_type = $1 AND operation_key = $2", [type, key])
+    r.ntuples.zero? ? "none" : r.getvalue(0, 0)
+  end
+
+  def terminate(conn)
+    pid = conn.exec_params("SELECT pg_backend_pid()", []).getvalue(0, 0)
+    @admin.exec_params("SELECT pg_terminate_backend($1::int)", [pid])
+    deadline = Time.now + 10
+    sleep 0.01 while @admin.exec_params("SELECT 1 FROM pg_stat_activity WHERE pid = $1::int",
+                                        [pid]).ntuples.positive? && Time.now < deadline
+    pid
+  end
+
+  def test_connection_closed_by_the_server_is_replaced
+    c = Idempotency::Connection.new(nil)
+    pid = terminate(c)
+    # the old connection still looks fine to the client until it is used
+    assert_equal "1", c.exec_params("SELECT 1", []).getvalue(0, 0)
+    refute_equal pid, c.exec_params("SELECT pg_backend_pid()", []).getvalue(0, 0)
+  ensure
+    c&.close
+  end
+
+  def test_statement_error_is_not_repeated
+    type = job_type("hold")
+    c = Idempotency::Connection.new(nil)
+    err = assert_raises(PG::Error) do
+      c.exec_params("SELECT idempotency.claim_operation($1, '')", [type])   # an empty key: 22023
+    end
+    assert_equal "22023", Idempotency.sqlstate(err)
+    assert c.healthy?
+  ensure
+    c&.close
+  end
+
+  def test_heartbeat_without_a_database_keeps_trying_and_never_raises
+    tries = 0
+    down = Idempotency::Connection.new("host=/nonexistent-idempotency-test port=1")
+    beat = Idempotency::Heartbeat.new(down, 0.05) do |hb|
+      tries += 1
+      hb.exec_params("SELECT 1", [])
+    end
+    deadline = Time.now + 10
+    sleep 0.02 while tries < 3 && Time.now < deadline
+    beat.stop   # must not raise PG::ConnectionBad
+    assert_operator tries, :>=, 3
+  end
+
+  def test_middleware_completes_although_the_heartbeat_cannot_connect
+    type = job_type("hold")
+    # this thread's heartbeat connection cannot be opened (too many
+    # connections, a wrong host...); before, its error ended the heartbeat
+    # thread and came back from Thread#join after perform had sent the email
+    Thread.current[:idempotency_pg_beat] = Idempotency::Connection.new("host=/nonexistent-idempotency-test port=1")
+    worker = job_class(type).new
+    ran = false
+    Idempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K1"], "jid" => "j1" }, "q") do
+      sleep LEASE / 2   # two beats fail meanwhile
+      ran = true
+    end
+    assert ran
+    assert_equal "completed #1", record(type, "K1")
+  end
+
+  def test_heartbeat_survives_a_closed_connection_and_keeps_the_lease
+    type = job_type("hold")
+    worker = job_class(type).new
+    verdict = nil
+    Idempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K2"], "jid" => "j2" }, "q") do
+      sleep LEASE / 3                                   # the first beat opened its connection
+      terminate(Thread.current[:idempotency_pg_beat].send(:pg))   # the server closes it
+      sleep LEASE                                       # without beats the claim would be stale
+      verdict = @admin.exec_params("SELECT verdict FROM idempotency.claim_operation($1, 'K2', $2)",
+                                   [type, fp("K2")]).getvalue(0, 0)
+    rescue PG::Error => e
+      verdict = e.message
+    end
+    # a stale claim under hold would be held: in_progress is the lease kept
+    assert_equal "in_progress", verdict
+    assert_equal "completed #1", record(type, "K2")
+  end
+
+  def test_verify_reaches_the_job
+    type = job_type("lookup")
+    # a worker claimed K3 and died; after the lease the next one gets verify
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K3', $2)", [type, fp("K3")])
+    sleep LEASE + 0.1
+    worker = job_class(type).new
+    seen = nil
+    Idempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K3"], "jid" => "j3" }, "q") do
+      seen = [worker.idempotency_verify?, worker.idempotency_attempt]
+    end
+    assert_equal [true, 2], seen
+    assert_equal "completed #2", record(type, "K3")
+  end
+end
