@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The replay matrix (idempotency-matrix: real worker processes, SIGKILL at
-# exact points, all four policies, cases 1-13) and the headless-browser test
-# of its HTML report, against the test cluster. See test/matrix/README.md.
+# exact points, all four policies, cases 1-13) run through --dsn as a
+# non-superuser role, the shape of its output, colour, its cleanup (also when
+# interrupted), and the headless-browser test of its HTML report, against the
+# test cluster. See test/matrix/README.md.
 set -euo pipefail
 exec test/matrix/run.sh

@@ -69,29 +69,61 @@ usage(FILE *f)
 			"  -V, --version          the runner's version\n"
 			"\n"
 			"The runner works in its own job types (idempotency_matrix_<run id>_<policy>_<case>) and\n"
-			"deletes them and their records at the end. It needs: EXECUTE on the idempotency\n"
-			"functions; INSERT, SELECT, DELETE on idempotency.job_types and SELECT, DELETE on\n"
-			"idempotency.operations; CREATE on its current schema for case 8's effect table.\n"
+			"deletes them, their records, case 8's table and its mailboxes at the end (also when\n"
+			"interrupted). The role it connects as needs: USAGE on schema idempotency; EXECUTE on\n"
+			"claim_operation, complete_operation, release_operation, extend_lease and stale_claims;\n"
+			"SELECT, INSERT, DELETE on idempotency.job_types; SELECT, DELETE on\n"
+			"idempotency.operations; CREATE on its current schema (case 8's effects table).\n"
 			"\n"
 			"Exit status: 0 every case holds, 1 some case fails, 2 cannot run, 130 interrupted.\n");
 }
 
+/* write all of buf to fd, in as few write() calls as the kernel allows */
+static void
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0)
+	{
+		ssize_t		n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		buf += n;
+		len -= (size_t) n;
+	}
+}
+
+/*
+ * A progress line on stderr. The whole line is one write(): a log that
+ * merges stdout and stderr (e.g. through tee) may put another line between
+ * two progress lines, but never inside one.
+ */
 void
 progress(matrix_ctx *ctx, const char *fmt,...)
 {
+	char		line[1024];
+	size_t		len;
+	size_t		avail;
 	va_list		ap;
+	int			n;
 
 	if (!ctx->progress)
 		return;
-	if (ctx->progress_tty)
-		fputs("\r\033[K", stderr);
-	fputs("... ", stderr);
+	len = (size_t) snprintf(line, sizeof(line), "%s... ", ctx->progress_tty ? "\r\033[K" : "");
+	avail = sizeof(line) - len - 1;	/* one byte kept for the newline */
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vsnprintf(line + len, avail, fmt, ap);
 	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t) n >= avail)
+		n = (int) avail - 1;	/* truncated */
+	len += (size_t) n;
 	if (!ctx->progress_tty)
-		fputs("\n", stderr);
-	fflush(stderr);
+		line[len++] = '\n';
+	write_all(STDERR_FILENO, line, len);
 }
 
 static void
@@ -342,24 +374,44 @@ cleanup(matrix_ctx *ctx)
 	{
 		char		like[80];
 		const char *params[1];
+		PGresult   *types;
 		PGresult   *res;
-		static const char *const sql[] = {
-			"DELETE FROM idempotency.operations "
-			"WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
-			"DELETE FROM idempotency.job_types "
-			"WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
-		};
 		int			i;
 
 		snprintf(like, sizeof(like), "%s_", ctx->prefix);
 		params[0] = like;
-		for (i = 0; i < 2; i++)
-		{
-			res = db_exec(ctx, sql[i], 1, params);
-			if (PQresultStatus(res) != PGRES_COMMAND_OK)
-				fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
-			PQclear(res);
-		}
+
+		/*
+		 * The records job type by job type (found in the small job_types
+		 * table), each by an equality the primary key answers: no scan of
+		 * a user's whole operations table. Then the job types: deleting
+		 * them fires job_types_guard, which locks operations in SHARE mode
+		 * for that one statement, so claims elsewhere wait for it, briefly.
+		 */
+		types = db_exec(ctx, "SELECT job_type FROM idempotency.job_types "
+						"WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
+						1, params);
+		if (PQresultStatus(types) != PGRES_TUPLES_OK)
+			fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(types)));
+		else
+			for (i = 0; i < PQntuples(types); i++)
+			{
+				const char *jt[1];
+
+				jt[0] = PQgetvalue(types, i, 0);
+				res = db_exec(ctx, "DELETE FROM idempotency.operations "
+							  "WHERE job_type OPERATOR(pg_catalog.=) $1", 1, jt);
+				if (PQresultStatus(res) != PGRES_COMMAND_OK)
+					fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+				PQclear(res);
+			}
+		PQclear(types);
+		res = db_exec(ctx, "DELETE FROM idempotency.job_types "
+					  "WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
+					  1, params);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+		PQclear(res);
 		if (ctx->effects_table[0])
 		{
 			char		drop[400];
@@ -471,6 +523,7 @@ main(int argc, char **argv)
 				break;
 			case 'c':
 				cases = optarg;
+				ctx->cases = optarg;
 				break;
 			case 1:
 				{
@@ -603,6 +656,8 @@ main(int argc, char **argv)
 		   ctx->ext_version, ctx->server_version);
 	printf("server %s; lease %s; stress %d workers; %s\n",
 		   ctx->server_desc, ctx->lease_sql, ctx->stress, ctx->started_at);
+	printf("job types %s_<policy>_<case>, mailboxes in %s: %s\n",
+		   ctx->prefix, ctx->maildir, ctx->keep ? "kept (--keep)" : "removed at the end");
 	fflush(stdout);
 
 	for (p = 0; p < N_POLICIES; p++)

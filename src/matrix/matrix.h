@@ -113,6 +113,7 @@ typedef struct matrix_ctx
 	double		lease_s;
 	char		lease_sql[32];	/* "2 seconds" */
 	int			stress;			/* workers in case 3s; 0 skips it */
+	const char *cases;			/* --cases as given; NULL: all */
 	char		run_id[32];
 	char		prefix[64];		/* job type prefix, unique to this run */
 	char		maildir[256];

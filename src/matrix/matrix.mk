@@ -11,13 +11,18 @@
 MATRIX_PROGRAM = idempotency-matrix
 MATRIX_SRCS    = $(sort $(wildcard src/matrix/*.c))
 MATRIX_HDRS    = $(wildcard src/matrix/*.h)
-MATRIX_CPPFLAGS = -I$(shell $(PG_CONFIG) --includedir)
+MATRIX_INCDIR  = $(shell $(PG_CONFIG) --includedir)
+MATRIX_CPPFLAGS = -I$(MATRIX_INCDIR)
 MATRIX_LIBS    = -L$(shell $(PG_CONFIG) --libdir) -lpq
 MATRIX_ARGS   ?=
 
 all: $(MATRIX_PROGRAM)
 
+# a missing libpq-dev is named, not left to the compiler's "libpq-fe.h: No such file"
 $(MATRIX_PROGRAM): $(MATRIX_SRCS) $(MATRIX_HDRS) src/matrix/matrix.mk
+	@test -f '$(MATRIX_INCDIR)/libpq-fe.h' || { \
+		echo "$(MATRIX_PROGRAM): error: the libpq headers are not installed ($(MATRIX_INCDIR)/libpq-fe.h not found): install libpq-dev (Debian; scripts/deps does)" >&2; \
+		exit 1; }
 	$(CC) $(CFLAGS) $(MATRIX_CPPFLAGS) -o $@ $(MATRIX_SRCS) $(LDFLAGS) $(MATRIX_LIBS)
 
 .PHONY: matrix

@@ -574,6 +574,7 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 	SET("isolation", "default isolation", "%s", ctx->isolation);
 	SET("lease", "lease", "%s", ctx->lease_sql);
 	SET("policies", "policies", "%s", pols);
+	SET("cases", "cases", "%s", ctx->cases ? ctx->cases : "all (1-13)");
 	SET("stress_workers", "stress workers (case 3s)", "%d", ctx->stress);
 	SET("job_type_prefix", "job types", "%s_<policy>_<case> (removed afterwards%s)",
 		ctx->prefix, ctx->keep ? ": no, --keep" : "");

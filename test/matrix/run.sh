@@ -4,18 +4,35 @@
 #   PGHOST=... PGPORT=... PGUSER=... [PGDATABASE=...] test/matrix/run.sh [RUNNER-ARGS...]
 #
 # Needs a running server with the idempotency extension installed (make
-# install); the runner creates the extension in the database if it is not
-# there yet (--create-extension). Steps:
+# install), reached as a superuser (PGUSER): the test creates the extension
+# in the database if it is not there, and a role of its own,
+# idempotency_matrix_test_runner, that it drops at the end. Steps:
 #   1. build ./idempotency-matrix if it is missing or stale (make idempotency-matrix);
-#   2. run the full matrix (all policies, cases 1-13) with --html and --json
-#      into a temporary directory; it must exit 0 and every case must hold;
-#   3. the runner's own check: hold checked against retry's expectations
-#      must fail (exit 1) in exactly the cells where the policies differ;
-#   4. the browser test (test/matrix/browser-test.mjs, Debian's headless
+#   2. run the full matrix (all policies, cases 1-13) with --html and --json,
+#      through --dsn, as that role: a non-superuser with exactly the
+#      privileges the README lists. It must exit 0 and every case must hold.
+#      The output must have the banner, each policy's header, the policy
+#      summary rows (RUNNER-ARGS given: not checked), no escape sequences
+#      (piped: no colour), and on stderr only progress lines;
+#   3. the run cleaned up after itself: no job type, record or table with
+#      its prefix is left, and its mail directory is gone;
+#   4. the runner's own check: hold checked against retry's expectations
+#      must fail (exit 1) in exactly the cells where the policies differ,
+#      shown with the failure mark and "observed ≠ expected"; the JSON
+#      report records the --cases selection;
+#   5. colour only on a terminal: --color=always, and a terminal (script(1)),
+#      give escape sequences; NO_COLOR, TERM=dumb and --color=never do not;
+#   6. each progress line is written with one write() (stderr is a
+#      SOCK_SEQPACKET socket, which keeps write boundaries), so a log that
+#      merges stdout and stderr cannot tear it;
+#   7. interrupted by SIGINT, and by SIGTERM, at a progress line (the run
+#      waits for a lease, with a record, a job type, case 8's table and its
+#      mail directory in place): it exits 130 and leaves nothing behind;
+#   8. the browser test (test/matrix/browser-test.mjs, Debian's headless
 #      chromium, no npm packages) on the HTML report: it renders, and
 #      ArrowRight scrolls the focused matrix in a narrow window.
 # The last line is the total: "matrix: N passed, N failed". Exits non-zero
-# on any failure. The reports, screenshots and the PDF are kept in
+# on any failure. The reports, logs, screenshots and the PDF are kept in
 # $MATRIX_OUT if set, else in a temporary directory that is removed on
 # success and kept (and named) on failure.
 #
@@ -28,10 +45,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 runner=$root/idempotency-matrix
 chromium=${CHROMIUM:-/usr/bin/chromium}
+role=idempotency_matrix_test_runner
+psql=(psql -X -q -At -v ON_ERROR_STOP=1)
+[[ -n ${PG_BINDIR:-} && -x $PG_BINDIR/psql ]] && psql[0]=$PG_BINDIR/psql
 
 die() { echo "test/matrix/run.sh: error: $*" >&2; exit 2; }
 
 command -v node >/dev/null || die "node is not installed (the browser test needs Node.js 18 or later)"
+command -v script >/dev/null || die "script(1) is not installed (util-linux; the terminal colour test needs it)"
 if [[ ! -x $chromium ]]; then
     if [[ $(id -u) == 0 && ${MATRIX_INSTALL_CHROMIUM:-1} != 0 && -z ${CHROMIUM:-} ]]; then
         echo "== installing chromium (Debian package) for the browser test"
@@ -53,9 +74,21 @@ else
     out=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-matrix-test.XXXXXX") || die "mktemp failed"
     keep=0
 fi
+# the runner's TMPDIR (its mail directories): nothing else writes here
+runtmp=$out/tmp
+mkdir -p "$runtmp" || die "cannot create $runtmp"
 
 passed=0
 failed=0
+bad=0
+ok() { echo "ok - $*"; passed=$((passed + 1)); }
+not_ok() {   # not_ok LOG|"" TEXT: the failure, with the log that explains it
+    local log=$1; shift
+    echo "not ok - $*"
+    [[ -n $log && -f $log ]] && sed 's/^/    /' "$log"
+    failed=$((failed + 1))
+    bad=1
+}
 count() {   # add up the "N passed, N failed" line of a log
     local line
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1)
@@ -66,32 +99,291 @@ count() {   # add up the "N passed, N failed" line of a log
     passed=$((passed + $(cut -d' ' -f1 <<<"$line")))
     failed=$((failed + $(cut -d' ' -f3 <<<"$line")))
 }
-bad=0
+has_esc() { grep -q $'\033' "$1"; }
 
-echo "== the full matrix (idempotency-matrix --create-extension --html --json $*)"
+# ---------------------------------------------------------------------
+# the database and the role the runner connects as
+# ---------------------------------------------------------------------
+[[ $("${psql[@]}" -c 'SELECT rolsuper FROM pg_roles WHERE rolname = current_user' 2>&1) == t ]] ||
+    die "connect as a superuser (PGUSER): the test creates the extension and the role $role"
+db=$("${psql[@]}" -c 'SELECT current_database()') || die "cannot connect (PGHOST, PGPORT, PGUSER, PGDATABASE)"
+drop_role() {
+    "${psql[@]}" -c "DO \$\$BEGIN
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$role') THEN
+            EXECUTE 'DROP OWNED BY $role'; EXECUTE 'DROP ROLE $role';
+        END IF; END\$\$" >/dev/null
+}
+trap drop_role EXIT
+drop_role || die "cannot drop an old role $role"
+# exactly the privileges the README ("Running it against your own
+# database") and --help list; the runner's current schema is public
+"${psql[@]}" >"$out/role.log" 2>&1 <<SQL || { cat "$out/role.log"; die "cannot create the role $role"; }
+CREATE EXTENSION IF NOT EXISTS idempotency;
+CREATE ROLE $role LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE;
+GRANT USAGE ON SCHEMA idempotency TO $role;
+GRANT EXECUTE ON FUNCTION
+    idempotency.claim_operation(text, text, text, text),
+    idempotency.complete_operation(text, text, integer, jsonb),
+    idempotency.release_operation(text, text, integer),
+    idempotency.extend_lease(text, text, integer),
+    idempotency.stale_claims(text)
+  TO $role;
+GRANT SELECT, INSERT, DELETE ON idempotency.job_types TO $role;
+GRANT SELECT, DELETE ON idempotency.operations TO $role;
+GRANT CREATE ON SCHEMA public TO $role;
+SQL
+# libpq takes host and port from PGHOST/PGPORT; the DSN names the role and the database
+dsn="user=$role dbname='${db//\'/\\\'}'"
+
+# what a run with job type prefix $1 and mail directory $2 left behind: "" if nothing
+leftovers() {
+    local prefix=$1 maildir=$2 q
+    q=$("${psql[@]}" -v p="${prefix}_" <<'SQL'
+SELECT concat_ws(', ',
+    nullif((SELECT count(*) FROM idempotency.job_types
+            WHERE left(job_type, length(:'p')) = :'p') || ' job types', '0 job types'),
+    nullif((SELECT count(*) FROM idempotency.operations
+            WHERE left(job_type, length(:'p')) = :'p') || ' records', '0 records'),
+    (SELECT 'table ' || string_agg(c.oid::regclass::text, ' ') FROM pg_class c
+      WHERE left(c.relname, length(:'p')) = :'p'))
+SQL
+    ) || q="cannot query the database"
+    [[ -e $maildir ]] && q+="${q:+, }the mail directory $maildir"
+    printf '%s' "$q"
+}
+banner_prefix() { sed -n 's/^job types \(idempotency_matrix_[0-9a-z]*\)_<policy>_<case>, mailboxes in .*/\1/p' "$1" | head -n 1; }
+banner_maildir() { sed -n 's/^job types idempotency_matrix_[0-9a-z]*_<policy>_<case>, mailboxes in \(.*\): removed at the end$/\1/p' "$1" | head -n 1; }
+
+# ---------------------------------------------------------------------
+# 2. the full matrix, through --dsn, as the non-superuser role
+# ---------------------------------------------------------------------
+echo "== the full matrix (idempotency-matrix --dsn \"$dsn\" --html --json $*)"
 start=$(date +%s)
-"$runner" --create-extension --html "$out/matrix.html" --json "$out/matrix.json" "$@" | tee "$out/matrix.txt"
+TMPDIR=$runtmp LC_ALL=C.UTF-8 "$runner" --dsn "$dsn" --html "$out/matrix.html" --json "$out/matrix.json" "$@" \
+    2>"$out/matrix.err" | tee "$out/matrix.txt"
 rc=${PIPESTATUS[0]}
 echo "== the matrix took $(( $(date +%s) - start )) s and exited $rc"
 count "$out/matrix.txt"
-if ((rc != 0)); then
-    bad=1
-fi
-[[ -s $out/matrix.html && -s $out/matrix.json ]] || { echo "not ok - the runner wrote no HTML/JSON report"; bad=1; failed=$((failed + 1)); }
+((rc == 0)) || bad=1
+[[ -s $out/matrix.html && -s $out/matrix.json ]] || not_ok "" "the runner wrote no HTML/JSON report"
 
-echo "== the runner's own check: policy hold checked against retry's expectations must fail"
-"$runner" --quiet --color=never --policy hold --check-as retry --cases 5,6,9 --lease 1 >"$out/check-as.txt" 2>&1
-rc=$?
-if ((rc == 1)) && grep -qx '0 passed, 3 failed' "$out/check-as.txt"; then
-    echo "ok - the mismatching cases 5, 6 and 9 fail, exit status 1"
-    passed=$((passed + 1))
+txt=$out/matrix.txt
+prefix=$(banner_prefix "$txt")
+maildir=$(banner_maildir "$txt")
+npol=$(grep -cE '^Policy (hold|retry|skip|lookup): ' "$txt")
+if grep -qE '^Replay matrix: send_confirmation for ORD-1001, idempotency [0-9.]+ on PostgreSQL 15\.' "$txt" &&
+    grep -qE "^server (socket )?[^ ]+ port [0-9]+, database $db, user $role; lease [0-9.]+ seconds?; stress [0-9]+ workers; [0-9]{4}-" "$txt" &&
+    [[ -n $prefix && $maildir == "$runtmp"/idempotency-matrix.* ]]; then
+    ok "the banner: versions, server (as $role), lease, the job type prefix $prefix and the mail directory"
 else
-    echo "not ok - expected exit 1 and '0 passed, 3 failed'; got exit $rc:"
-    sed 's/^/    /' "$out/check-as.txt"
-    failed=$((failed + 1))
-    bad=1
+    not_ok "" "the banner lines are missing or wrong (prefix '$prefix', mail directory '$maildir'):"
+    head -n 4 "$txt" | sed 's/^/    /'
+fi
+if ((npol > 0)) &&
+    (($(grep -cE '^ +case +attempt +observed +expected$' "$txt") == npol)) &&
+    (($(grep -cE '^ +emails +record afterwards +verdicts$' "$txt") == npol)) &&
+    (($(grep -cE "^job types ${prefix}_(hold|retry|skip|lookup)_<case>, lease [0-9.]+ seconds?, [0-9]+ of [0-9]+ cases hold, " "$txt") == npol)); then
+    ok "each of the $npol policy tables has its header (case, attempt, observed: emails, record afterwards, verdicts; expected)"
+else
+    not_ok "" "a policy table lacks its header lines (case attempt observed expected / emails record afterwards verdicts)"
+fi
+if (($# == 0)); then
+    summary_ok=1
+    grep -qE '^policy +case 5 +case 6 +expected$' "$txt" || summary_ok=0
+    for row in 'hold 0 1 0 and 1' 'retry 1 2 1 and 2' 'skip 0 1 0 and 1' 'lookup 1 1 1 and 1'; do
+        read -r p e5 e6 x5 _ x6 <<<"$row"
+        grep -qE "^$p +$e5 +$e6 +$x5 and $x6 +✓$" "$txt" || summary_ok=0
+    done
+    if ((summary_ok)); then
+        ok "the policy summary: hold 0 and 1, retry 1 and 2, skip 0 and 1, lookup 1 and 1 emails in cases 5 and 6, each ✓"
+    else
+        not_ok "" "the policy summary rows are missing or wrong:"
+        sed -n '/^Policy summary/,$p' "$txt" | sed 's/^/    /'
+    fi
+fi
+if has_esc "$txt"; then
+    not_ok "" "piped output has escape sequences (colour only on a terminal)"
+else
+    ok "piped output has no escape sequences"
+fi
+total=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$txt" | tail -n 1)
+nprog=$(grep -cE '^\.\.\. \[[0-9]+/[0-9]+\] policy (hold|retry|skip|lookup), case [0-9a-z]+: ' "$out/matrix.err")
+if grep -qvE '^\.\.\. ' "$out/matrix.err"; then
+    not_ok "$out/matrix.err" "stderr has more than progress lines (an error, e.g. of the cleanup):"
+elif [[ -n $total ]] && ((nprog == $(cut -d' ' -f1 <<<"$total") + $(cut -d' ' -f3 <<<"$total"))); then
+    ok "stderr: one progress line per case ($nprog), '[n/N] policy P, case C: ...', and nothing else"
+else
+    not_ok "$out/matrix.err" "expected one '[n/N] policy P, case C' progress line per case, got $nprog for '$total'"
 fi
 
+# 3. it cleaned up
+if [[ -z $prefix ]]; then
+    not_ok "" "no job type prefix in the banner: cannot check the cleanup"
+else
+    left=$(leftovers "$prefix" "$maildir")
+    if [[ -z $left ]] && [[ -z $(ls -A "$runtmp") ]]; then
+        ok "after the --dsn run nothing of $prefix is left: no job types, records, effects table or mail directory"
+    else
+        not_ok "" "the run left behind: ${left:-files in $runtmp: $(ls -A "$runtmp")}"
+    fi
+fi
+
+# ---------------------------------------------------------------------
+# 4. the runner's own check: failing cells are shown as failing
+# ---------------------------------------------------------------------
+echo "== the runner's own check: policy hold checked against retry's expectations must fail"
+check=$out/check-as.txt
+TMPDIR=$runtmp LC_ALL=C.UTF-8 "$runner" --dsn "$dsn" --quiet --color=never --policy hold --check-as retry \
+    --cases 5,6,9 --lease 1 --json "$out/check-as.json" >"$check" 2>&1
+rc=$?
+if ((rc == 1)) && grep -qx '0 passed, 3 failed' "$check"; then
+    ok "the mismatching cases 5, 6 and 9 fail, exit status 1"
+else
+    not_ok "$check" "expected exit 1 and '0 passed, 3 failed'; got exit $rc:"
+fi
+# the rows: the mark, and "observed ≠ expected" in every cell that differs
+if grep -qE '^Policy hold: .*  \[checked against retry'"'"'s expectations\]$' "$check" &&
+    grep -qE '^✗  5 +worker dies after the claim, before the email +0 ≠ 1 +claimed #1 \(stale\) ≠ completed #2 +run \(killed\), held ≠ run \(killed\), run +sent after the lease by a takeover$' "$check" &&
+    grep -qE '^✗  6 +worker dies after the email, before completed +1 ≠ 2 +claimed #1 \(stale\) ≠ completed #2 +run \(killed\), held ≠ run \(killed\), run +' "$check" &&
+    grep -qE '^✗  9 +slow worker completes after a redelivery +1 ≠ 2 +completed #1 ≠ completed #2 +run \(slow\), held, late completion ok ≠ run \(slow\), run, late completion ID003 +' "$check" &&
+    grep -qx '  case 5 (hold):' "$check" &&
+    grep -qx '    expected: emails 1; record completed #2; verdicts run (killed), run' "$check" &&
+    ! grep -q '^✓' "$check"; then
+    ok "failing rows are marked ✗, each differing cell shows 'observed ≠ expected', and the notes say what was expected"
+else
+    not_ok "$check" "the failing rows do not show the ✗ mark and 'observed ≠ expected' cells as expected:"
+fi
+if grep -qE '^hold +0 +1 +1 and 2 +✗$' "$check"; then
+    ok "the policy summary marks hold's 0 and 1 emails against retry's 1 and 2 with ✗"
+else
+    not_ok "" "the policy summary row 'hold 0 1 1 and 2 ✗' is missing"
+fi
+if grep -qF '"cases": "5,6,9"' "$out/check-as.json" 2>/dev/null &&
+    grep -qF '"check_as": "every policy checked against the expectations of retry (--check-as)"' "$out/check-as.json"; then
+    ok "the report's settings record --cases 5,6,9 and --check-as retry"
+else
+    not_ok "" "the JSON settings do not record --cases 5,6,9 and --check-as: $(grep -E '"(cases|check_as)"' "$out/check-as.json" 2>&1)"
+fi
+prefix=$(banner_prefix "$check")
+left=$([[ -n $prefix ]] && leftovers "$prefix" "$(banner_maildir "$check")")
+[[ -n $prefix && -z $left ]] || not_ok "" "the --check-as run left behind: ${left:-(no prefix in its banner)}"
+
+# ---------------------------------------------------------------------
+# 5. colour only on a terminal
+# ---------------------------------------------------------------------
+echo "== colour"
+small=(--dsn "$dsn" --quiet --policy hold --cases 1 --stress 0)
+# on_tty OUTFILE [VAR=VALUE...] -- ARGS: the runner with a terminal as stdout (script(1))
+on_tty() {
+    local outf=$1; shift
+    local envs=() cmd
+    while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+    shift
+    cmd=$(printf '%q ' "$runner" "$@")
+    env TMPDIR="$runtmp" LC_ALL=C.UTF-8 TERM=xterm SHELL=/bin/bash "${envs[@]}" \
+        script -qec "$cmd" /dev/null >"$outf" 2>&1 </dev/null
+}
+TMPDIR=$runtmp "$runner" "${small[@]}" --color=always >"$out/color-always.txt" 2>&1
+rc=$?
+if ((rc == 0)) && has_esc "$out/color-always.txt"; then
+    ok "--color=always colours piped output"
+else
+    not_ok "$out/color-always.txt" "--color=always: expected escape sequences and exit 0 (exit $rc)"
+fi
+on_tty "$out/color-tty.txt" -- "${small[@]}"
+rc=$?
+if ((rc == 0)) && grep -q '1 passed, 0 failed' "$out/color-tty.txt" && has_esc "$out/color-tty.txt"; then
+    ok "on a terminal the output is coloured"
+else
+    not_ok "$out/color-tty.txt" "on a terminal (script -qec): expected escape sequences and '1 passed, 0 failed' (exit $rc)"
+fi
+for variant in NO_COLOR=1 TERM=dumb --color=never; do
+    f=$out/color-tty-${variant//[^a-zA-Z]/_}.txt
+    if [[ $variant == --* ]]; then
+        on_tty "$f" -- "${small[@]}" "$variant"
+    else
+        on_tty "$f" "$variant" -- "${small[@]}"
+    fi
+    rc=$?
+    if ((rc == 0)) && grep -q '1 passed, 0 failed' "$f" && ! has_esc "$f"; then
+        ok "on a terminal with $variant: no escape sequences"
+    else
+        not_ok "$f" "on a terminal with $variant: expected no escape sequences and '1 passed, 0 failed' (exit $rc)"
+    fi
+done
+
+# ---------------------------------------------------------------------
+# 6. a progress line is one write()
+# ---------------------------------------------------------------------
+echo "== progress lines"
+TMPDIR=$runtmp perl -MSocket -e '
+    socketpair(my $r, my $w, AF_UNIX, SOCK_SEQPACKET, 0) or die "socketpair: $!\n";
+    my $pid = fork() // die "fork: $!\n";
+    if ($pid == 0) {
+        close $r;
+        open(STDERR, ">&", $w) or die "dup: $!\n";
+        close $w;
+        open(STDOUT, ">", "/dev/null") or die;
+        exec(@ARGV) or die "exec: $!\n";
+    }
+    close $w;
+    my ($n, $torn) = (0, 0);
+    while (1) {
+        my $got = sysread($r, my $buf, 65536);
+        last unless $got;
+        $n++;
+        if ($buf !~ /\A\.\.\. [^\n]+\n\z/) { $torn++; printf "write %d: %s\n", $n, quotemeta($buf); }
+    }
+    waitpid($pid, 0);
+    printf "%d writes to stderr, %d not a whole progress line; exit %d\n", $n, $torn, $? >> 8;
+    exit(($torn == 0 && $n >= 3 && $? == 0) ? 0 : 1);' \
+    "$runner" --dsn "$dsn" --policy hold --cases 1,2,5 --stress 0 --lease 1 >"$out/progress.txt" 2>&1
+rc=$?
+if ((rc == 0)); then
+    ok "each progress line is a single write(): $(tail -n 1 "$out/progress.txt")"
+else
+    not_ok "$out/progress.txt" "progress lines are written in pieces (a merged log tears them):"
+fi
+
+# ---------------------------------------------------------------------
+# 7. interrupted mid-run, it still cleans up
+# ---------------------------------------------------------------------
+interrupted() {   # interrupted SIG
+    local sig=$1 base=$out/interrupt-$1 line pid rc sent=0 before="" p="" m="" left
+    rm -f "$base.fifo"
+    if ! mkfifo "$base.fifo"; then not_ok "" "mkfifo failed"; return; fi
+    TMPDIR=$runtmp LC_ALL=C.UTF-8 "$runner" --dsn "$dsn" --color=never --policy hold --cases 1,5,8 \
+        >"$base.out" 2>"$base.fifo" &
+    pid=$!
+    # synchronised on the runner's own progress line, not on a sleep: case
+    # 5's worker was killed after its claim, and the run waits for its lease
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >>"$base.err"
+        if ((sent == 0)) && [[ $line == '... hold case 5: waiting for the lease'* ]]; then
+            p=$(banner_prefix "$base.out")
+            m=$(banner_maildir "$base.out")
+            [[ -n $p ]] && before=$(leftovers "$p" "$m")
+            kill -s "$sig" "$pid"
+            sent=1
+        fi
+    done <"$base.fifo"
+    wait "$pid"
+    rc=$?
+    left=$([[ -n $p ]] && leftovers "$p" "$m")
+    if ((sent == 1 && rc == 130)) && grep -qx 'idempotency-matrix: interrupted; cleaning up' "$base.err" &&
+        [[ $before == "2 job types, 2 records, table "*"${p}_effects"*", the mail directory $m" && -n $p && -z $left ]]; then
+        ok "SIG$sig while waiting for a lease: exit 130; what was there ($before) is gone"
+    else
+        not_ok "$base.err" "SIG$sig mid-run: expected exit 130 and nothing left; got exit $rc (signal sent: $sent), there before: '$before', left: '$left'"
+    fi
+}
+echo "== interrupted runs"
+interrupted INT
+interrupted TERM
+
+# ---------------------------------------------------------------------
+# 8. the browser test
+# ---------------------------------------------------------------------
 if [[ -s $out/matrix.html ]]; then
     echo "== the browser test (chromium, headless) on $out/matrix.html"
     CHROMIUM=$chromium node "$here/browser-test.mjs" "$out/matrix.html" "$out/matrix.json" --out "$out" | tee "$out/browser.txt"

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The README's main command, scripts/matrix, as a user runs it (issue 3's
+# "done when"):
+#   1. twice in a row (restricted to --policy hold to keep CI time down):
+#      each run builds and installs (already done by scripts/test: no-ops),
+#      starts its own throwaway cluster, runs the matrix, prints the total,
+#      exits 0, and removes its cluster and the runner's mail directory;
+#   2. with --dsn it starts no cluster and builds/installs no extension: the
+#      runner works in the given database (here the test cluster's);
+#   3. a port in use (CLUSTER_PORT held by a real TCP listener): the clear
+#      message and a non-zero exit, and no cluster is left behind;
+#   4. no server headers (PG_CONFIG is a pg_config whose --includedir-server
+#      is an empty directory, which is what a machine without
+#      postgresql-server-dev-15 reports): the clear message, non-zero exit;
+#   5. no libpq headers (--includedir empty, as without libpq-dev): the
+#      clear message from scripts/matrix, and from `make idempotency-matrix`.
+# Run by scripts/test with its hook environment (PGHOST, PGPORT, ... of the
+# test cluster, CLUSTER_DIR, PG_CONFIG); scripts/matrix makes its own cluster,
+# so those are removed from its environment. Adds about 35 s to CI.
+set -uo pipefail
+
+srcdir=${TEST_SRCDIR:-$(pwd)}
+real_pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/main-command-test.XXXXXX") || exit 2
+listener_pid=
+cleanup() {
+    [[ -n $listener_pid ]] && kill "$listener_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+ok() { echo "ok - $*"; passed=$((passed + 1)); }
+not_ok() {
+    local log=$1; shift
+    echo "not ok - $*"
+    [[ -n $log && -f $log ]] && sed 's/^/    /' "$log"
+    failed=$((failed + 1))
+}
+
+# scripts/matrix as a user runs it: not inside the test cluster's environment
+# (a CLUSTER_PORT given to scripts/test is not meant for these runs either)
+unset CLUSTER_PORT
+main_command() {
+    env -u CLUSTER_DIR -u CLUSTER_OWNER -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE -u PGDATA "$@"
+}
+
+# 1. twice in a row
+for run in 1 2; do
+    log=$tmp/run$run.log
+    start=$SECONDS
+    (cd "$tmp" && main_command "$srcdir/scripts/matrix" --policy hold) >"$log" 2>&1
+    rc=$?
+    total=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    dir=$(sed -n 's/^cluster: PostgreSQL .* running in \(.*\), port .*/\1/p' "$log" | head -n 1)
+    maildir=$(sed -n 's/^job types .*, mailboxes in \(.*\): removed at the end$/\1/p' "$log" | head -n 1)
+    echo "# run $run: exit $rc, '$total', $((SECONDS - start)) s"
+    if ((rc == 0)) && [[ $total =~ ^[1-9][0-9]*\ passed,\ 0\ failed$ ]] &&
+        grep -qx '== scripts/matrix: idempotency-matrix exited 0' "$log"; then
+        ok "scripts/matrix --policy hold, run $run: exit 0, $total"
+    else
+        not_ok "$log" "scripts/matrix --policy hold, run $run: expected exit 0 and 'N passed, 0 failed'; got exit $rc, '$total'"
+    fi
+    if [[ -n $dir && ! -e $dir ]] && grep -qx "cluster: stopped, removed $dir" "$log"; then
+        ok "run $run started its own cluster ($dir) and removed it"
+    else
+        not_ok "$log" "run $run: no cluster started, or its directory '$dir' is still there"
+    fi
+    if [[ -n $maildir && ! -e $maildir ]]; then
+        ok "run $run: the runner removed its mail directory $maildir"
+    else
+        not_ok "" "run $run: the mail directory '$maildir' was not named or is still there"
+    fi
+done
+
+# 2. --dsn: the given database, no throwaway cluster, no extension build
+log=$tmp/dsn.log
+dsn="host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"
+(cd "$tmp" && env -u CLUSTER_DIR "$srcdir/scripts/matrix" --dsn "$dsn" \
+    --create-extension --policy hold --cases 1 --quiet) >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && grep -qx '1 passed, 0 failed' "$log" &&
+    grep -q -- '(--dsn given: no throwaway cluster)' "$log" &&
+    ! grep -qE '^(cluster: |== build$|== cluster$|install: )' "$log" &&
+    grep -q "^server socket $PGHOST port $PGPORT, database $PGDATABASE" "$log"; then
+    ok "scripts/matrix --dsn runs in that database, with no cluster and no extension build"
+else
+    not_ok "$log" "scripts/matrix --dsn: expected exit 0, '1 passed, 0 failed' on $PGHOST:$PGPORT and no cluster or build; got exit $rc"
+fi
+
+# 3. a port in use: a real listener holds it
+coproc LISTENER {
+    exec perl -MIO::Socket::INET -e '
+        my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
+                                      Proto => "tcp", Listen => 1) or die "listen: $!";
+        $| = 1; print $s->sockport, "\n";
+        sleep 600;'
+}
+# shellcheck disable=SC2153 # set by coproc
+listener_pid=$LISTENER_PID
+port=
+read -r -t 10 port <&"${LISTENER[0]}"
+if [[ $port =~ ^[0-9]+$ ]]; then
+    log=$tmp/port.log
+    (cd "$tmp" && CLUSTER_PORT=$port main_command "$srcdir/scripts/matrix" --policy hold) >"$log" 2>&1
+    rc=$?
+    if ((rc != 0)) &&
+        grep -qx "cluster: error: port $port in use (requested with CLUSTER_PORT); pick another or unset it" "$log" &&
+        ! grep -q '^cluster: PostgreSQL' "$log" && ! grep -q '^Replay matrix' "$log"; then
+        ok "CLUSTER_PORT=$port (held by a listener): 'port $port in use', exit $rc, nothing started"
+    else
+        not_ok "$log" "CLUSTER_PORT=$port held by a listener: expected 'port $port in use' and a non-zero exit; got exit $rc"
+    fi
+else
+    not_ok "" "could not start a TCP listener to hold a port"
+fi
+kill "$listener_pid" 2>/dev/null
+wait "$listener_pid" 2>/dev/null
+listener_pid=
+
+# 4 and 5: a pg_config like one on a machine without the headers
+mkdir "$tmp/empty"
+fake_pg_config() {   # fake_pg_config FILE OPTION: FILE prints $tmp/empty for OPTION
+    cat >"$1" <<EOF
+#!/bin/sh
+if [ "\$#" -eq 1 ] && [ "\$1" = "$2" ]; then echo "$tmp/empty"; exit 0; fi
+exec "$real_pg_config" "\$@"
+EOF
+    chmod +x "$1"
+}
+
+fake_pg_config "$tmp/pg_config_no_server_headers" --includedir-server
+log=$tmp/headers.log
+(cd "$tmp" && PG_CONFIG=$tmp/pg_config_no_server_headers main_command "$srcdir/scripts/matrix" --policy hold) >"$log" 2>&1
+rc=$?
+if ((rc != 0)) &&
+    grep -qx "cluster: error: server headers not found ($tmp/empty/postgres.h): install postgresql-server-dev-15 (run scripts/deps)" "$log" &&
+    ! grep -qE '^(== build|build: |cluster: PostgreSQL)' "$log"; then
+    ok "no server headers: the clear message, exit $rc, before any build"
+else
+    not_ok "$log" "no server headers: expected 'server headers not found ... install postgresql-server-dev-15' and a non-zero exit; got exit $rc"
+fi
+
+fake_pg_config "$tmp/pg_config_no_libpq_headers" --includedir
+log=$tmp/libpq.log
+(cd "$tmp" && PG_CONFIG=$tmp/pg_config_no_libpq_headers main_command "$srcdir/scripts/matrix" --policy hold) >"$log" 2>&1
+rc=$?
+if ((rc != 0)) &&
+    grep -qx "scripts/matrix: error: the libpq headers are not installed ($tmp/empty/libpq-fe.h not found): install libpq-dev (run scripts/deps)" "$log" &&
+    ! grep -qE '^(== build|build: |cluster: PostgreSQL)' "$log"; then
+    ok "no libpq headers: scripts/matrix names libpq-dev, exit $rc, before any build"
+else
+    not_ok "$log" "no libpq headers: expected 'the libpq headers are not installed ... install libpq-dev' and a non-zero exit; got exit $rc"
+fi
+# make alone (the README's `make idempotency-matrix`), into a file of our own
+log=$tmp/libpq-make.log
+make --no-print-directory -C "$srcdir" PG_CONFIG="$tmp/pg_config_no_libpq_headers" \
+    MATRIX_PROGRAM="$tmp/idempotency-matrix" "$tmp/idempotency-matrix" >"$log" 2>&1
+rc=$?
+if ((rc != 0)) && [[ ! -e $tmp/idempotency-matrix ]] &&
+    grep -qF "error: the libpq headers are not installed ($tmp/empty/libpq-fe.h not found): install libpq-dev" "$log" &&
+    ! grep -q 'No such file or directory' "$log"; then
+    ok "no libpq headers: make idempotency-matrix names libpq-dev, exit $rc"
+else
+    not_ok "$log" "no libpq headers: expected make to name libpq-dev and fail; got exit $rc"
+fi
+
+echo "main command: $passed passed, $failed failed"
+((failed == 0 && passed > 0))
