@@ -81,12 +81,23 @@ dsn="host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"
     --create-extension --policy hold --cases 1 --quiet) >"$log" 2>&1
 rc=$?
 if ((rc == 0)) && grep -qx '1 passed, 0 failed' "$log" &&
-    grep -q -- '(--dsn given: no throwaway cluster)' "$log" &&
+    grep -q -- '(--dsn, --help or --version given: no throwaway cluster)' "$log" &&
     ! grep -qE '^(cluster: |== build$|== cluster$|install: )' "$log" &&
     grep -q "^server socket $PGHOST port $PGPORT, database $PGDATABASE" "$log"; then
     ok "scripts/matrix --dsn runs in that database, with no cluster and no extension build"
 else
     not_ok "$log" "scripts/matrix --dsn: expected exit 0, '1 passed, 0 failed' on $PGHOST:$PGPORT and no cluster or build; got exit $rc"
+fi
+
+# 2b. the runner's --help needs no cluster either
+log=$tmp/help.log
+(cd "$tmp" && env -u CLUSTER_DIR "$srcdir/scripts/matrix" -- --help) >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && grep -q -- '--policy' "$log" &&
+    ! grep -qE '^(cluster: |== build$|== cluster$|install: )' "$log"; then
+    ok "scripts/matrix -- --help prints the runner's options, with no cluster and no extension build"
+else
+    not_ok "$log" "scripts/matrix -- --help: expected exit 0, the options and no cluster or build; got exit $rc"
 fi
 
 # 3. a port in use: a real listener holds it
