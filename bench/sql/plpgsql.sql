@@ -240,8 +240,8 @@ BEGIN
         RAISE EXCEPTION 'attempt % of operation "%" of job type "%" was superseded', k_attempt, k_key, k_job_type
             USING ERRCODE = 'ID003';
     ELSIF k_attempt > r.attempt THEN
-        RAISE EXCEPTION 'attempt % of operation "%" of job type "%" does not exist', k_attempt, k_key, k_job_type
-            USING ERRCODE = 'ID003';
+        RAISE EXCEPTION 'attempt % of operation "%" of job type "%" was never issued', k_attempt, k_key, k_job_type
+            USING ERRCODE = '22023';
     ELSIF r.status = done THEN
         RETURN true;
     ELSIF r.status = ANY (allowed) THEN

@@ -43,7 +43,7 @@ SELECT verdict, attempt FROM :S.claim_operation('eq_skip', 's1');
 SELECT verdict, attempt FROM :S.claim_operation('eq_lookup', 's1');
 SELECT count(*) FROM :S.stale_claims();
 
-\echo fencing: the superseded attempt is refused, the current one completes
+\echo fencing: the superseded attempt is refused (ID003), one never issued too (22023), the current one completes
 SELECT :S.complete_operation('eq_retry', 's1', 1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT :S.complete_operation('eq_retry', 's1', 3);
