@@ -268,6 +268,23 @@ prefix=$(banner_prefix "$check")
 left=$([[ -n $prefix ]] && leftovers "$prefix" "$(banner_maildir "$check")")
 [[ -n $prefix && -z $left ]] || not_ok "" "the --check-as run left behind: ${left:-(no prefix in its banner)}"
 
+# without a UTF-8 locale the marks and the "≠" fall back to ASCII
+ascii=$out/check-as-ascii.txt
+TMPDIR=$runtmp LC_ALL=C "$runner" --dsn "$dsn" --quiet --color=never --policy hold --check-as retry \
+    --cases 1,5 --stress 0 --lease 1 >"$ascii" 2>&1
+rc=$?
+if ((rc == 1)) && grep -qx '1 passed, 1 failed' "$ascii" &&
+    grep -qE '^ok +1 +first delivery ' "$ascii" &&
+    grep -qE '^FAIL +5 +worker dies after the claim, before the email +0 != 1 +claimed #1 \(stale\) != completed #2 ' "$ascii" &&
+    ! LC_ALL=C grep -q '[^ -~]' "$ascii"; then
+    ok "in the C locale the output is plain ASCII: 'ok', 'FAIL' and 'observed != expected'"
+else
+    not_ok "$ascii" "expected exit 1, 'ok'/'FAIL' marks, ' != ' cells and only ASCII in the C locale; got exit $rc:"
+fi
+prefix=$(banner_prefix "$ascii")
+left=$([[ -n $prefix ]] && leftovers "$prefix" "$(banner_maildir "$ascii")")
+[[ -n $prefix && -z $left ]] || not_ok "" "the C-locale run left behind: ${left:-(no prefix in its banner)}"
+
 # ---------------------------------------------------------------------
 # 5. colour only on a terminal
 # ---------------------------------------------------------------------
