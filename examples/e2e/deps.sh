@@ -27,7 +27,15 @@ e2e_debs() {
 
 e2e_npm() {
     local dir=$1
-    command -v npm >/dev/null 2>&1 || { echo "e2e: npm not found (Node.js 20 with npm is needed)" >&2; return 1; }
+    local need="the SQS example needs Node.js 20 or later with npm (fauxqs 1.9 and sqs-consumer 14"
+    need+=" require it; Debian 12's own nodejs package is 18): install Node.js 20 and its npm"
+    need+=" (e.g. a nodejs 20 .deb) and run again, or leave this example out:"
+    need+=" TEST_SKIP_HOOKS=80-sqs scripts/test"
+    command -v node >/dev/null 2>&1 || { echo "e2e: node not found: $need" >&2; return 1; }
+    local major
+    major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+    ((major >= 20)) || { echo "e2e: node $(node --version 2>/dev/null) is too old: $need" >&2; return 1; }
+    command -v npm >/dev/null 2>&1 || { echo "e2e: npm not found: $need" >&2; return 1; }
     if (cd "$dir" && npm ls --depth=0 >/dev/null 2>&1); then
         return 0
     fi
