@@ -51,6 +51,14 @@ class Sqs(replay.Adapter):
         self.queue_url, self.endpoint = kv["QUEUE_URL"], kv["SQS_ENDPOINT"]
         self.broker_desc = f"fauxqs on {self.endpoint}, visibility timeout {VISIBILITY} s"
 
+    def begin(self, policy):
+        """a fresh queue per policy: a message a failed case left behind
+        cannot reach the next policy's workers"""
+        env = dict(self._env(), VISIBILITY_TIMEOUT=str(VISIBILITY))
+        self.queue_url = subprocess.run(
+            ["node", "create-queue.mjs", f"send_confirmation_{policy}"], cwd=HERE, env=env,
+            check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+
     def stop_broker(self):
         b = getattr(self, "broker", None)
         if b and b.poll() is None:
