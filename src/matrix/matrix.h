@@ -26,7 +26,9 @@
 
 #include "libpq-fe.h"
 
-#define MATRIX_VERSION "0.1"
+#ifndef MATRIX_VERSION			/* matrix.mk passes idempotency.control's */
+#define MATRIX_VERSION "unknown"
+#endif
 
 #if defined(__GNUC__)
 #define MX_PRINTF(f, a) __attribute__((format(printf, f, a)))

@@ -12,14 +12,16 @@ MATRIX_PROGRAM = idempotency-matrix
 MATRIX_SRCS    = $(sort $(wildcard src/matrix/*.c))
 MATRIX_HDRS    = $(wildcard src/matrix/*.h)
 MATRIX_INCDIR  = $(shell $(PG_CONFIG) --includedir)
-MATRIX_CPPFLAGS = -I$(MATRIX_INCDIR)
+# the runner's --version is the project's: idempotency.control's default_version
+MATRIX_VERSION := $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" idempotency.control)
+MATRIX_CPPFLAGS = -I$(MATRIX_INCDIR) -DMATRIX_VERSION='"$(MATRIX_VERSION)"'
 MATRIX_LIBS    = -L$(shell $(PG_CONFIG) --libdir) -lpq
 MATRIX_ARGS   ?=
 
 all: $(MATRIX_PROGRAM)
 
 # a missing libpq-dev is named, not left to the compiler's "libpq-fe.h: No such file"
-$(MATRIX_PROGRAM): $(MATRIX_SRCS) $(MATRIX_HDRS) src/matrix/matrix.mk
+$(MATRIX_PROGRAM): $(MATRIX_SRCS) $(MATRIX_HDRS) src/matrix/matrix.mk idempotency.control
 	@test -f '$(MATRIX_INCDIR)/libpq-fe.h' || { \
 		echo "$(MATRIX_PROGRAM): error: the libpq headers are not installed ($(MATRIX_INCDIR)/libpq-fe.h not found): install libpq-dev (Debian; scripts/deps does)" >&2; \
 		exit 1; }
