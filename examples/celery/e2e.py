@@ -212,9 +212,25 @@ class Celery(replay.Adapter):
                  "--prefetch-multiplier", "1", "-n", f"e2e{self.n}@%h", "--without-gossip",
                  "--without-mingle", "-l", "info"], HERE, env)
 
-    def publish(self, key, copies=1):
+    def publish(self, key, copies=1, other=False):
+        kwargs = self.tasks.confirmation_args(key)
+        if other:
+            kwargs["email"] = "someone-else@example.test"
         for _ in range(copies):
-            self.tasks.send_confirmation.apply_async(kwargs=self.tasks.confirmation_args(key), queue=self.queue)
+            self.tasks.send_confirmation.apply_async(kwargs=kwargs, queue=self.queue)
+
+    # case 12: the provider fails with an unexpected error; the helper leaves
+    # the claim to its lease and Celery acknowledges the failed task
+    # (task_acks_on_failure_or_timeout, the default): the message is gone
+    lost_rx = r"run \(failed\)"
+    lost_text = "run (failed)"
+    refused_action = "fail"   # case 14: the task fails at once, no retry
+
+    def lose(self, r, key):
+        r.crash(key)
+        self.publish(key)
+        r.wait_events([key], lambda evs: any(e["action"] == "failed" for e in evs),
+                      "the failed task")
 
     def sweep(self, env):
         return subprocess.run(["/usr/bin/python3", "sweeper.py"], cwd=HERE, env=self._env(env), check=True,

@@ -77,6 +77,7 @@ class IdempotentTask(Task):
     job_type = None        # default: the task's name
     key_arg = None         # the argument that names the effect (e.g. "order")
     lease = 600            # seconds, as in idempotency.job_types
+    heartbeat = None       # seconds between extend_lease calls (default: lease / 4)
     dsn = ""               # libpq connection string; "" = PG* environment
     max_retries = None     # in_progress retries until the other claim ends
     backoff = 1.0          # seconds before the first retry after an error
@@ -147,7 +148,7 @@ class IdempotentTask(Task):
         stop = threading.Event()
 
         def heartbeat():
-            while not stop.wait(self.lease / 4):
+            while not stop.wait(self.heartbeat or self.lease / 4):
                 try:
                     connection(self.dsn).execute("SELECT idempotency.extend_lease(%s, %s, %s)",
                                                  (job_type, key, attempt))
@@ -176,6 +177,12 @@ class IdempotentTask(Task):
             delay = min(self.retry_delay(attempt - 1), self.lease / 2)
             self.on_verdict({**event, "action": "released", "retry_in": delay})
             raise self.retry(exc=failure, countdown=delay)
+        except Exception:
+            # uncertain: the claim is left to its lease. Celery acknowledges
+            # the failed task (task_acks_on_failure_or_timeout), so no
+            # delivery will meet the claim again: the sweeper finds it
+            self.on_verdict({**event, "action": "failed"})
+            raise
         finally:
             stop.set()
             beat.join()

@@ -8,7 +8,9 @@ $E2E_DIR/pause-<key>-<before|after>. The first worker to reach that point
 takes it (rename), writes $E2E_DIR/at-<key>-<point> with its pid and blocks
 on the FIFO until the test writes to it, or kill -9s the worker. The test
 also makes the provider refuse the next email of a key (Refused, nothing is
-sent) by creating the file $E2E_DIR/refuse-<key>.
+sent) by creating the file $E2E_DIR/refuse-<key>, or fail on it with an
+unexpected error (before sending, but the caller cannot know that) by
+creating $E2E_DIR/crash-<key>.
 """
 import datetime
 import os
@@ -35,20 +37,22 @@ class Refused(Exception):
     """The provider refused the request (say HTTP 429): nothing was sent."""
 
 
-def _refused(key):
+def _taken(what, key):
     d = os.environ.get("E2E_DIR")
     if not d:
         return False
     try:
-        os.rename(f"{d}/refuse-{key}", f"{d}/refuse-{key}.taken-{os.getpid()}")
+        os.rename(f"{d}/{what}-{key}", f"{d}/{what}-{key}.taken-{os.getpid()}")
     except FileNotFoundError:
         return False
     return True
 
 
 def send(to, subject, key):
-    if _refused(key):
+    if _taken("refuse", key):
         raise Refused(f"429 too many requests: {to} not sent")
+    if _taken("crash", key):
+        raise ConnectionResetError(f"connection reset by the provider: {to} sent or not?")
     _checkpoint(key, "before")
     line = f"{datetime.datetime.now().isoformat()}\t{key}\t{to}\t{subject}\tpid {os.getpid()}\n"
     fd = os.open(os.environ.get("MAIL_LOG", "outbox.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -33,7 +33,10 @@ class Task(IdempotentTask):
                 f.write(json.dumps({**event, "pid": os.getpid(), "t": time.time()}) + "\n")
 
 
-@app.task(base=Task, name="send_confirmation", key_arg="order", lease=LEASE,
+HEARTBEAT = float(os.environ["HEARTBEAT_SECONDS"]) if os.environ.get("HEARTBEAT_SECONDS") else None
+
+
+@app.task(base=Task, name="send_confirmation", key_arg="order", lease=LEASE, heartbeat=HEARTBEAT,
           job_type=os.environ.get("JOB_TYPE", "send_confirmation"))
 def send_confirmation(order, email):
     try:

@@ -6,8 +6,13 @@ examples/sidekiq. Each test supplies an adapter (start and stop its broker on
 order, run its sweeper) and this module runs the seven cases of the seed
 through it, then two cases of the claim protocol around a queue (8: a
 person's 'retry' decision reaches a worker through the sweeper; 9: a known
-failure is released and sent by a later delivery, after a backoff), plus the
-adapter's own cases, and prints the matrix in the shape of idempotency-matrix:
+failure is released and sent by a later delivery, after a backoff), three
+cases of each helper (12: the queue lost the message of a claim, the way it
+happens on that system, and the sweeper hands the stale claim to a person or
+re-enqueues it; 13: a job longer than two leases, kept young by the helper's
+heartbeat, while a duplicate gets in_progress; 14: the same key with another
+payload is refused with ID002), plus the adapter's own cases, and prints the
+matrix in the shape of idempotency-matrix:
 
     case  attempt  | observed: emails, record afterwards, verdicts | expected
 
@@ -51,22 +56,29 @@ CASES = [
     # not in the seed: the way back from a held or skipped record, and a known failure
     ("8", "case 5, then a person decides 'retry'", "sent once, after the decision (sweeper)"),
     ("9", "the provider refuses the email once", "released; sent by a later delivery, after a backoff"),
+    # the sweeper's other half, the heartbeat and the fingerprint, in every system
+    ("12", "the queue lost the message of a claim", "held for a person (sweeper)"),
+    ("13", "a job longer than two leases; a duplicate meanwhile", "heartbeat: in_progress, sent once"),
+    ("14", "same key, other payload", "refused (ID002), sent once"),
 ]
 # cases that only make sense under some policies (default: all)
-CASE_POLICIES = {"8": ("hold", "skip")}   # under retry nothing waits for a person
+CASE_POLICIES = {"8": ("hold", "skip"),    # under retry nothing waits for a person
+                 "14": ("hold",)}         # the fingerprint does not depend on the policy
 EXPECTED_TEXT = {
-    "retry": {"5": "sent again after the lease", "6": "sent again after the lease (2nd email)"},
-    "skip": {"5": "given up after the lease (never sent)", "6": "given up after the lease"},
+    "retry": {"5": "sent again after the lease", "6": "sent again after the lease (2nd email)",
+              "12": "re-enqueued by the sweeper, sent once"},
+    "skip": {"5": "given up after the lease (never sent)", "6": "given up after the lease",
+             "12": "re-enqueued by the sweeper, skipped"},
 }
 KEYS = {"1": ["ORD-1001"], "2": ["ORD-2001"], "3": ["ORD-3001"], "4": ["ORD-4001", "ORD-4002"],
         "5": ["ORD-5001"], "6": ["ORD-6001"], "7": ["ORD-7001"], "8": ["ORD-8001"],
-        "9": ["ORD-9001"]}
+        "9": ["ORD-9001"], "12": ["ORD-12001"], "13": ["ORD-13001"], "14": ["ORD-14001"]}
 
 # expected emails and record per policy for the uncertain cases
 UNCERTAIN = {
-    "hold": {"5": (0, "claimed #1 (stale)"), "6": (1, "claimed #1 (stale)")},
-    "retry": {"5": (1, "completed #2"), "6": (2, "completed #2")},
-    "skip": {"5": (0, "skipped #1"), "6": (1, "skipped #1")},
+    "hold": {"5": (0, "claimed #1 (stale)"), "6": (1, "claimed #1 (stale)"), "12": (0, "claimed #1 (stale)")},
+    "retry": {"5": (1, "completed #2"), "6": (2, "completed #2"), "12": (1, "completed #2")},
+    "skip": {"5": (0, "skipped #1"), "6": (1, "skipped #1"), "12": (0, "skipped #1")},
 }
 OUTCOME = {"hold": "held", "retry": "run", "skip": "skipped"}
 
@@ -115,8 +127,31 @@ class Adapter:
         """(argv, cwd, extra env) of one worker process"""
         raise NotImplementedError
 
-    def publish(self, key, copies=1):
+    def publish(self, key, copies=1, other=False):
+        """other: the same key with another payload (another email address)"""
         raise NotImplementedError
+
+    # case 12: how a message gets lost on this system, and how the verdicts
+    # show it (a regular expression and its text)
+    lost_rx = r"run \(killed, job lost\)"
+    lost_text = "run (killed, job lost)"
+
+    def lose(self, r, key):
+        """publish key and make its message gone for good after the claim: a
+        stale claim remains that no delivery will meet. Default: kill -9 the
+        worker before the email, for systems that lose its message then"""
+        if self.redelivery != "never":
+            raise NotImplementedError
+        r.pause(key, "before")
+        self.publish(key)
+        r.kill9(key, r.wait_paused(key, "before"))
+
+    # case 14: what the helper does with a claim refused with ID002 (the
+    # event's action), and a check of the queue's side (returns a note)
+    refused_action = "raise"
+
+    def check_refused(self, r, key):
+        return None
 
     def sweep(self, env):
         """run the sweeper once; return its output"""
@@ -291,6 +326,17 @@ class Run:
     def pause(self, key, point):
         os.mkfifo(os.path.join(self.dir, f"pause-{key}-{point}"))
 
+    def crash(self, key):
+        """the fake provider fails with an unexpected error on the next email
+        of key (before sending; the helper cannot know it was not sent)"""
+        open(os.path.join(self.dir, f"crash-{key}"), "w").close()
+
+    def stale_listed(self, key):
+        with self.db.cursor() as c:
+            c.execute("SELECT 1 FROM idempotency.stale_claims(%s) WHERE operation_key = %s",
+                      (self.job_type, key))
+            return c.fetchone() is not None
+
     def refuse(self, key):
         """the fake provider refuses the next email of key (and sends nothing)"""
         open(os.path.join(self.dir, f"refuse-{key}"), "w").close()
@@ -373,8 +419,9 @@ class Run:
         items = []
         evs = self.events(keys)
         released = {(e["key"], e["attempt"]) for e in evs if e["action"] == "released"}
+        failed = {(e["key"], e["attempt"]) for e in evs if e["action"] == "failed"}
         for e in evs:
-            if e["action"] in ("completed", "superseded", "released"):
+            if e["action"] in ("completed", "superseded", "released", "failed"):
                 continue   # the end of a run that is already listed
             v = e["verdict"]
             if v == "claim error":
@@ -383,6 +430,8 @@ class Run:
                 v += " (killed, job lost)" if lost else " (killed)"
             elif e["action"] == "work" and (e["key"], e["attempt"]) in released:
                 v += " (released)"
+            elif e["action"] == "work" and (e["key"], e["attempt"]) in failed:
+                v += " (failed)"
             items.append((e["t"], e["key"], v))
         for k in keys:
             items.extend((t, k, tok) for t, tok in self.tokens.get(k, []))
@@ -398,8 +447,19 @@ class Run:
         return shown, plain
 
 
-def expected_verdicts(case, policy, redelivery):
+def expected_verdicts(case, policy, redelivery, adapter=None):
     """regular expression over the collapsed verdict sequence"""
+    if case == "12":
+        if policy == "hold":
+            tail = ", sweeper: for a person"
+        else:
+            tail = f", sweeper: re-enqueued, {OUTCOME[policy]}"
+        return adapter.lost_rx + tail, adapter.lost_text + tail
+    if case == "13":
+        return "run, in_progress, completed", "run, in_progress, completed"
+    if case == "14":
+        act = adapter.refused_action
+        return rf"run, claim error \(ID002, {act}\)", f"run, claim error (ID002, {act})"
     killed = r"run \(killed\)" if redelivery != "never" else r"run \(killed, job lost\)"
     out = OUTCOME[policy]
     if case == "1":
@@ -491,6 +551,65 @@ def run_case(r, case):
             raise Failed(f"{key}: the next run came {gap} s after the release; "
                          f"the helper said it would wait {wait} s (0 < wait <= lease/2)")
         r.note_text = f"next run {gap:.1f} s after the release (backoff {wait:.1f} s)"
+    elif case == "12":
+        # the worker's message is gone for good (how depends on the system:
+        # lose()); only the stale claim remains, and only the sweeper finds it
+        a.lose(r, key)
+        r.ensure_workers()
+        rec = r.record(key)
+        if not rec.startswith("claimed #1"):
+            raise Failed(f"{key}: {rec} after the message was lost, expected claimed #1")
+        r.wait_stale(key)
+        got = r.sweep(key)
+        want = "person" if r.policy == "hold" else "stale"
+        if got != want:
+            raise Failed(f"{key}: the sweeper reported {got!r}, expected {want!r}")
+        if want == "stale":
+            r.settle(keys, 1)   # only the sweeper's copy can bring it to a worker
+    elif case == "13":
+        # a long job: the worker stops before the email for more than two
+        # leases; its helper's heartbeat (extend_lease) keeps the claim young,
+        # so stale_claims() never lists it and a duplicate gets in_progress
+        # (no takeover, whatever the policy)
+        r.pause(key, "before")
+        a.publish(key)
+        pid = r.wait_paused(key, "before")
+        t0 = time.time()
+        late_checks = 0
+        dup = False
+        while time.time() < t0 + 2 * LEASE + 0.5:
+            if r.stale_listed(key):
+                raise Failed(f"{key}: listed by stale_claims() {time.time() - t0:.1f} s into the "
+                             f"job: the heartbeat did not extend the lease")
+            if time.time() - t0 > LEASE:
+                late_checks += 1
+                if not dup:
+                    a.publish(key)   # a duplicate, after the first lease
+                    dup = True
+            r.check_workers_alive()
+            time.sleep(0.05)
+        r.wait_events(keys, lambda evs: any(e["verdict"] == "in_progress" for e in evs),
+                      "the duplicate's in_progress")
+        rec = r.record(key)
+        if r.stale_listed(key) or rec != "claimed #1 (young)":
+            raise Failed(f"{key}: {rec} after {time.time() - t0:.1f} s, expected claimed #1 (young)")
+        paused = time.time() - t0
+        r.release(key, "before", pid)
+        r.settle(keys, 2)
+        r.note_text = (f"paused {paused:.1f} s ({paused / LEASE:.1f} leases); stale_claims() "
+                       f"checked {late_checks} times after the first lease: never listed")
+    elif case == "14":
+        # the same key with another payload: the caller's bug; the claim is
+        # refused (ID002) and the helper fails loudly; nothing is sent again
+        a.publish(key)
+        r.settle(keys, 1)
+        a.publish(key, other=True)
+        evs = r.wait_events(keys, lambda evs: any(e["verdict"] == "claim error" for e in evs),
+                            "the refused claim")
+        err = [e for e in evs if e["verdict"] == "claim error"][0]
+        if err.get("sqlstate") != "ID002":
+            raise Failed(f"{key}: claim error {err.get('sqlstate')}, expected ID002")
+        r.note_text = a.check_refused(r, key)
     elif case in ("5", "6", "7", "8"):
         point = "after" if case == "6" else "before"
         r.pause(key, point)
@@ -537,7 +656,7 @@ def run_case(r, case):
 
 
 def expected_row(case, policy):
-    if case in ("5", "6"):
+    if case in ("5", "6", "12"):
         return UNCERTAIN[policy][case]
     if case in ("8", "9"):
         return 1, "completed #2"
@@ -637,7 +756,7 @@ def main(adapter, argv=None):
                         exp = adapter.expected_extra(case, policy)
                     else:
                         x_n, x_rec = expected_row(case, policy)
-                        x_rx, x_vtext = expected_verdicts(case, policy, adapter.redelivery)
+                        x_rx, x_vtext = expected_verdicts(case, policy, adapter.redelivery, adapter)
                         exp = (x_n, x_rec, x_rx, x_vtext)
                     try:
                         r.note_text = None

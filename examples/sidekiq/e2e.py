@@ -81,8 +81,24 @@ class Sidekiq(replay.Adapter):
         return (["sidekiq", "-r", "./worker.rb", "-c", "1", "-q", self.queue, "-t", "5"],
                 HERE, self._env())
 
-    def publish(self, key, copies=1):
-        subprocess.run(["ruby", "publish.rb", key, str(copies)], cwd=HERE, env=self._env(), check=True)
+    def publish(self, key, copies=1, other=False):
+        argv = ["ruby", "publish.rb", key, str(copies)] + (["someone-else@example.test"] if other else [])
+        subprocess.run(argv, cwd=HERE, env=self._env(), check=True)
+
+    # case 12: the default fetch loses the job of a killed process (as in
+    # cases 5 and 6): replay.Adapter.lose's kill -9 is all it takes
+
+    def check_refused(self, r, key):
+        # case 14: the refused job went to Sidekiq's retry set (then the dead set)
+        deadline = time.time() + replay.WAIT
+        while time.time() < deadline:
+            out = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), "ZRANGE",
+                                  "retry", "0", "-1"], check=True, stdout=subprocess.PIPE,
+                                 text=True).stdout
+            if f'"{key}","someone-else@example.test"' in out:
+                return "the refused job is in Sidekiq's retry set (then the dead set)"
+            time.sleep(0.05)
+        raise replay.Failed(f"{key}: the refused job is not in the retry set")
 
     def sweep(self, env):
         return subprocess.run(["ruby", "sweeper.rb"], cwd=HERE, env=self._env(env), check=True,

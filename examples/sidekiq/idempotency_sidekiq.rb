@@ -9,6 +9,8 @@
 #     include Sidekiq::Worker
 #     include Idempotency::Job        # optional: idempotency_verify?, idempotency_attempt
 #     sidekiq_options idempotency: { "job_type" => "send_confirmation", "lease" => 600 }
+#                     # optional: "heartbeat" (s between extend_lease calls,
+#                     # default lease / 4), "backoff", "backoff_max"
 #     def self.idempotency_key(order, _email) = order   # names the effect
 #     def perform(order, email) ... end
 #   end
@@ -152,10 +154,18 @@ module Idempotency
       args = job["args"]
       key = (worker.class.respond_to?(:idempotency_key) ? worker.class.idempotency_key(*args) : args.first).to_s
       db = connection(:idempotency_pg)
-      row = db.exec_params(
-        "SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4)",
-        [job_type, key, fingerprint(worker.class.name, args), "#{Socket.gethostname}/pid-#{Process.pid}"]
-      ).first
+      begin
+        row = db.exec_params(
+          "SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4)",
+          [job_type, key, fingerprint(worker.class.name, args), "#{Socket.gethostname}/pid-#{Process.pid}"]
+        ).first
+      rescue PG::Error => e
+        # to Sidekiq's retries (then the dead set): ID002, other arguments
+        # under the key, ends there; a lost connection heals
+        notify({ "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
+                 "sqlstate" => Idempotency.sqlstate(e) || "connection" }, "raise")
+        raise
+      end
       verdict, attempt = row["verdict"], row["attempt"].to_i
       event = { "key" => key, "verdict" => verdict, "attempt" => attempt, "jid" => job["jid"] }
 
@@ -172,7 +182,7 @@ module Idempotency
       end
 
       notify(event, "work")
-      beat = Heartbeat.new(connection(:idempotency_pg_beat), lease / 4) do |hb|
+      beat = Heartbeat.new(connection(:idempotency_pg_beat), (opts["heartbeat"] || lease / 4).to_f) do |hb|
         hb.exec_params("SELECT idempotency.extend_lease($1, $2, $3)", [job_type, key, attempt])
       end
       begin
@@ -190,6 +200,9 @@ module Idempotency
         delay = [backoff(opts, attempt - 1), lease / 2].min
         worker.class.set(queue: queue).perform_in(delay, *args)
         return notify(event.merge("retry_in" => delay), "released")
+      rescue StandardError
+        notify(event, "failed")   # uncertain: the claim is left to its lease
+        raise
       ensure
         beat.stop
       end

@@ -15,7 +15,9 @@ class SendConfirmation
   include Sidekiq::Worker
   include Idempotency::Job   # idempotency_verify? in perform (lookup policy)
   sidekiq_options queue: ENV.fetch("SIDEKIQ_QUEUE", "default"),
-                  idempotency: { "job_type" => ENV.fetch("JOB_TYPE", "send_confirmation"), "lease" => LEASE }
+                  idempotency: { "job_type" => ENV.fetch("JOB_TYPE", "send_confirmation"), "lease" => LEASE,
+                                 # seconds between extend_lease calls (default lease / 4)
+                                 "heartbeat" => ENV["HEARTBEAT_SECONDS"]&.then { Float(_1) } }.compact
 
   def self.idempotency_key(order, _email) = order
 

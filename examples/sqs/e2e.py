@@ -11,6 +11,7 @@ The last line is "N passed, N failed".
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
@@ -74,8 +75,37 @@ class Sqs(replay.Adapter):
     def worker_command(self):
         return ["node", "worker.mjs"], HERE, self._env()
 
-    def publish(self, key, copies=1):
-        subprocess.run(["node", "publish.mjs", key, str(copies)], cwd=HERE, env=self._env(), check=True)
+    def publish(self, key, copies=1, other=False):
+        argv = ["node", "publish.mjs", key, str(copies)] + (["someone-else@example.test"] if other else [])
+        subprocess.run(argv, cwd=HERE, env=self._env(), check=True)
+
+    def queue_state(self, *args):
+        return subprocess.run(["node", "queue-state.mjs", *args], cwd=HERE, env=self._env(),
+                              check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+
+    # case 12: the worker dies after the claim and its message is deleted
+    # (here PurgeQueue, which takes in-flight messages too; in production:
+    # expired after the retention period, or dead-lettered)
+    lost_rx = r"run \(killed\), queue purged"
+    lost_text = "run (killed), queue purged"
+
+    def lose(self, r, key):
+        r.pause(key, "before")
+        self.publish(key)
+        r.kill9(key, r.wait_paused(key, "before"))
+        t = time.time()
+        state = self.queue_state("purge")
+        if state != "visible 0 in-flight 0 delayed 0":
+            raise replay.Failed(f"{key}: after PurgeQueue: {state}")
+        r.note(key, "queue purged", t)
+
+    def check_refused(self, r, key):
+        # case 14: the refused message was not deleted: in flight until its
+        # visibility timeout, then received again (DLQ after maxReceiveCount)
+        state = self.queue_state()
+        if state != "visible 0 in-flight 1 delayed 0":
+            raise replay.Failed(f"{key}: after the refused claim: {state}, expected the message in flight")
+        return f"after the refused claim the queue holds it: {state}"
 
     def sweep(self, env):
         return subprocess.run(["node", "sweeper.mjs"], cwd=HERE, env=self._env(env), check=True,

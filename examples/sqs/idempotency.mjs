@@ -61,12 +61,22 @@ export function idempotent(handler, opts) {
   return async (message) => {
     const payload = JSON.parse(message.Body);
     const opKey = key(payload, message);
-    const { rows: [claim] } = await pool.query(
-      'SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4)',
-      [jobType, opKey, fingerprintOf(message.Body), worker]);
-    const event = { key: opKey, verdict: claim.verdict, attempt: claim.attempt,
-                    messageId: message.MessageId,
-                    receiveCount: message.Attributes?.ApproximateReceiveCount };
+    const seen = { key: opKey, messageId: message.MessageId,
+                   receiveCount: message.Attributes?.ApproximateReceiveCount };
+    let claim;
+    try {
+      ({ rows: [claim] } = await pool.query(
+        'SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4)',
+        [jobType, opKey, fingerprintOf(message.Body), worker]));
+    } catch (err) {
+      // not deleted: back after its visibility timeout, to the dead-letter
+      // queue after maxReceiveCount (ID002, other data under the key, ends
+      // there; a lost connection heals)
+      notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code ?? 'connection',
+               action: 'raise' });
+      throw err;
+    }
+    const event = { ...seen, verdict: claim.verdict, attempt: claim.attempt };
 
     switch (claim.verdict) {
       case 'completed':
@@ -127,6 +137,7 @@ export function idempotent(handler, opts) {
         notify({ ...event, action: 'released', retry_in: delay });
         return undefined;
       }
+      notify({ ...event, action: 'failed' });
       throw err;   // uncertain: the lease and the policy decide
     } finally {
       stop.abort();

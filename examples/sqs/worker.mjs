@@ -38,7 +38,7 @@ const consumer = Consumer.create({
     pool, sqs, queueUrl,
     jobType: process.env.JOB_TYPE ?? 'send_confirmation',
     key: (order) => order.order,
-    heartbeat: lease * 1000 / 4,
+    heartbeat: Number(process.env.HEARTBEAT_SECONDS ?? lease / 4) * 1000,   // extend_lease
     retryAfter: Math.ceil(lease),
     onVerdict: (e) => {
       console.log(`send_confirmation ${e.key}: ${e.verdict} #${e.attempt} -> ${e.action}`);

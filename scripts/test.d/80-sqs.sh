@@ -3,8 +3,12 @@
 # matrix through a local SQS (fauxqs on 127.0.0.1, random port) and real
 # sqs-consumer workers killed with kill -9, under the policies hold, retry
 # and skip, plus case 8 (a person's 'retry' reaches a worker through the
-# sweeper) and case 9 (a known failure, released and redelivered after a
-# backoff). Installs python3-psycopg (root) and the npm packages of
+# sweeper), case 9 (a known failure, released and redelivered after a
+# backoff), case 12 (the worker dies and PurgeQueue deletes its message: the
+# sweeper hands the stale claim to a person or re-enqueues it), case 13 (a job
+# longer than two leases: the heartbeat keeps the claim, a duplicate gets
+# in_progress) and case 14 (same key, other payload: ID002, the message is
+# left to its visibility timeout and DLQ). Installs python3-psycopg (root) and the npm packages of
 # examples/sqs (npm ci) when missing; the broker is started and stopped by
 # the test.
 set -euo pipefail

@@ -4,7 +4,11 @@
 # started and stopped by the test) and two Celery workers whose pool process
 # is killed with kill -9, under the policies hold, retry and skip, plus case 8
 # (a person's 'retry' reaches a worker through the sweeper), case 9 (a known
-# failure, released and sent after a backoff) and Celery's cases 10 (a claim
+# failure, released and sent after a backoff), case 12 (an unexpected error:
+# Celery acknowledges the failed task, the sweeper hands the stale claim to a
+# person or re-enqueues it), case 13 (a job longer than two leases: the
+# heartbeat keeps the claim, a duplicate gets in_progress), case 14 (same
+# key, other payload: ID002, failed without retry) and Celery's cases 10 (a claim
 # refused with 42501 is retried, not acknowledged away) and 11 (fingerprint of
 # positional and keyword arguments; ID002 fails without retries). Creates and
 # drops the role idempotency_e2e_celery_worker. Installs python3-celery,

@@ -4,8 +4,12 @@
 # started and stopped by the test) and two Sidekiq processes killed with
 # kill -9 (default fetch: the job is lost, the sweeper finds the claim), under
 # the policies hold, retry and skip, plus case 8 (a person's 'retry' reaches a
-# worker through the sweeper) and case 9 (a known failure, released and sent
-# after a backoff). First the middleware's focused tests (test_middleware.rb:
+# worker through the sweeper), case 9 (a known failure, released and sent
+# after a backoff), case 12 (the job lost with a killed process: the sweeper
+# hands the stale claim to a person or re-enqueues it), case 13 (a job longer
+# than two leases: the heartbeat keeps the claim, a duplicate gets
+# in_progress) and case 14 (same key, other payload: ID002, the job goes to
+# Sidekiq's retry set). First the middleware's focused tests (test_middleware.rb:
 # reconnect, heartbeat failures, verify; no Redis). Installs ruby-sidekiq,
 # ruby-pg, redis-server and python3-psycopg (root) when missing.
 set -euo pipefail
