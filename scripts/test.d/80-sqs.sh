@@ -8,11 +8,14 @@
 # sweeper hands the stale claim to a person or re-enqueues it), case 13 (a job
 # longer than two leases: the heartbeat keeps the claim, a duplicate gets
 # in_progress) and case 14 (same key, other payload: ID002, the message is
-# left to its visibility timeout and DLQ). Installs python3-psycopg (root) and the npm packages of
-# examples/sqs (npm ci) when missing; the broker is started and stopped by
-# the test.
+# left to its visibility timeout and DLQ). First the wrapper's focused tests
+# (test-helper.mjs, node --test: the verdict mapping run, verify, completed,
+# in_progress, held, skipped with a fake SQS client; no broker). Installs
+# python3-psycopg (root) and the npm packages of examples/sqs (npm ci) when
+# missing; the broker is started and stopped by the test.
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs python3-psycopg
 e2e_npm examples/sqs
+(cd examples/sqs && node --test test-helper.mjs)
 exec /usr/bin/python3 examples/sqs/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"

@@ -10,10 +10,13 @@
 # heartbeat keeps the claim, a duplicate gets in_progress), case 14 (same
 # key, other payload: ID002, failed without retry) and Celery's cases 10 (a claim
 # refused with 42501 is retried, not acknowledged away) and 11 (fingerprint of
-# positional and keyword arguments; ID002 fails without retries). Creates and
-# drops the role idempotency_e2e_celery_worker. Installs python3-celery,
-# python3-psycopg and rabbitmq-server (root) when missing.
+# positional and keyword arguments; ID002 fails without retries). First the
+# task base class's focused tests (test_helper.py: the verdict mapping run,
+# verify, completed, in_progress, held, skipped, in-process; no broker).
+# Creates and drops the role idempotency_e2e_celery_worker. Installs
+# python3-celery, python3-psycopg and rabbitmq-server (root) when missing.
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs python3-celery python3-psycopg rabbitmq-server
+(cd examples/celery && /usr/bin/python3 -W ignore::DeprecationWarning test_helper.py)
 exec /usr/bin/python3 examples/celery/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"

@@ -1,0 +1,162 @@
+"""test_helper.py: focused tests of idempotency_celery.py's verdict mapping
+that need a database but no broker (the task runs in-process, as a worker's
+tracer runs it):
+
+    /usr/bin/python3 test_helper.py     # in examples/celery; PG* environment;
+                                        # the extension is created if missing
+
+run -> the body runs, completed #1; verify (lookup policy, aged claim) -> the
+body sees self.request.idempotency {"verify": True, "attempt": 2}, completed
+#2; completed, held (hold policy, aged claim), skipped (skip policy, aged
+claim) -> the body does not run, the task returns (acknowledged);
+in_progress (a young claim) -> the body does not run, self.retry raises
+celery.exceptions.Retry with countdown = the lease.
+
+The acknowledging verdicts go through task.apply() (Celery's eager tracer).
+in_progress does not: apply() answers a Retry by applying the task again at
+once, ignoring the countdown, so a young claim would loop; instead the task is
+called with an eager request pushed (what apply() pushes), where self.retry
+raises Retry and publishes nothing.
+"""
+import os
+import unittest
+import uuid
+
+import psycopg
+from celery import Celery
+from celery.exceptions import Retry
+
+import idempotency_celery
+from idempotency_celery import IdempotentTask
+
+LEASE = 1.0
+PREFIX = f"celery_unit_{os.getpid()}_"
+
+app = Celery("idempotency_unit", set_as_current=False)
+app.conf.task_eager_propagates = True
+
+
+class VerdictMappingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.admin = psycopg.connect("", autocommit=True)
+        cls.admin.execute("SET client_min_messages = warning")
+        cls.admin.execute("CREATE EXTENSION IF NOT EXISTS idempotency")
+        cls.types = []
+
+    @classmethod
+    def tearDownClass(cls):
+        for t in cls.types:
+            cls.admin.execute("DELETE FROM idempotency.operations WHERE job_type = %s", (t,))
+            cls.admin.execute("DELETE FROM idempotency.job_types WHERE job_type = %s", (t,))
+        cls.admin.close()
+        conn = idempotency_celery._db["conn"]
+        if conn is not None:
+            conn.close()
+
+    def task(self, policy):
+        """a job type with this policy and a 1 s lease, and a bound task for
+        it; returns (task, calls, verdicts)"""
+        t = f"{PREFIX}{policy}_{len(self.types)}"
+        self.admin.execute("DELETE FROM idempotency.operations WHERE job_type = %s", (t,))
+        self.admin.execute("DELETE FROM idempotency.job_types WHERE job_type = %s", (t,))
+        self.admin.execute("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) "
+                           "VALUES (%s, make_interval(secs => %s), %s)", (t, LEASE, policy))
+        self.types.append(t)
+        calls, verdicts = [], []
+
+        def body(self, order):
+            calls.append(dict(self.request.idempotency))
+            return {"sent": order}
+
+        task = app.task(body, base=IdempotentTask, bind=True, name=t, job_type=t,
+                        key_arg="order", lease=LEASE, heartbeat=0.25,
+                        on_verdict=lambda _self, e: verdicts.append(f"{e['verdict']}:{e['action']}"))
+        return task, calls, verdicts
+
+    def claim_directly(self, task, key):
+        """another worker's claim, with the fingerprint the task computes"""
+        verdict, = self.admin.execute(
+            "SELECT verdict FROM idempotency.claim_operation(%s, %s, %s, 'dead-worker')",
+            (task.job_type, key, task.fingerprint((key,), {}))).fetchone()
+        self.assertEqual(verdict, "run")
+
+    def age(self, task, key):
+        """the claim's worker died an hour ago (as the regression tests age claims)"""
+        self.admin.execute("UPDATE idempotency.operations SET claimed_at = claimed_at - interval '1 hour', "
+                           "heartbeat_at = heartbeat_at - interval '1 hour' "
+                           "WHERE job_type = %s AND operation_key = %s", (task.job_type, key))
+
+    def record(self, task, key):
+        row = self.admin.execute("SELECT status::text || ' #' || attempt FROM idempotency.operations "
+                                 "WHERE job_type = %s AND operation_key = %s",
+                                 (task.job_type, key)).fetchone()
+        return row[0] if row else "none"
+
+    def test_run(self):
+        task, calls, verdicts = self.task("hold")
+        r = task.apply(("K-run",))
+        self.assertTrue(r.successful())
+        self.assertEqual(r.get(), {"sent": "K-run"})
+        self.assertEqual(verdicts, ["run:work", "run:completed"])
+        self.assertEqual(calls, [{"attempt": 1, "verify": False}])
+        self.assertEqual(self.record(task, "K-run"), "completed #1")
+
+    def test_verify(self):
+        task, calls, verdicts = self.task("lookup")
+        self.claim_directly(task, "K-verify")
+        self.age(task, "K-verify")
+        r = task.apply(("K-verify",))
+        self.assertTrue(r.successful())
+        self.assertEqual(verdicts, ["verify:work", "verify:completed"])
+        self.assertEqual(calls, [{"attempt": 2, "verify": True}])
+        self.assertEqual(self.record(task, "K-verify"), "completed #2")
+
+    def test_completed(self):
+        task, calls, verdicts = self.task("hold")
+        task.apply(("K-done",))
+        del calls[:], verdicts[:]
+        r = task.apply(("K-done",))
+        self.assertTrue(r.successful())
+        self.assertEqual(r.get(), {"sent": "K-done"})   # the stored result
+        self.assertEqual(verdicts, ["completed:ack"])
+        self.assertEqual(calls, [])
+        self.assertEqual(self.record(task, "K-done"), "completed #1")
+
+    def test_in_progress(self):
+        task, calls, verdicts = self.task("hold")
+        self.claim_directly(task, "K-busy")   # young: within its lease
+        task.push_request(id=str(uuid.uuid4()), args=("K-busy",), kwargs={}, retries=0,
+                          is_eager=True, called_directly=False, delivery_info={"is_eager": True})
+        try:
+            with self.assertRaises(Retry) as cm:
+                task("K-busy")
+        finally:
+            task.pop_request()
+        self.assertEqual(cm.exception.when, LEASE)
+        self.assertEqual(verdicts, ["in_progress:retry"])
+        self.assertEqual(calls, [])
+        self.assertEqual(self.record(task, "K-busy"), "claimed #1")
+
+    def test_held(self):
+        task, calls, verdicts = self.task("hold")
+        self.claim_directly(task, "K-held")
+        self.age(task, "K-held")
+        r = task.apply(("K-held",))
+        self.assertTrue(r.successful())
+        self.assertIsNone(r.get())
+        self.assertEqual(verdicts, ["held:ack"])
+        self.assertEqual(calls, [])
+
+    def test_skipped(self):
+        task, calls, verdicts = self.task("skip")
+        self.claim_directly(task, "K-skip")
+        self.age(task, "K-skip")
+        r = task.apply(("K-skip",))
+        self.assertTrue(r.successful())
+        self.assertEqual(verdicts, ["skipped:ack"])
+        self.assertEqual(calls, [])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
