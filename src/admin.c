@@ -192,19 +192,9 @@ purge_operations(PG_FUNCTION_ARGS)
 	int64		deleted = 0;
 	MemoryContext batch_cxt;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("batch_size must not be null"),
-				 errdetail("purge_operations() deletes the expired records in batches of batch_size rows, one DELETE each."),
-				 errhint("Pass a positive batch size, or leave it out for the default of 10000.")));
-	batch_size = PG_GETARG_INT32(0);
-	if (batch_size < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch_size must be positive, not %d", batch_size),
-				 errdetail("purge_operations() deletes the expired records in batches of batch_size rows, one DELETE each."),
-				 errhint("Pass a positive batch size, or leave it out for the default of 10000.")));
+	batch_size = idem_arg_positive_int32(fcinfo, 0, "batch_size",
+										 "purge_operations() deletes the expired records in batches of batch_size rows, one DELETE each.",
+										 "Pass a positive batch size, or leave it out for the default of 10000.");
 
 	now = TimestampTzGetDatum(GetCurrentTimestamp());
 	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency purge batch",
@@ -296,19 +286,9 @@ purge_block_range(PG_FUNCTION_ARGS)
 						MaxBlockNumber, (long long) first_block),
 				 errdetail("Heap block numbers run from 0 to %u.", MaxBlockNumber),
 				 errhint("Pass a block number from 0 up; a range past the end of the table deletes nothing.")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("blocks must not be null"),
-				 errdetail("blocks is the number of heap blocks, from first_block on, that purge_block_range() purges."),
-				 errhint("Pass a positive number of blocks, for example 20 as idempotency.purge() does by default.")));
-	blocks = PG_GETARG_INT32(1);
-	if (blocks < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("blocks must be positive, not %d", blocks),
-				 errdetail("blocks is the number of heap blocks, from first_block on, that purge_block_range() purges."),
-				 errhint("Pass a positive number of blocks, for example 20 as idempotency.purge() does by default.")));
+	blocks = idem_arg_positive_int32(fcinfo, 1, "blocks",
+									 "blocks is the number of heap blocks, from first_block on, that purge_block_range() purges.",
+									 "Pass a positive number of blocks, for example 20 as idempotency.purge() does by default.");
 
 	/*
 	 * The range is [(first_block,0), (end_block,0)): offset 0 comes before

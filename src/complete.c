@@ -29,34 +29,27 @@ PG_FUNCTION_INFO_V1(extend_lease_0_2);
 #define CLAIMED_OR_SKIPPED	(STATUS_BIT(OPERATION_CLAIMED) | STATUS_BIT(OPERATION_SKIPPED))
 
 /*
- * Why a record in `status` refuses `action` (ID005): the detail and the
- * hint, which says what the caller should do instead.
+ * What to do about a record in `status` that refuses the call (ID005): the
+ * hint; and, for a released record, what the detail adds. Only statuses
+ * outside `allowed` reach here, and every call allows claimed.
  */
-static void
-wrong_state_texts(OperationStatus status, int allowed,
-				  const char **detail, const char **hint)
+static const char *
+wrong_state_hint(OperationStatus status, const char **detail_extra)
 {
-	*detail = allowed == CLAIMED_OR_SKIPPED ?
-		"Only a claimed or skipped operation can be given this call." :
-		"Only a claimed operation can be given this call.";
-	*hint = "Retry the call.";	/* claimed: not reached, claimed is allowed */
+	*detail_extra = "";
 	switch (status)
 	{
 		case OPERATION_COMPLETED:
-			*hint = "The operation is done: stop, and acknowledge the message.";
-			break;
+			return "The operation is done: stop, and acknowledge the message.";
 		case OPERATION_RELEASED:
-			*detail = allowed == CLAIMED_OR_SKIPPED ?
-				"Only a claimed or skipped operation can be given this call. This one was released under this attempt, by release_operation() or by a person's 'retry' resolution; its next claim runs it again with a new attempt." :
-				"Only a claimed operation can be given this call. This one was released under this attempt, by release_operation() or by a person's 'retry' resolution; its next claim runs it again with a new attempt.";
-			*hint = "Stop, and record nothing for this attempt. If its effect did happen after all, tell a person: the next delivery will do it again.";
-			break;
+			*detail_extra = " This one was released under this attempt, by release_operation() or by a person's 'retry' resolution; its next claim runs it again with a new attempt.";
+			return "Stop, and record nothing for this attempt. If its effect did happen after all, tell a person: the next delivery will do it again.";
 		case OPERATION_SKIPPED:
-			*hint = "A skipped operation can still be completed or released under this attempt: finish the work, then call complete_operation() or release_operation().";
-			break;
+			return "A skipped operation can still be completed or released under this attempt: finish the work, then call complete_operation() or release_operation().";
 		case OPERATION_CLAIMED:
 			break;
 	}
+	pg_unreachable();
 }
 
 /*
@@ -76,7 +69,7 @@ explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
 				const char *action, int allowed, int done)
 {
 	OperationState state;
-	const char *detail;
+	const char *detail_extra;
 	const char *hint;
 
 	idem_worker_lookup(call, job_type, key, &state);
@@ -104,13 +97,15 @@ explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
 	if (allowed & STATUS_BIT(state.status))
 		return false;
 
-	wrong_state_texts(state.status, allowed, &detail, &hint);
+	hint = wrong_state_hint(state.status, &detail_extra);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEMPOTENCY_WRONG_STATE),
 			 errmsg("cannot %s operation \"%s\" of job type \"%s\": it is %s",
 					action, idem_text(key), idem_text(job_type),
 					idem_status_name(state.status)),
-			 errdetail("%s", detail),
+			 errdetail("Only a %s operation can be given this call.%s",
+					   allowed == CLAIMED_OR_SKIPPED ? "claimed or skipped" : "claimed",
+					   detail_extra),
 			 errhint("%s", hint)));
 	pg_unreachable();
 }
@@ -169,21 +164,19 @@ complete_common(FunctionCallInfo fcinfo, bool worker_roles)
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
+	bool		result_isnull = PG_ARGISNULL(3);
+	Datum		result = result_isnull ? (Datum) 0 : PG_GETARG_DATUM(3);
 	IdemCall	call;
 
 	/* the common case, below SPI; anything else the SPI way */
 	PreventCommandDuringRecovery("complete_operation()");
 	PreventCommandIfReadOnly("complete_operation()");
-	if (idem_fast_complete(worker_roles, job_type, key, attempt,
-						   PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
-						   PG_ARGISNULL(3)))
+	if (idem_fast_complete(worker_roles, job_type, key, attempt, result, result_isnull))
 		PG_RETURN_VOID();
 
 	idem_begin_worker(&call, "complete_operation()", worker_roles);
 	(void) fenced_update(&call, ST_COMPLETE, ST_COMPLETE_ROLE, "complete",
-						 job_type, key, attempt,
-						 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
-						 PG_ARGISNULL(3),
+						 job_type, key, attempt, result, result_isnull,
 						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED);
 	idem_end(&call);
 

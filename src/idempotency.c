@@ -643,6 +643,32 @@ idem_arg_key(FunctionCallInfo fcinfo, int argno)
 					"Pass the key that names the effect, for example the order number (not the queue's message id).");
 }
 
+/*
+ * Argument argno, a positive integer called `name`: NULL is 22004 and below
+ * 1 is 22023, both with the caller's detail and hint.
+ */
+int32
+idem_arg_positive_int32(FunctionCallInfo fcinfo, int argno, const char *name,
+						const char *detail, const char *hint)
+{
+	int32		value;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name),
+				 errdetail("%s", detail),
+				 errhint("%s", hint)));
+	value = PG_GETARG_INT32(argno);
+	if (value < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be positive, not %d", name, value),
+				 errdetail("%s", detail),
+				 errhint("%s", hint)));
+	return value;
+}
+
 int32
 idem_arg_attempt(FunctionCallInfo fcinfo, int argno)
 {

@@ -142,6 +142,8 @@ extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 extern text *idem_arg_job_type(FunctionCallInfo fcinfo, int argno);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno);
 extern int32 idem_arg_attempt(FunctionCallInfo fcinfo, int argno);
+extern int32 idem_arg_positive_int32(FunctionCallInfo fcinfo, int argno, const char *name,
+									 const char *detail, const char *hint);
 extern const char *idem_status_name(OperationStatus status);
 extern void idem_too_many_tries(const char *action, text *job_type, text *key) pg_attribute_noreturn();
 extern char *idem_text(text *t);

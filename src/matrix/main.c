@@ -374,38 +374,27 @@ cleanup(matrix_ctx *ctx)
 	{
 		char		like[80];
 		const char *params[1];
-		PGresult   *types;
 		PGresult   *res;
-		int			i;
 
 		snprintf(like, sizeof(like), "%s_", ctx->prefix);
 		params[0] = like;
 
 		/*
-		 * The records job type by job type (found in the small job_types
-		 * table), each by an equality the primary key answers: no scan of
-		 * a user's whole operations table. Then the job types: deleting
-		 * them fires job_types_guard, which locks operations in SHARE mode
-		 * for that one statement, so claims elsewhere wait for it, briefly.
+		 * The records of the run's job types (found in the small job_types
+		 * table), by "job_type = ANY (...)", which the primary key answers:
+		 * no scan of a user's whole operations table. Then the job types:
+		 * deleting them fires job_types_guard, which locks operations in
+		 * SHARE mode for that one statement, so claims elsewhere wait for
+		 * it, briefly.
 		 */
-		types = db_exec(ctx, "SELECT job_type FROM idempotency.job_types "
-						"WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
-						1, params);
-		if (PQresultStatus(types) != PGRES_TUPLES_OK)
-			fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(types)));
-		else
-			for (i = 0; i < PQntuples(types); i++)
-			{
-				const char *jt[1];
-
-				jt[0] = PQgetvalue(types, i, 0);
-				res = db_exec(ctx, "DELETE FROM idempotency.operations "
-							  "WHERE job_type OPERATOR(pg_catalog.=) $1", 1, jt);
-				if (PQresultStatus(res) != PGRES_COMMAND_OK)
-					fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
-				PQclear(res);
-			}
-		PQclear(types);
+		res = db_exec(ctx, "DELETE FROM idempotency.operations "
+					  "WHERE job_type OPERATOR(pg_catalog.=) ANY (ARRAY("
+					  "SELECT job_type FROM idempotency.job_types "
+					  "WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1))",
+					  1, params);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+		PQclear(res);
 		res = db_exec(ctx, "DELETE FROM idempotency.job_types "
 					  "WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
 					  1, params);
