@@ -126,8 +126,9 @@ resolve_operation(PG_FUNCTION_ARGS)
 		TimestampTz now = GetCurrentTimestamp();
 		OperationState state;
 		Datum		values[8];
-		char		nulls[8] = "        ";
+		char		nulls[8];
 
+		memset(nulls, ' ', sizeof(nulls));
 		if (tries >= IDEMPOTENCY_MAX_TRIES)
 			idem_too_many_tries("resolve", job_type, key);
 

@@ -70,8 +70,9 @@ take_over(text *job_type, text *key, const OperationState *state,
 		  TimestampTz now, text *worker, text *fingerprint)
 {
 	Datum		values[8];
-	char		nulls[8] = "        ";
+	char		nulls[8];
 
+	memset(nulls, ' ', sizeof(nulls));
 	values[0] = PointerGetDatum(job_type);
 	values[1] = PointerGetDatum(key);
 	values[2] = Int32GetDatum(state->attempt);
@@ -118,8 +119,9 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 		if (!state.found)
 		{
 			Datum		values[6];
-			char		nulls[6] = "      ";
+			char		nulls[6];
 
+			memset(nulls, ' ', sizeof(nulls));
 			values[0] = PointerGetDatum(job_type);
 			values[1] = PointerGetDatum(key);
 			values[2] = TimestampTzGetDatum(now);

@@ -3,14 +3,14 @@
  * compat.h
  *	  Differences between PostgreSQL major versions, in one place.
  *
- * The extension is built and tested on PostgreSQL 15. Code for another
- * major version goes here, behind PG_VERSION_NUM, never in the .c files:
- * they call the idem_* wrappers below instead of the PostgreSQL functions
- * whose signature changed.
+ * The extension is built and tested on PostgreSQL 15, 17 and 18 (the
+ * supported majors are listed in scripts/versions.sh). Code for a particular
+ * major goes here, behind PG_VERSION_NUM, never in the .c files: they call
+ * the idem_* wrappers below instead of the PostgreSQL functions whose
+ * signature changed.
  *
- * Only PostgreSQL 15 is tested. The branches for later majors follow their
- * headers (access/tableam.h, access/genam.h) but have not been compiled
- * here.
+ * 16 is not tested here (no package of it is reachable); its branches are
+ * those of 17, whose headers agree with 16's on everything below.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,6 +26,14 @@
  */
 #if PG_VERSION_NUM < 150000
 #error "idempotency requires PostgreSQL 15 or later"
+#endif
+
+/*
+ * pg_noreturn, written before a declaration, replaced the trailing
+ * pg_attribute_noreturn() in PostgreSQL 18, which removed the latter.
+ */
+#ifndef pg_noreturn
+#define pg_noreturn pg_attribute_noreturn()
 #endif
 
 /*

@@ -11,6 +11,8 @@
 #include "fmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
+
 /*
  * SQLSTATEs of our own, class "ID". Clients branch on them; the README's
  * SQLSTATE table lists every code the extension raises.
@@ -145,7 +147,7 @@ extern int32 idem_arg_attempt(FunctionCallInfo fcinfo, int argno);
 extern int32 idem_arg_positive_int32(FunctionCallInfo fcinfo, int argno, const char *name,
 									 const char *detail, const char *hint);
 extern const char *idem_status_name(OperationStatus status);
-extern void idem_too_many_tries(const char *action, text *job_type, text *key) pg_attribute_noreturn();
+pg_noreturn extern void idem_too_many_tries(const char *action, text *job_type, text *key);
 extern char *idem_text(text *t);
 extern bool idem_same_text(text *a, text *b);
 
