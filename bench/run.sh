@@ -105,7 +105,10 @@ fi
 : "${BENCH_PURGE_CLIENTS:=4}" "${BENCH_PURGE_RATE:=}" "${BENCH_REDIS:=auto}"
 : "${BENCH_SHARED_BUFFERS:=1GB}" "${BENCH_PURGE_BATCH:=10000}" "${BENCH_TX:=}"
 : "${BENCH_PACED_PAGES:=20}" "${BENCH_PACED_PAUSE_MS:=20}" "${BENCH_PATHS:=run dup tx stale mixed}"
-: "${PG_CONFIG:=/usr/lib/postgresql/15/bin/pg_config}"
+# which PostgreSQL: PG_CONFIG or PG_MAJOR, else the newest supported server installed
+# shellcheck source=scripts/versions.sh
+source "$root/scripts/versions.sh"
+versions_resolve
 
 if [[ -z $out ]]; then
     if [[ $smoke == yes ]]; then out=""; else out=$here; fi

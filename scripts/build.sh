@@ -13,7 +13,9 @@
 #              functions). Any stale bitcode of the module from an earlier
 #              with_llvm=yes install is removed, so JIT cannot inline old code.
 
-: "${PG_CONFIG:=/usr/lib/postgresql/15/bin/pg_config}"
+# shellcheck source=scripts/versions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
+versions_resolve
 : "${PG_CFLAGS=-Wall -Wextra -Werror}"
 : "${WITH_LLVM:=no}"
 

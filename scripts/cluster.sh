@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# scripts/cluster.sh: a throwaway PostgreSQL 15 cluster, for scripts to source.
+# scripts/cluster.sh: a throwaway PostgreSQL cluster, for scripts to source.
 #
 #   source scripts/cluster.sh
 #   cluster_start [-c name=value ...]   # extra server settings, optional;
@@ -27,12 +27,14 @@
 #                cluster_require_tools, cluster_require_headers
 #                cluster_port_free N, cluster_pick_port
 #
-# Settings (environment): PG_CONFIG (default
-# /usr/lib/postgresql/15/bin/pg_config), CLUSTER_PORT, TMPDIR,
+# Settings (environment): PG_CONFIG or PG_MAJOR (which PostgreSQL; default:
+# the newest supported server installed, see scripts/versions.sh), CLUSTER_PORT, TMPDIR,
 # CLUSTER_SETTINGS (e.g. "-c shared_preload_libraries=idempotency").
 # Needs bash; works with and without `set -euo pipefail` in the caller.
 
-: "${PG_CONFIG:=/usr/lib/postgresql/15/bin/pg_config}"
+# shellcheck source=scripts/versions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
+versions_resolve
 CLUSTER_DIR=${CLUSTER_DIR:-}
 
 # never fatal: on Ctrl-C of `scripts/test | tee log`, stderr may be a broken pipe
@@ -42,26 +44,25 @@ _cluster_die() { echo "cluster: error: $*" >&2; exit 1; }
 # cluster_require_tools: pg_config, initdb, pg_ctl, pg_isready, psql; sets PG_BINDIR
 cluster_require_tools() {
     if [[ ! -x $PG_CONFIG ]]; then
-        _cluster_die "pg_config not found at $PG_CONFIG (package postgresql-client-15; run scripts/deps, or set PG_CONFIG)"
+        _cluster_die "pg_config not found at $PG_CONFIG (package postgresql-client-$PG_MAJOR; run scripts/deps, or set PG_CONFIG)"
     fi
     PG_BINDIR=$("$PG_CONFIG" --bindir) || _cluster_die "$PG_CONFIG --bindir failed"
-    local version
-    version=$("$PG_CONFIG" --version)
-    case $version in
-        "PostgreSQL 15."*) ;;
-        *) _cluster_die "$PG_CONFIG is '$version', expected PostgreSQL 15" ;;
-    esac
+    # the pg_config may have changed since versions_resolve (a caller's own)
+    local major
+    major=$(versions_major_of "$PG_CONFIG") || _cluster_die "$PG_CONFIG --version printed no PostgreSQL version"
+    versions_check_major "$major" "PG_CONFIG=$PG_CONFIG"
+    PG_MAJOR=$major
     local tool
     for tool in initdb pg_ctl postgres; do
         [[ -x $PG_BINDIR/$tool ]] ||
-            _cluster_die "$PG_BINDIR/$tool not found (package postgresql-15; run scripts/deps)"
+            _cluster_die "$PG_BINDIR/$tool not found (package postgresql-$PG_MAJOR; run scripts/deps)"
     done
     for tool in pg_isready psql; do
         [[ -x $PG_BINDIR/$tool ]] ||
-            _cluster_die "$PG_BINDIR/$tool not found (package postgresql-client-15; run scripts/deps)"
+            _cluster_die "$PG_BINDIR/$tool not found (package postgresql-client-$PG_MAJOR; run scripts/deps)"
     done
     if ((EUID == 0)) && ! id -u postgres >/dev/null 2>&1; then
-        _cluster_die "running as root but there is no user 'postgres' to run the server (package postgresql-15 creates it)"
+        _cluster_die "running as root but there is no user 'postgres' to run the server (package postgresql-$PG_MAJOR creates it)"
     fi
     export PG_BINDIR
 }
@@ -72,11 +73,11 @@ cluster_require_headers() {
     local inc
     inc=$("$PG_CONFIG" --includedir-server)
     [[ -f $inc/postgres.h ]] ||
-        _cluster_die "server headers not found ($inc/postgres.h): install postgresql-server-dev-15 (run scripts/deps)"
+        _cluster_die "server headers not found ($inc/postgres.h): install postgresql-server-dev-$PG_MAJOR (run scripts/deps)"
     local pgxs
     pgxs=$("$PG_CONFIG" --pgxs)
     [[ -f $pgxs ]] ||
-        _cluster_die "PGXS not found ($pgxs): install postgresql-server-dev-15 / postgresql-client-15 (run scripts/deps)"
+        _cluster_die "PGXS not found ($pgxs): install postgresql-server-dev-$PG_MAJOR / postgresql-client-$PG_MAJOR (run scripts/deps)"
     command -v "${CC:-gcc}" >/dev/null 2>&1 ||
         _cluster_die "no C compiler (${CC:-gcc}): install gcc (run scripts/deps)"
     command -v make >/dev/null 2>&1 || _cluster_die "make not found: install make (run scripts/deps)"

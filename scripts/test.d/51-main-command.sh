@@ -11,16 +11,23 @@
 #      message and a non-zero exit, and no cluster is left behind;
 #   4. no server headers (PG_CONFIG is a pg_config whose --includedir-server
 #      is an empty directory, which is what a machine without
-#      postgresql-server-dev-15 reports): the clear message, non-zero exit;
+#      postgresql-server-dev-N reports): the clear message, non-zero exit;
 #   5. no libpq headers (--includedir empty, as without libpq-dev): the
-#      clear message from scripts/matrix, and from `make idempotency-matrix`.
+#      clear message from scripts/matrix, and from `make idempotency-matrix`;
+#   6. an unsupported PostgreSQL (PG_MAJOR=14; a pg_config that says 14.11):
+#      one sentence naming the supported majors, a non-zero exit, and
+#      nothing installed, built or started;
+#   7. a supported major this Debian release has no package of (16; as root
+#      only, it runs apt-get update): one sentence, non-zero, nothing
+#      installed.
 # Run by scripts/test with its hook environment (PGHOST, PGPORT, ... of the
 # test cluster, CLUSTER_DIR, PG_CONFIG); scripts/matrix makes its own cluster,
 # so those are removed from its environment. Adds about 35 s to CI.
 set -uo pipefail
 
 srcdir=${TEST_SRCDIR:-$(pwd)}
-real_pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+real_pg_config=${PG_CONFIG:?scripts/test exports PG_CONFIG}
+major=$("$real_pg_config" --version | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/main-command-test.XXXXXX") || exit 2
 listener_pid=
 cleanup() {
@@ -146,11 +153,11 @@ log=$tmp/headers.log
 (cd "$tmp" && PG_CONFIG=$tmp/pg_config_no_server_headers main_command "$srcdir/scripts/matrix" --policy hold) >"$log" 2>&1
 rc=$?
 if ((rc != 0)) &&
-    grep -qx "cluster: error: server headers not found ($tmp/empty/postgres.h): install postgresql-server-dev-15 (run scripts/deps)" "$log" &&
+    grep -qx "cluster: error: server headers not found ($tmp/empty/postgres.h): install postgresql-server-dev-$major (run scripts/deps)" "$log" &&
     ! grep -qE '^(== build|build: |cluster: PostgreSQL)' "$log"; then
     ok "no server headers: the clear message, exit $rc, before any build"
 else
-    not_ok "$log" "no server headers: expected 'server headers not found ... install postgresql-server-dev-15' and a non-zero exit; got exit $rc"
+    not_ok "$log" "no server headers: expected 'server headers not found ... install postgresql-server-dev-$major' and a non-zero exit; got exit $rc"
 fi
 
 fake_pg_config "$tmp/pg_config_no_libpq_headers" --includedir
@@ -175,6 +182,43 @@ if ((rc != 0)) && [[ ! -e $tmp/idempotency-matrix ]] &&
     ok "no libpq headers: make idempotency-matrix names libpq-dev, exit $rc"
 else
     not_ok "$log" "no libpq headers: expected make to name libpq-dev and fail; got exit $rc"
+fi
+
+# 6. an unsupported major, named two ways: nothing may happen but the sentence
+supported="supported majors: 15, 16, 17, 18."
+cat >"$tmp/pg_config_14" <<EOF
+#!/bin/sh
+if [ "\$#" -eq 1 ] && [ "\$1" = --version ]; then echo "PostgreSQL 14.11"; exit 0; fi
+exec "$real_pg_config" "\$@"
+EOF
+chmod +x "$tmp/pg_config_14"
+for how in "PG_MAJOR=14" "PG_CONFIG=$tmp/pg_config_14"; do
+    log=$tmp/unsupported.log
+    (cd "$tmp" && main_command env -u PG_CONFIG -u PG_MAJOR "$how" "$srcdir/scripts/matrix" --policy hold) >"$log" 2>&1
+    rc=$?
+    if ((rc != 0)) && [[ $(wc -l <"$log") -eq 1 ]] &&
+        grep -qxF "idempotency: PostgreSQL 14 ($how) is not supported; $supported" "$log"; then
+        ok "$how: one sentence naming the supported majors, exit $rc, nothing else done"
+    else
+        not_ok "$log" "$how: expected only 'idempotency: PostgreSQL 14 ($how) is not supported; $supported' and a non-zero exit; got exit $rc"
+    fi
+done
+
+# 7. a supported major with no package here (16: no Debian release has it)
+if ((EUID == 0)); then
+    log=$tmp/unpackaged.log
+    (cd "$tmp" && main_command env -u PG_CONFIG PG_MAJOR=16 "$srcdir/scripts/matrix" --policy hold) >"$log" 2>&1
+    rc=$?
+    if ((rc != 0)) &&
+        grep -qE "^scripts/deps: PostgreSQL 16 is supported, but .* has no package postgresql-16; install PostgreSQL 16 yourself and set PG_CONFIG to its pg_config, or use a major this release packages \(PG_MAJOR=[0-9]+\)\.$" "$log" &&
+        ! grep -qE '^(scripts/deps: apt-get install|== build|build: |cluster: PostgreSQL)' "$log" &&
+        [[ ! -e /usr/lib/postgresql/16 ]]; then
+        ok "PG_MAJOR=16 (no package here): one sentence, exit $rc, nothing installed"
+    else
+        not_ok "$log" "PG_MAJOR=16: expected 'PostgreSQL 16 is supported, but ... has no package postgresql-16' and a non-zero exit, nothing installed; got exit $rc"
+    fi
+else
+    echo "skip - PG_MAJOR=16 (not root: scripts/deps would only print the apt-get line)"
 fi
 
 echo "main command: $passed passed, $failed failed"

@@ -171,7 +171,8 @@ txt=$out/matrix.txt
 prefix=$(banner_prefix "$txt")
 maildir=$(banner_maildir "$txt")
 npol=$(grep -cE '^Policy (hold|retry|skip|lookup): ' "$txt")
-if grep -qE '^Replay matrix: send_confirmation for ORD-1001, idempotency [0-9.]+ on PostgreSQL 15\.' "$txt" &&
+server_major=$("${psql[@]}" -c "SELECT current_setting('server_version_num')::int / 10000")
+if grep -qE "^Replay matrix: send_confirmation for ORD-1001, idempotency [0-9.]+ on PostgreSQL $server_major\." "$txt" &&
     grep -qE "^server (socket )?[^ ]+ port [0-9]+, database $db, user $role; lease [0-9.]+ seconds?; stress [0-9]+ workers; [0-9]{4}-" "$txt" &&
     [[ -n $prefix && $maildir == "$runtmp"/idempotency-matrix.* ]]; then
     ok "the banner: versions, server (as $role), lease, the job type prefix $prefix and the mail directory"

@@ -21,7 +21,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_CONFIG=${PG_CONFIG:?run by scripts/test, which exports PG_CONFIG}
 bindir=$("$PG_CONFIG" --bindir)
 
 die() { echo "test/valgrind/run.sh: error: $*" >&2; echo "valgrind: 0 passed, 1 failed"; exit 2; }
