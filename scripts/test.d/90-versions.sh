@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Every supported Debian release and PostgreSQL major, each in a clean root
+# (scripts/root: debootstrap minbase + postgresql-N + git + make, nothing
+# else), running the README's two commands exactly as a user types them:
+#
+#   bookworm  Debian 12, PostgreSQL 15   scripts/matrix; scripts/test (whole)
+#   trixie    Debian 13, PostgreSQL 17   scripts/matrix; scripts/test (whole)
+#   forky     Debian testing, 18         scripts/matrix; scripts/test regress isolation tap
+#
+# Each command installs what it needs itself (compiler, headers, test tools):
+# that is what this proves. Inside a root the 9x hooks (clean roots,
+# packages, pg_upgrade) are left out: no root inside a root.
+#
+# Settings: TEST_RELEASES (default "bookworm trixie forky"), TEST_ROOT_JOBS
+# (roots run at once, default 2; the machine has 2 cores and most of a run
+# is apt and waiting), TEST_ROOT_TIMEOUT (seconds per root, default 2400).
+# Needs root (debootstrap, mount, chroot); as another user it says so and
+# exits 0. Logs: $CLUSTER_DIR/roots/RELEASE.log (the tail is printed on a
+# failure).
+set -uo pipefail
+
+srcdir=${TEST_SRCDIR:-$(pwd)}
+if ((EUID != 0)); then
+    echo "skip - clean roots need root (debootstrap, mount, chroot); run scripts/test as root to test other releases"
+    exit 0
+fi
+
+releases=${TEST_RELEASES:-bookworm trixie forky}
+jobs=${TEST_ROOT_JOBS:-2}
+timeout_s=${TEST_ROOT_TIMEOUT:-2400}
+logdir=${CLUSTER_DIR:-$(mktemp -d)}/roots
+mkdir -p "$logdir"
+
+job_of() {
+    case $1 in
+        bookworm|trixie) echo "scripts/matrix && TEST_SKIP_HOOKS='9*' scripts/test" ;;
+        forky) echo "scripts/matrix && TEST_SKIP_HOOKS='9*' scripts/test regress isolation tap" ;;
+        *) return 1 ;;
+    esac
+}
+
+# the base roots first, one after another (each is cached; a fresh machine
+# builds them once), so that the runs below only copy them
+for r in $releases; do
+    job_of "$r" >/dev/null || { echo "not ok - unknown release '$r' in TEST_RELEASES"; exit 1; }
+    "$srcdir/scripts/root" ensure "$r" >/dev/null || { echo "not ok - could not make the $r root"; exit 1; }
+done
+
+run_one() {
+    local r=$1 start=$SECONDS rc=0
+    "$srcdir/scripts/root" run "$r" --tree "$srcdir" --timeout "$timeout_s" -- "$(job_of "$r")" \
+        >"$logdir/$r.log" 2>&1 || rc=$?
+    echo "$rc $((SECONDS - start))" >"$logdir/$r.rc"
+}
+
+for r in $releases; do
+    while (($(jobs -rp | wc -l) >= jobs)); do
+        wait -n
+    done
+    echo "== $r: $(job_of "$r") (log $logdir/$r.log)"
+    run_one "$r" &
+done
+wait
+
+passed=0
+failed=0
+for r in $releases; do
+    read -r rc secs <"$logdir/$r.rc" || { rc=1; secs=?; }
+    log=$logdir/$r.log
+    matrix=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | head -n 1)
+    summary=$(grep -E '^summary: ' "$log" | tail -n 1)
+    suites=$(grep -E '^== done in ' "$log" | tail -n 1 | sed 's/^== done in [0-9]* s: //')
+    # the job's own exit status, and both commands' own verdict lines
+    if ((rc == 0)) && grep -q '^== scripts/matrix: idempotency-matrix exited 0$' "$log" &&
+        [[ $summary =~ ^summary:\ [1-9][0-9]*\ passed,\ 0\ failed$ ]]; then
+        echo "ok - $r: matrix $matrix; scripts/test $suites; $secs s"
+        passed=$((passed + 1))
+    else
+        echo "not ok - $r: exit $rc after $secs s (matrix: ${matrix:-none}; ${summary:-no summary}); last 150 lines of $log:"
+        tail -n 150 "$log" | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+done
+echo "versions: $passed passed, $failed failed"
+((failed == 0 && passed > 0))
