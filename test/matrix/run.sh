@@ -36,9 +36,17 @@
 # $MATRIX_OUT if set, else in a temporary directory that is removed on
 # success and kept (and named) on failure.
 #
-# Environment: MATRIX_OUT, CHROMIUM (default /usr/bin/chromium),
-# MATRIX_INSTALL_CHROMIUM=0 to never apt-get install chromium when it is missing
-# (by default, as root, it is installed).
+# Needs: Node.js 18 or later (the `node` on PATH, else Debian's /usr/bin/node)
+# and Chromium (Debian's) for the browser test, script(1) (bsdutils) for the
+# terminal test. What is missing is installed with apt-get as root:
+# `nodejs` and `chromium fonts-liberation`, without recommends (on a clean
+# Debian 12 Chromium's recommends add ~135 packages of a desktop: systemd,
+# udev, upower, Mesa, a printer dialog; headless it needs none of them, and
+# fonts-liberation is its one recommended font). Not root: the exact
+# `sudo apt-get install` line, exit 2.
+# Environment: MATRIX_OUT, CHROMIUM (default /usr/bin/chromium; if set, it is
+# never installed), MATRIX_INSTALL=0 (or the older MATRIX_INSTALL_CHROMIUM=0)
+# to never apt-get install anything.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,16 +59,41 @@ psql=(psql -X -q -At -v ON_ERROR_STOP=1)
 
 die() { echo "test/matrix/run.sh: error: $*" >&2; exit 2; }
 
-command -v node >/dev/null || die "node is not installed (the browser test needs Node.js 18 or later)"
-command -v script >/dev/null || die "script(1) is not installed (util-linux; the terminal colour test needs it)"
+command -v script >/dev/null || die "script(1) is not installed (bsdutils; the terminal colour test needs it)"
+
+# what the browser test needs: node >= 18 and chromium
+node_major() { "$1" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+find_node() {   # the first node >= 18: PATH's, then Debian's
+    local n
+    for n in "$(command -v node 2>/dev/null)" /usr/bin/node; do
+        [[ -n $n && -x $n ]] && (($(node_major "$n") >= 18)) && { echo "$n"; return 0; }
+    done
+    return 1
+}
+node=$(find_node) || node=
+need=()
+[[ -n $node ]] || need+=(nodejs)
 if [[ ! -x $chromium ]]; then
-    if [[ $(id -u) == 0 && ${MATRIX_INSTALL_CHROMIUM:-1} != 0 && -z ${CHROMIUM:-} ]]; then
-        echo "== installing chromium (Debian package) for the browser test"
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q chromium >/dev/null ||
-            die "apt-get install chromium failed"
-    else
-        die "$chromium not found: apt-get install -y chromium (or set CHROMIUM)"
+    [[ -z ${CHROMIUM:-} ]] || die "CHROMIUM=$chromium is not an executable"
+    need+=(chromium fonts-liberation)
+fi
+if ((${#need[@]})); then
+    if ((EUID != 0)) || [[ ${MATRIX_INSTALL:-1} == 0 || ${MATRIX_INSTALL_CHROMIUM:-1} == 0 ]]; then
+        die "the browser test needs Node.js 18+ and Chromium; install them with: sudo apt-get install -y --no-install-recommends ${need[*]}"
     fi
+    echo "== installing ${need[*]} (Debian packages, no recommends) for the browser test"
+    apt_start=$SECONDS
+    apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
+    export DEBIAN_FRONTEND=noninteractive
+    # a stale package index: update once and retry
+    apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${need[@]}" >/dev/null ||
+        { apt-get "${apt_opts[@]}" update -qq &&
+          apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${need[@]}" >/dev/null; } ||
+        die "apt-get install ${need[*]} failed"
+    echo "== installed ${need[*]} in $((SECONDS - apt_start)) s"
+    hash -r
+    node=$(find_node) || die "nodejs installed, but no node 18 or later found (PATH's: $(command -v node || echo none))"
+    [[ -x $chromium ]] || die "chromium installed, but $chromium is not there"
 fi
 
 echo "== build"
@@ -404,7 +437,8 @@ interrupted TERM
 # ---------------------------------------------------------------------
 if [[ -s $out/matrix.html ]]; then
     echo "== the browser test (chromium, headless) on $out/matrix.html"
-    CHROMIUM=$chromium node "$here/browser-test.mjs" "$out/matrix.html" "$out/matrix.json" --out "$out" | tee "$out/browser.txt"
+    echo "# $("$node" --version) ($node), $("$chromium" --version 2>/dev/null | head -n 1)"
+    CHROMIUM=$chromium "$node" "$here/browser-test.mjs" "$out/matrix.html" "$out/matrix.json" --out "$out" | tee "$out/browser.txt"
     rc=${PIPESTATUS[0]}
     count "$out/browser.txt"
     ((rc == 0)) || bad=1
