@@ -3,27 +3,48 @@
 #   make && make install          build and install the extension
 #   make installcheck             regression, isolation and TAP tests against
 #                                 a running server (PGHOST/PGPORT)
+#   make dist                     the release tarball idempotency-VERSION.tar.gz
+#                                 (git archive of HEAD; PGXN's layout)
+#
+# Out-of-tree (VPATH) builds work, as Debian's pg_buildext does them, one
+# build directory per PostgreSQL major:
+#   mkdir build-15 && make -C build-15 -f $PWD/Makefile VPATH=$PWD PG_CONFIG=...
+# so every file list below is found under $(src), the source directory,
+# and written relative to it.
 #
 # The version lives in one place, idempotency.control (default_version).
 
+# the source directory: VPATH if given (pg_buildext passes it), else this
+# Makefile's directory ("." in-tree). PGXS's own $(srcdir) is only set once
+# $(PGXS) is included, after these lists.
+ifdef VPATH
+src := $(patsubst %/,%,$(VPATH))
+else
+src := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+endif
+
 EXTENSION  = idempotency
-EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\(.*\)'/\1/p" $(EXTENSION).control)
+EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\(.*\)'/\1/p" $(src)/$(EXTENSION).control)
+
+# relative to $(src): "src/admin.c" -> "src/admin.o" (VPATH finds the source)
+src_files = $(patsubst $(src)/%,%,$(sort $(wildcard $(addprefix $(src)/,$(1)))))
 
 MODULE_big = idempotency
-OBJS       = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
-DATA       = $(sort $(wildcard $(EXTENSION)--*.sql))
+OBJS       = $(patsubst %.c,%.o,$(call src_files,src/*.c))
+# PGXS installs DATA from $(srcdir)
+DATA       = $(call src_files,$(EXTENSION)--*.sql)
 
 # pg_regress: one file per feature under sql/ and expected/
-REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
-REGRESS_OPTS = --inputdir=.
+REGRESS      = $(patsubst sql/%.sql,%,$(call src_files,sql/*.sql))
+REGRESS_OPTS = --inputdir=$(src)
 
 # isolation specs (races) under test/isolation
-ISOLATION      = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
-ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
+ISOLATION      = $(patsubst test/isolation/specs/%.spec,%,$(call src_files,test/isolation/specs/*.spec))
+ISOLATION_OPTS = --inputdir=$(src)/test/isolation --load-extension=$(EXTENSION)
 
-# TAP tests (crash, restart, load) under test/t
+# TAP tests (crash, restart, load) under test/t; prove runs in $(srcdir)
 TAP_TESTS   = 1
-PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+PROVE_TESTS = $(call src_files,test/t/*.pl)
 
 EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check tmp_check_iso log
 
@@ -38,8 +59,36 @@ include $(PGXS)
 
 # PGXS tracks no header dependencies (unless the server was configured with
 # --enable-depend): every object depends on our headers
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard $(src)/src/*.h)
 
-# the replay matrix runner and the benchmarks (their own rules)
+# in-tree: the build directory is the source directory
+in_tree := $(if $(filter $(abspath $(src)),$(CURDIR)),yes)
+
+ifneq ($(in_tree),yes)
+# a VPATH build writes src/*.o (and src/*.bc) under the build directory,
+# which PGXS's compile rules do not create
+$(OBJS) $(OBJS:.o=.bc): | vpath-objdir
+.PHONY: vpath-objdir
+vpath-objdir:
+	@mkdir -p src
+endif
+
+# the release tarball: what git has committed at HEAD (uncommitted changes
+# are not in it), under idempotency-VERSION/ as PGXN expects; META.json's
+# version must be the control file's
+.PHONY: dist
+dist:
+	@v=$$(sed -n 's/^ *"version" *: *"\([^"]*\)".*/\1/p' $(src)/META.json | head -n 1); \
+	if [ "$$v" != "$(EXTVERSION)" ]; then \
+		echo "dist: error: META.json's version is '$$v', idempotency.control's default_version is '$(EXTVERSION)'" >&2; exit 1; fi
+	@git -C $(src) diff --quiet HEAD -- || echo "dist: warning: uncommitted changes are not in the tarball (git archive HEAD)" >&2
+	git -C $(src) archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(CURDIR)/$(EXTENSION)-$(EXTVERSION).tar.gz HEAD
+	@echo "dist: $(EXTENSION)-$(EXTVERSION).tar.gz"
+
+# the replay matrix runner and the benchmarks (their own rules, written for
+# in-tree builds; a VPATH build, e.g. pg_buildext's per-major build-N/,
+# builds only the extension, and debian/rules builds the runner in-tree)
+ifeq ($(in_tree),yes)
 -include src/matrix/matrix.mk
 -include bench/bench.mk
+endif
