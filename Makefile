@@ -74,13 +74,15 @@ vpath-objdir:
 endif
 
 # the release tarball: what git has committed at HEAD (uncommitted changes
-# are not in it), under idempotency-VERSION/ as PGXN expects; META.json's
-# version must be the control file's
+# are not in it), under idempotency-VERSION/ as PGXN expects. META.json's
+# versions must be the control file's default_version as a semantic
+# version (PGXN's rule): 0.2 -> 0.2.0
 .PHONY: dist
 dist:
-	@v=$$(sed -n 's/^ *"version" *: *"\([^"]*\)".*/\1/p' $(src)/META.json | head -n 1); \
-	if [ "$$v" != "$(EXTVERSION)" ]; then \
-		echo "dist: error: META.json's version is '$$v', idempotency.control's default_version is '$(EXTVERSION)'" >&2; exit 1; fi
+	@want=$$(echo '$(EXTVERSION)' | sed 's/^[0-9]*\.[0-9]*$$/&.0/'); \
+	for v in $$(sed -n '/"meta-spec"/,/}/d; s/^ *"version" *: *"\([^"]*\)".*/\1/p' $(src)/META.json); do \
+		if [ "$$v" != "$$want" ]; then \
+			echo "dist: error: META.json has version '$$v'; idempotency.control's default_version '$(EXTVERSION)' makes it '$$want'" >&2; exit 1; fi; done
 	@git -C $(src) diff --quiet HEAD -- || echo "dist: warning: uncommitted changes are not in the tarball (git archive HEAD)" >&2
 	git -C $(src) archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(CURDIR)/$(EXTENSION)-$(EXTVERSION).tar.gz HEAD
 	@echo "dist: $(EXTENSION)-$(EXTVERSION).tar.gz"
