@@ -5,7 +5,10 @@
 # PostgreSQL, with the extension installed for 15 as it was built on Debian 12.
 # Then run test/upgrade/scenario.sh.
 #
-#   test/upgrade/in-root.sh NEW_MAJOR STAGE15
+#   test/upgrade/in-root.sh NEW_MAJOR STAGE15 [SUITE]
+#
+# SUITE: where postgresql-15 comes from: bookworm-security (default: what an
+# up-to-date Debian 12 runs) or bookworm (the point release's, older minor).
 #
 # STAGE15: a `make install DESTDIR=...` tree of the extension built for 15 on
 # Debian 12 (test/upgrade/run.sh makes it on the host). cwd: the source tree.
@@ -17,6 +20,7 @@ set -euo pipefail
 
 NEW=${1:?usage: in-root.sh NEW_MAJOR STAGE15}
 STAGE=${2:?usage: in-root.sh NEW_MAJOR STAGE15}
+SUITE=${3:-bookworm-security}
 OLD=15
 src=$(pwd)
 t0=$SECONDS
@@ -42,8 +46,9 @@ PIN
 # this for forky's own suite); bookworm's are valid
 apt_get update >/tmp/apt-update.log 2>&1 || { cat /tmp/apt-update.log; exit 1; }
 
-step "apt-get install postgresql-$OLD (bookworm) gcc make libc6-dev libpq-dev postgresql-server-dev-$NEW"
-if ! apt_get install -y --no-install-recommends "postgresql-$OLD" gcc make libc6-dev libpq-dev \
+step "apt-get install postgresql-$OLD ($SUITE) gcc make libc6-dev libpq-dev postgresql-server-dev-$NEW"
+if ! apt_get install -y --no-install-recommends "postgresql-$OLD/$SUITE" "postgresql-client-$OLD/$SUITE" \
+        gcc make libc6-dev libpq-dev \
         "postgresql-server-dev-$NEW" >/tmp/apt-install.log 2>&1; then
     tail -n 40 /tmp/apt-install.log
     echo "in-root.sh: could not install the packages (log above)" >&2

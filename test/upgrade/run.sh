@@ -14,6 +14,11 @@
 #    postgresql-15 beside the release's PostgreSQL (a Debian 12 system
 #    dist-upgraded), the staged extension for 15, builds the extension for
 #    MAJOR, and runs test/upgrade/scenario.sh (pg_upgradecluster, checks).
+# postgresql-15 comes from bookworm-security (an up-to-date Debian 12), except
+# for 18: Debian's 18 (18.6, testing and unstable) cannot take what 15.20
+# writes (pg_upgrade: 'unrecognized parameter "pg_attver"', for any table),
+# so that run installs bookworm's point-release 15 (UPGRADE_SUITE_18, default
+# bookworm; set it to bookworm-security to see the failure).
 # Prints each run's time; exits 1 if any run failed. UPGRADE_TIMEOUT (seconds,
 # default 900) bounds each run.
 set -euo pipefail
@@ -63,11 +68,13 @@ for m in "${majors[@]}"; do
         echo "test/upgrade/run.sh: no Debian release packages PostgreSQL $m (or it is the old major)" >&2
         result[$m]="not run"; rc_all=1; continue
     fi
-    echo "== $OLD -> $m in a clean $release root"
+    suite=bookworm-security
+    [[ $m == 18 ]] && suite=${UPGRADE_SUITE_18:-bookworm}
+    echo "== $OLD ($suite) -> $m in a clean $release root"
     t0=$SECONDS
     rc=0
     "$repo/scripts/root" run "$release" --tree "$repo" --in "$tmp/stage15:/var/tmp/stage15" \
-        --timeout "${UPGRADE_TIMEOUT:-900}" -- "test/upgrade/in-root.sh $m /var/tmp/stage15" || rc=$?
+        --timeout "${UPGRADE_TIMEOUT:-900}" -- "test/upgrade/in-root.sh $m /var/tmp/stage15 $suite" || rc=$?
     took[$m]=$((SECONDS - t0))
     if ((rc)); then result[$m]="FAILED (exit $rc)"; rc_all=1; else result[$m]=passed; fi
 done

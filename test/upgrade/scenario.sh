@@ -252,6 +252,11 @@ for c in main viadump; do
                     echo "--- last lines of $f"; tail -n 15 "$f"
                 fi
             done
+        if grep -rqs 'unrecognized parameter "pg_attver"' /var/log/postgresql; then
+            echo "     (PostgreSQL's version skew, not this extension's: the $OLD cluster's minor"
+            echo "     marks every table column with pg_attver, which this $NEW minor cannot restore;"
+            echo "     a newer $NEW minor is needed)"
+        fi
         check "pg_upgradecluster -m $method $OLD $c" "exit 0" "exit $rc (log above)"
         continue
     fi
