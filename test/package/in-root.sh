@@ -119,7 +119,18 @@ TMPDIR=$log LC_ALL=C.UTF-8 PGDATABASE=matrix idempotency-matrix $MATRIX_ARGS >"$
 echo $? >"$log/matrix.rc"
 echo $(( $(date +%s) - start )) >"$log/matrix.secs"
 EOF
-echo "== pg_virtualenv -v $major: CREATE EXTENSION, ALTER EXTENSION UPDATE, idempotency-matrix ${MATRIX_ARGS:-}"
+# the roots share the host's network (and other roots' clusters): a port
+# nothing listens on for pg_virtualenv's cluster (PGPORT; else it takes 5432)
+used=" "
+while read -r _ addr _ st _; do
+    [[ $st == 0A ]] && used+="$((16#${addr##*:})) "
+done < <(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+for _ in {1..100}; do
+    PGPORT=$((20000 + RANDOM % 20000))
+    [[ $used != *" $PGPORT "* ]] && break
+done
+export PGPORT
+echo "== pg_virtualenv -v $major (port $PGPORT): CREATE EXTENSION, ALTER EXTENSION UPDATE, idempotency-matrix ${MATRIX_ARGS:-}"
 if ! MATRIX_ARGS=${MATRIX_ARGS:-} pg_virtualenv -v "$major" bash "$log/in-venv.sh" "$log" "$major" "$version" >"$log/venv.log" 2>&1; then
     not_ok "$log/venv.log" "pg_virtualenv -v $major failed:"
 fi
@@ -171,6 +182,7 @@ if [[ ${PACKAGE_AUTOPKGTEST:-0} == 1 ]]; then
     else
         start=$(date +%s)
         deps=$(sed -n '/^Depends:/,/^[A-Z]/p' /src/debian/tests/control | sed -e '1d' -e '$d' -e 's/[ ,]//g' | grep -v '^@$' | xargs)
+        # shellcheck disable=SC2086 # a list of package names
         if ! apt-get -q -y --no-install-recommends install $deps >"$log/autopkgtest-deps.log" 2>&1; then
             not_ok "$log/autopkgtest-deps.log" "installing the autopkgtest's Depends ($deps) failed:"
         else
