@@ -9,9 +9,13 @@ python=/usr/bin/python3    # Debian's, which sees Debian's modules
 if ! "$python" -c 'import psycopg' 2>/dev/null; then
     if ((EUID == 0)); then
         echo "== installing python3-psycopg (Debian package)"
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q python3-psycopg >/dev/null
+        apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
+        export DEBIAN_FRONTEND=noninteractive
+        # a stale package index: update once and retry
+        apt-get "${apt_opts[@]}" install -y -q python3-psycopg >/dev/null ||
+            { apt-get "${apt_opts[@]}" update -qq && apt-get "${apt_opts[@]}" install -y -q python3-psycopg >/dev/null; }
     else
-        echo "71-fuzz: python3-psycopg is missing: sudo apt-get install -y python3-psycopg" >&2
+        echo "71-fuzz: python3-psycopg is missing; install it with: sudo apt-get install -y python3-psycopg" >&2
         exit 1
     fi
 fi

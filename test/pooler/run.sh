@@ -38,10 +38,18 @@ die() { echo "test/pooler/run.sh: error: $*" >&2; echo "pooler: 0 passed, 1 fail
 if [[ ! -x $pgbouncer ]]; then
     if [[ $(id -u) == 0 && ${POOLER_INSTALL:-1} != 0 ]]; then
         echo "== installing pgbouncer (Debian package)"
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q pgbouncer >/dev/null ||
+        apt_start=$SECONDS
+        apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
+        export DEBIAN_FRONTEND=noninteractive
+        # a stale package index: update once and retry
+        apt-get "${apt_opts[@]}" install -y -q pgbouncer >/dev/null ||
+            { apt-get "${apt_opts[@]}" update -qq && apt-get "${apt_opts[@]}" install -y -q pgbouncer >/dev/null; } ||
             die "apt-get install pgbouncer failed"
+        echo "== installed pgbouncer in $((SECONDS - apt_start)) s"
+    elif [[ $(id -u) != 0 ]]; then
+        die "$pgbouncer not found; install it with: sudo apt-get install -y pgbouncer"
     else
-        die "$pgbouncer not found: apt-get install -y pgbouncer"
+        die "$pgbouncer not found (POOLER_INSTALL=0): apt-get install -y pgbouncer"
     fi
 fi
 

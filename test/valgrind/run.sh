@@ -16,7 +16,8 @@
 # caught is use of uninitialised memory and reads or writes outside malloc'd
 # blocks, not overruns within a memory context).
 # The last line is "valgrind: N passed, N failed". Needs the valgrind package
-# (installed with apt-get when missing and root).
+# (installed with apt-get, without recommends, when missing and root; not
+# root: the exact command, and a failure).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,10 +29,17 @@ die() { echo "test/valgrind/run.sh: error: $*" >&2; echo "valgrind: 0 passed, 1 
 
 if ! command -v valgrind >/dev/null; then
     if ((EUID == 0)); then
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q valgrind >/dev/null ||
+        # without recommends: gdb and valgrind-dbg are not needed here
+        echo "== installing valgrind (Debian package, no recommends)"
+        apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0)
+        export DEBIAN_FRONTEND=noninteractive
+        # a stale package index: update once and retry
+        apt-get "${apt_opts[@]}" install -y -q --no-install-recommends valgrind >/dev/null ||
+            { apt-get "${apt_opts[@]}" update -qq &&
+              apt-get "${apt_opts[@]}" install -y -q --no-install-recommends valgrind >/dev/null; } ||
             die "apt-get install valgrind failed"
     else
-        die "valgrind is not installed: apt-get install -y valgrind"
+        die "valgrind is not installed; install it with: sudo apt-get install -y --no-install-recommends valgrind"
     fi
 fi
 
