@@ -20,7 +20,8 @@
 # /var/cache/idempotency/node-VERSION as root, else
 # ${XDG_CACHE_HOME:-~/.cache}/idempotency/node-VERSION (a non-root user with
 # npm needs no sudo). Its bin/ is put first on PATH. npm itself keeps running
-# under the node it came with (Debian's npm only runs under Debian's node).
+# under the node it came with (Debian's npm takes its modules from
+# /usr/share/nodejs, where Debian's node looks).
 # IDEMPOTENCY_NODE_CACHE overrides the cache's parent directory.
 
 E2E_NPM=(npm)
