@@ -17,8 +17,8 @@
 # DIR/node-version from the npm registry as the package node-linux-ARCH (the
 # official Node.js binary inside a registry package, checked against the
 # registry's sha512) into a cache that survives between runs:
-# /var/cache/idempotency/node-VERSION as root, else
-# ${XDG_CACHE_HOME:-~/.cache}/idempotency/node-VERSION (a non-root user with
+# /var/cache/idempotency/node-VERSION-linux-ARCH as root, else
+# ${XDG_CACHE_HOME:-~/.cache}/idempotency/ (a non-root user with
 # npm needs no sudo). Its bin/ is put first on PATH. npm itself keeps running
 # under the node it came with (Debian's npm takes its modules from
 # /usr/share/nodejs, where Debian's node looks).

@@ -19,8 +19,11 @@
 # broker is started and stopped by the test.
 set -euo pipefail
 source examples/e2e/deps.sh
-e2e_debs python3-psycopg
-e2e_node examples/sqs
+# both checks first, so that a non-root user is told everything at once
+needs=0
+e2e_debs python3-psycopg || needs=1
+e2e_node examples/sqs || needs=1
+((needs == 0)) || exit 1
 e2e_npm examples/sqs
 (cd examples/sqs && node --test test-helper.mjs)
 exec /usr/bin/python3 examples/sqs/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"
