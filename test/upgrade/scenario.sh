@@ -380,7 +380,7 @@ for c in main viadump; do
         "$(sed -n '/^-- operations/,/^-- job_types/p;/^-- resolutions/,/^-- members/p' "$work/$c-legacy.before")" \
         "$(sed -n '/^-- operations/,/^-- job_types/p;/^-- resolutions/,/^-- members/p' "$work/$c-legacy.updated")"
     check "[$c] legacy: job types kept, worker_role NULL" \
-        "charge|00:00:01|retry|3||,nightly_report|01:00:00|hold|||,send_confirmation|00:00:01|hold|||" \
+        "charge|00:00:01|retry|3||,charge_lookup|00:00:01|lookup|3||,nightly_report|01:00:00|hold|||,post_slack|00:00:01|skip|||,send_confirmation|00:00:01|hold|||" \
         "$(l '' "SELECT string_agg(format('%s|%s|%s|%s|%s|%s', job_type, lease, stale_policy, max_attempts, retention, worker_role), ',' ORDER BY job_type) FROM idempotency.job_types")"
     check "[$c] legacy after the update: completed key" 'completed|1|{"message_id": "m-legacy"}' \
         "$(l upg_worker "SELECT * FROM idempotency.claim_operation('send_confirmation', 'L-1', 'fp-l-1')")"
@@ -388,6 +388,10 @@ for c in main viadump; do
         "$(l upg_worker "SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'L-2')")"
     check "[$c] legacy: the young claim is in progress" "in_progress|1" \
         "$(l upg_worker "SELECT verdict, attempt FROM idempotency.claim_operation('nightly_report', 'L-5')")"
+    check "[$c] legacy: skipped stays skipped" "skipped|1" \
+        "$(l upg_worker "SELECT verdict, attempt FROM idempotency.claim_operation('post_slack', 'L-6')")"
+    check "[$c] legacy: stale claim under lookup: verify with attempt 2" "verify|2" \
+        "$(l upg_worker "SELECT verdict, attempt FROM idempotency.claim_operation('charge_lookup', 'L-7')")"
     check "[$c] legacy: resolved retry runs with attempt 2" "run|2" \
         "$(l upg_worker "SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'L-3')")"
     check "[$c] legacy: stale claim under retry taken over with attempt 2" "run|2" \
