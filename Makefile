@@ -9,7 +9,7 @@
 # Out-of-tree (VPATH) builds work, as Debian's pg_buildext does them, one
 # build directory per PostgreSQL major:
 #   mkdir build-15 && make -C build-15 -f $PWD/Makefile VPATH=$PWD PG_CONFIG=...
-# so every file list below is found under $(src), the source directory,
+# so every file list below is found under $(ext_srcdir), the source directory,
 # and written relative to it.
 #
 # The version lives in one place, idempotency.control (default_version).
@@ -18,16 +18,16 @@
 # Makefile's directory ("." in-tree). PGXS's own $(srcdir) is only set once
 # $(PGXS) is included, after these lists.
 ifdef VPATH
-src := $(patsubst %/,%,$(VPATH))
+ext_srcdir := $(patsubst %/,%,$(VPATH))
 else
-src := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+ext_srcdir := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 endif
 
 EXTENSION  = idempotency
-EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\(.*\)'/\1/p" $(src)/$(EXTENSION).control)
+EXTVERSION = $(shell sed -n "s/^default_version[[:space:]]*=[[:space:]]*'\(.*\)'/\1/p" $(ext_srcdir)/$(EXTENSION).control)
 
-# relative to $(src): "src/admin.c" -> "src/admin.o" (VPATH finds the source)
-src_files = $(patsubst $(src)/%,%,$(sort $(wildcard $(addprefix $(src)/,$(1)))))
+# relative to $(ext_srcdir): "src/admin.c" -> "src/admin.o" (VPATH finds the source)
+src_files = $(patsubst $(ext_srcdir)/%,%,$(sort $(wildcard $(addprefix $(ext_srcdir)/,$(1)))))
 
 MODULE_big = idempotency
 OBJS       = $(patsubst %.c,%.o,$(call src_files,src/*.c))
@@ -36,11 +36,11 @@ DATA       = $(call src_files,$(EXTENSION)--*.sql)
 
 # pg_regress: one file per feature under sql/ and expected/
 REGRESS      = $(patsubst sql/%.sql,%,$(call src_files,sql/*.sql))
-REGRESS_OPTS = --inputdir=$(src)
+REGRESS_OPTS = --inputdir=$(ext_srcdir)
 
 # isolation specs (races) under test/isolation
 ISOLATION      = $(patsubst test/isolation/specs/%.spec,%,$(call src_files,test/isolation/specs/*.spec))
-ISOLATION_OPTS = --inputdir=$(src)/test/isolation --load-extension=$(EXTENSION)
+ISOLATION_OPTS = --inputdir=$(patsubst ./%,%,$(ext_srcdir)/test/isolation) --load-extension=$(EXTENSION)
 
 # TAP tests (crash, restart, load) under test/t; prove runs in $(srcdir)
 TAP_TESTS   = 1
@@ -59,10 +59,10 @@ include $(PGXS)
 
 # PGXS tracks no header dependencies (unless the server was configured with
 # --enable-depend): every object depends on our headers
-$(OBJS): $(wildcard $(src)/src/*.h)
+$(OBJS): $(wildcard $(ext_srcdir)/src/*.h)
 
 # in-tree: the build directory is the source directory
-in_tree := $(if $(filter $(abspath $(src)),$(CURDIR)),yes)
+in_tree := $(if $(filter $(abspath $(ext_srcdir)),$(CURDIR)),yes)
 
 ifneq ($(in_tree),yes)
 # a VPATH build writes src/*.o (and src/*.bc) under the build directory,
@@ -80,11 +80,11 @@ endif
 .PHONY: dist
 dist:
 	@want=$$(echo '$(EXTVERSION)' | sed 's/^[0-9]*\.[0-9]*$$/&.0/'); \
-	for v in $$(sed -n '/"meta-spec"/,/}/d; s/^ *"version" *: *"\([^"]*\)".*/\1/p' $(src)/META.json); do \
+	for v in $$(sed -n '/"meta-spec"/,/}/d; s/^ *"version" *: *"\([^"]*\)".*/\1/p' $(ext_srcdir)/META.json); do \
 		if [ "$$v" != "$$want" ]; then \
 			echo "dist: error: META.json has version '$$v'; idempotency.control's default_version '$(EXTVERSION)' makes it '$$want'" >&2; exit 1; fi; done
-	@git -C $(src) diff --quiet HEAD -- || echo "dist: warning: uncommitted changes are not in the tarball (git archive HEAD)" >&2
-	git -C $(src) archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(CURDIR)/$(EXTENSION)-$(EXTVERSION).tar.gz HEAD
+	@git -C $(ext_srcdir) diff --quiet HEAD -- || echo "dist: warning: uncommitted changes are not in the tarball (git archive HEAD)" >&2
+	git -C $(ext_srcdir) archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(CURDIR)/$(EXTENSION)-$(EXTVERSION).tar.gz HEAD
 	@echo "dist: $(EXTENSION)-$(EXTVERSION).tar.gz"
 
 # the replay matrix runner and the benchmarks (their own rules, written for

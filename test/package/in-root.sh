@@ -190,8 +190,8 @@ if [[ ${PACKAGE_AUTOPKGTEST:-0} == 1 ]]; then
             rm -rf /home/tester/src && cp -a /src /home/tester/src && chown -R tester: /home/tester/src
             if runuser -u tester -- bash -c 'cd ~/src && debian/tests/installcheck' >"$log/autopkgtest.log" 2>&1; then
                 # what ran: pg_regress's and prove's summary lines
-                ran=$(grep -E '^# All [0-9]+ tests passed|^All [0-9]+ tests passed|^Files=[0-9]+, Tests=[0-9]+' "$log/autopkgtest.log" |
-                      sed -e 's/^# //' -e 's/, *[0-9]* wallclock.*//' | paste -sd ';' -)
+                ran=$(grep -E '^ *(# )?All [0-9]+ tests passed|^Files=[0-9]+, Tests=[0-9]+' "$log/autopkgtest.log" |
+                      sed -e 's/^ *\(# \)\?//' -e 's/\. *$//' -e 's/, *[0-9]* wallclock.*//' | paste -sd ';' -)
                 ok "autopkgtest debian/tests/installcheck (pg_buildext installcheck, as a user) passed in $(( $(date +%s) - start )) s: ${ran:-no summary lines}"
             else
                 not_ok "$log/autopkgtest.log" "autopkgtest debian/tests/installcheck failed:"
