@@ -2,7 +2,8 @@
 # sqlsmith (Debian's) against a database with the extension installed, for
 # a bounded run (5000 queries; IDEMPOTENCY_LONG=1: 50000), then the test
 # cluster's server log is checked for PANIC, TRAP, crashed backends and the
-# extension's own internal errors. See test/fuzz/sqlsmith.sh.
+# extension's own internal errors. Installs Debian's sqlsmith when missing
+# (root). See test/fuzz/sqlsmith.sh.
 set -euo pipefail
 queries=5000
 [[ -n ${IDEMPOTENCY_LONG:-} && ${IDEMPOTENCY_LONG} != 0 ]] && queries=50000
