@@ -30,7 +30,9 @@ GRANT SELECT ON idempotency.job_type_stats TO regress_idem_up_operator;
 
 INSERT INTO idempotency.job_types (job_type, lease, stale_policy, max_attempts, retention) VALUES
     ('send_confirmation', '1 minute', 'hold', NULL, NULL),
-    ('charge', '1 minute', 'retry', 3, '30 days');
+    ('charge', '1 minute', 'retry', 3, '30 days'),
+    ('digest', '1 minute', 'skip', NULL, NULL),
+    ('refund', '1 minute', 'lookup', NULL, NULL);
 
 -- records in every state, made through the 0.1 functions by the worker
 SET ROLE regress_idem_up_worker;
@@ -43,12 +45,18 @@ SELECT idempotency.release_operation('charge', 'CH-1', 1);
 SELECT verdict, attempt FROM idempotency.claim_operation('charge', 'CH-2', NULL, 'w1');
 SELECT verdict, attempt FROM idempotency.claim_operation('charge', 'CH-3', NULL, 'w1');
 SELECT idempotency.complete_operation('charge', 'CH-3', 1);
+SELECT verdict, attempt FROM idempotency.claim_operation('digest', 'DG-1', NULL, 'w1');
+SELECT verdict, attempt FROM idempotency.claim_operation('refund', 'RF-1', NULL, 'w1');
 RESET ROLE;
--- ORD-3's worker died: its claim is stale (held); CH-2's too (retry); an
--- operator decides ORD-3 and CH-3 is old enough to be purged
+-- ORD-3's worker died: its claim is stale (held); CH-2's too (retry), DG-1's
+-- (skip) and RF-1's (lookup); an operator decides ORD-3 and CH-3 is old
+-- enough to be purged; a redelivery of DG-1 gives it up (skipped)
 UPDATE idempotency.operations SET heartbeat_at = heartbeat_at - interval '2 minutes',
     claimed_at = claimed_at - interval '2 minutes'
-WHERE operation_key IN ('ORD-3', 'CH-2');
+WHERE operation_key IN ('ORD-3', 'CH-2', 'DG-1', 'RF-1');
+SET ROLE regress_idem_up_worker;
+SELECT verdict, attempt FROM idempotency.claim_operation('digest', 'DG-1', NULL, 'w2');
+RESET ROLE;
 UPDATE idempotency.operations SET completed_at = completed_at - interval '31 days'
 WHERE operation_key = 'CH-3';
 SET ROLE regress_idem_up_operator;
@@ -134,6 +142,11 @@ SELECT idempotency.complete_operation('charge', 'CH-2', 1);  -- the dead worker'
 \echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.extend_lease('charge', 'CH-2', 2) > now() AS extended;
 SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'ORD-9');  -- a new key
+SELECT verdict, attempt FROM idempotency.claim_operation('digest', 'DG-1');  -- skipped stays skipped
+SELECT verdict, attempt FROM idempotency.claim_operation('refund', 'RF-1');  -- stale under lookup: verify
+SELECT idempotency.complete_operation('refund', 'RF-1', 1);  -- the dead worker's attempt is fenced off
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.complete_operation('refund', 'RF-1', 2, '{"found": true}');
 RESET ROLE;
 SET ROLE regress_idem_up_operator;
 SELECT idempotency.purge_operations();  -- CH-3, past its retention
