@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The seed's replay matrix through Sidekiq 6.4 and Redis: a private
+"""The seed's replay matrix through Sidekiq (6.4, 7.3, 8.1) and Redis: a private
 redis-server on 127.0.0.1 (random port), two Sidekiq processes (default
 fetch, concurrency 1), kill -9 of the process that runs the job, at exact
 points.
@@ -22,17 +22,30 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import replay  # noqa: E402
 
 
+def _versions():
+    """what this machine runs, e.g. 'Sidekiq 7.3.2 + Redis 8.0.2'"""
+    def out(argv):
+        try:
+            return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  cwd=HERE, env=dict(os.environ, RUBYOPT="-W0")).stdout
+        except OSError:
+            return ""
+    sk = out(["ruby", "-e", 'require "sidekiq"; print Sidekiq::VERSION']).strip() or "?"
+    rs = next((w[2:] for w in out(["redis-server", "--version"]).split() if w.startswith("v=")), "?")
+    return f"Sidekiq {sk} + Redis {rs}"
+
+
 class Sidekiq(replay.Adapter):
     name = "sidekiq"
-    title = "Sidekiq 6.4 + Redis 7"
+    title = _versions()
     redelivery = "never"
     notes = [
         "Sidekiq (default fetch): a kill -9 loses the job the process was running, for good: "
         "no redelivery, only the stale claim remains, and the sweeper (idempotency.stale_claims()) "
         "finds it after the lease: hold hands it to a person, retry and skip re-enqueue it and the "
         "claim applies the policy. in_progress re-enqueues the job with perform_in(lease). "
-        "ruby-gitlab-sidekiq-fetcher (reliable fetch) would bring the job back, after up to an "
-        "hour with its default timings.",
+        "ruby-gitlab-sidekiq-fetcher (reliable fetch; Sidekiq 6 only: Sidekiq 7 ignores Debian's 0.9.0) "
+        "would bring the job back, after up to an hour with its default timings.",
     ]
 
     def start_broker(self, tmp):
@@ -72,7 +85,7 @@ class Sidekiq(replay.Adapter):
         self.job_type = replay.adapter_job(self, policy)
 
     def _env(self, env=None):
-        # Redis 4.8's deprecation warnings about Sidekiq 6.4's calls: off
+        # deprecation warnings (redis-rb 4.8 about Sidekiq 6.4's calls): off
         return dict(env or os.environ, REDIS_URL=self.url, SIDEKIQ_QUEUE=self.queue,
                     JOB_TYPE=self.job_type, LEASE_SECONDS=str(replay.LEASE), SIDEKIQ_POLL="0.5",
                     RUBYOPT="-W0")

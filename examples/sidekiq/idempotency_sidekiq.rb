@@ -6,7 +6,7 @@
 #   end
 #
 #   class SendConfirmation
-#     include Sidekiq::Worker
+#     include Sidekiq::Job
 #     include Idempotency::Job        # optional: idempotency_verify?, idempotency_attempt
 #     sidekiq_options idempotency: { "job_type" => "send_confirmation", "lease" => 600 }
 #                     # optional: "heartbeat" (s between extend_lease calls,
@@ -41,9 +41,38 @@
 require "digest"
 require "json"
 require "pg"
+require "sidekiq"
 require "socket"
 
 module Idempotency
+  # Sidekiq 6.4 (Debian 12) and 7 or later (Debian 13: 7.3; forky: 8.1)
+  # differ here, and nowhere else this example touches: 7 moved the settings
+  # from the Sidekiq module (Sidekiq.options, Sidekiq.logger=) to a
+  # Sidekiq::Config (Sidekiq.default_configuration; configure_server yields
+  # it, with [] and []=). Middleware, sidekiq_options, perform_async /
+  # perform_in, the job hash and the retry set are the same in all.
+  module SidekiqCompat
+    SIDEKIQ_7 = Gem::Version.new(Sidekiq::VERSION) >= Gem::Version.new("7")   # 7 or later
+
+    # the logger of this process (client or server)
+    def self.logger=(logger)
+      if SIDEKIQ_7
+        Sidekiq.default_configuration.logger = logger
+      else
+        Sidekiq.logger = logger
+      end
+    end
+
+    # a setting in Sidekiq.configure_server's block: set(config, :poll_interval_average, 0.5)
+    def self.set(config, key, value)
+      if SIDEKIQ_7
+        config[key] = value
+      else
+        config.options[key] = value
+      end
+    end
+  end
+
   class KnownFailure < StandardError; end
 
   # include in a job class to see the claim from perform

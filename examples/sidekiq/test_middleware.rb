@@ -14,7 +14,7 @@ require "logger"
 require "sidekiq"
 require_relative "idempotency_sidekiq"
 
-Sidekiq.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
+Idempotency::SidekiqCompat.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
 
 LEASE = 1.0
 
@@ -49,7 +49,7 @@ class IdempotencyMiddlewareTest < Minitest::Test
 
   def job_class(type)
     Class.new do
-      include Sidekiq::Worker
+      include Sidekiq::Job
       include Idempotency::Job
       sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }
       def self.name = "UnitJob"

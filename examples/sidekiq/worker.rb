@@ -1,4 +1,4 @@
-# The send_confirmation job on Sidekiq 6.4 (Redis).
+# The send_confirmation job on Sidekiq 6.4 or later (Debian 12: 6.4, 13: 7.3) and Redis.
 #
 #   REDIS_URL=redis://127.0.0.1:6379/0 sidekiq -r ./worker.rb -c 1
 #
@@ -12,7 +12,7 @@ require_relative "mail_provider"
 LEASE = Float(ENV.fetch("LEASE_SECONDS", "600"))   # as in idempotency.job_types
 
 class SendConfirmation
-  include Sidekiq::Worker
+  include Sidekiq::Job
   include Idempotency::Job   # idempotency_verify? in perform (lookup policy)
   sidekiq_options queue: ENV.fetch("SIDEKIQ_QUEUE", "default"),
                   idempotency: { "job_type" => ENV.fetch("JOB_TYPE", "send_confirmation"), "lease" => LEASE,
@@ -36,7 +36,7 @@ end
 
 Sidekiq.configure_server do |config|
   # scheduled jobs (in_progress: look again after the lease) are polled this often
-  config.options[:poll_interval_average] = Float(ENV["SIDEKIQ_POLL"]) if ENV["SIDEKIQ_POLL"]
+  Idempotency::SidekiqCompat.set(config, :poll_interval_average, Float(ENV["SIDEKIQ_POLL"])) if ENV["SIDEKIQ_POLL"]
   config.server_middleware do |chain|
     chain.add Idempotency::SidekiqMiddleware, on_verdict: lambda { |e|
       if ENV["E2E_EVENTS"]   # the end-to-end test reads these
