@@ -18,7 +18,14 @@ if ((EUID != 0)); then
     echo "hook 91-package: skipped: building and installing the packages in clean Debian roots needs root (scripts/root); run scripts/test as root"
     exit 0
 fi
-timeout --kill-after=60 "${PACKAGE_TEST_TIMEOUT:-1800}" test/package/run.sh
-rc=$?
+# in the background, so that a SIGTERM or SIGINT to this hook reaches it
+# (timeout(1) runs it in a process group of its own) and the hook ends only
+# once run.sh has cleaned up
+timeout --kill-after=60 "${PACKAGE_TEST_TIMEOUT:-1800}" test/package/run.sh &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"; exit 143' TERM
+trap 'kill -INT "$pid" 2>/dev/null; wait "$pid"; exit 130' INT
+rc=0
+wait "$pid" || rc=$?
 ((rc == 124)) && echo "hook 91-package: killed after ${PACKAGE_TEST_TIMEOUT:-1800} s (PACKAGE_TEST_TIMEOUT)"
 exit "$rc"

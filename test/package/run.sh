@@ -58,27 +58,46 @@ else
     out=$(mktemp -d "${TMPDIR:-/tmp}/idempotency-package-test.XXXXXX") || die "mktemp failed"
     keep=0
 fi
-pids=()
-# a job's processes, children first found then the job itself (by id)
+# run_waiting CMD...: CMD in the background, waited for. On SIGTERM or
+# SIGINT the signal goes on to CMD and every process it started (by id;
+# scripts/root cleans up its root only once its command has ended, and a
+# signal to the process group does not reach that command, which timeout(1)
+# runs in a group of its own), and this shell exits once CMD has ended.
 tree_of() {
     local p
     for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do tree_of "$p"; done
     echo "$1"
 }
+run_waiting() {
+    "$@" &
+    local pid=$! rc=0
+    # shellcheck disable=SC2046 # a list of process ids
+    trap 'kill -TERM $(tree_of '"$pid"') 2>/dev/null; wait '"$pid"'; exit 143' TERM
+    # shellcheck disable=SC2046
+    trap 'kill -TERM $(tree_of '"$pid"') 2>/dev/null; wait '"$pid"'; exit 130' INT
+    wait "$pid" || rc=$?
+    trap - TERM INT
+    return "$rc"
+}
+
+interrupted=0
 cleanup() {
-    local p procs=()
-    # our release jobs still running (interrupted): end them and what they
-    # started; scripts/root cleans up its roots on SIGTERM
-    for p in "${pids[@]}"; do
-        kill -0 "$p" 2>/dev/null && mapfile -t -O "${#procs[@]}" procs < <(tree_of "$p")
-    done
-    ((${#procs[@]})) && kill -TERM "${procs[@]}" 2>/dev/null
+    local f
+    # the release jobs end their own runs when signalled (run_waiting)
     wait 2>/dev/null
+    if ((interrupted)); then
+        for f in "$out"/*.log; do
+            [[ -f $f ]] || continue
+            echo "== $(basename "$f" .log), interrupted:"
+            tail -n 15 "$f" | sed 's/^/    /'
+        done
+        echo "test/package/run.sh: interrupted"
+    fi
     ((keep)) || rm -rf "$out"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'interrupted=1; exit 130' INT
+trap 'interrupted=1; exit 143' TERM
 
 major_of() { case $1 in bookworm) echo 15 ;; trixie) echo 17 ;; forky) echo 18 ;; esac; }
 
@@ -88,7 +107,7 @@ one_release() {
     major=$(major_of "$rel")
     echo "== $rel (PostgreSQL $major): scripts/package $rel"
     start=$SECONDS
-    if ! "$srcdir/scripts/package" "$rel" --out "$out/debs"; then
+    if ! run_waiting "$srcdir/scripts/package" "$rel" --out "$out/debs"; then
         echo "not ok - $rel: scripts/package $rel failed (its log: above)"
         echo "package $rel: build failed after $((SECONDS - start)) s"
         echo "0 passed, 1 failed"
@@ -100,7 +119,7 @@ one_release() {
     start=$SECONDS
     local tree=()
     [[ ${PACKAGE_AUTOPKGTEST:-0} == 1 ]] && tree=(--tree "$srcdir")
-    "$srcdir/scripts/root" run "$rel" "${tree[@]}" --in "$out/debs/$rel:/debs" \
+    run_waiting "$srcdir/scripts/root" run "$rel" "${tree[@]}" --in "$out/debs/$rel:/debs" \
         --in "$here/in-root.sh:/in-root.sh" \
         --env "PACKAGE_AUTOPKGTEST=${PACKAGE_AUTOPKGTEST:-0}" --env "MATRIX_ARGS=${MATRIX_ARGS:-}" \
         --timeout 900 -- "bash /in-root.sh $major /debs" || rc=$?
@@ -117,7 +136,6 @@ for rel in "${releases[@]}"; do
     while (($(jobs -rp | wc -l) >= njobs)); do wait -n; done
     one_release "$rel" >"$out/$rel.log" 2>&1 &
     pid_of[$rel]=$!
-    pids+=("$!")
 done
 
 passed=0
@@ -140,7 +158,6 @@ for rel in "${releases[@]}"; do
         failed=$((failed + 1))
     fi
 done
-pids=()
 echo "== package test: ${#releases[@]} release(s) in $((SECONDS - start_all)) s (PACKAGE_TEST_JOBS=$njobs)"
 for rel in "${releases[@]}"; do
     grep -h '^package '"$rel"': ' "$out/$rel.log" | sed 's/^/   /'
