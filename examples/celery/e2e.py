@@ -29,7 +29,17 @@ import replay  # noqa: E402
 
 RABBIT = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 ROLE = "idempotency_e2e_celery_worker"   # the workers' role (cluster-wide; dropped at the end)
-CLAIM = "idempotency.claim_operation(text, text, text, text)"
+# claim_operation's signature, as installed: (text, text, text, text) up to
+# 0.2, (text, text, text, text, text, boolean) from 0.3 on
+CLAIM = "idempotency.claim_operation(text, text, text, text, text, boolean)"
+
+
+def claim_signature(db):
+    row = db.execute("SELECT p.oid::regprocedure::text FROM pg_proc p "
+                     "WHERE p.proname = 'claim_operation' "
+                     "AND p.pronamespace = 'idempotency'::regnamespace "
+                     "ORDER BY p.pronargs DESC LIMIT 1").fetchone()
+    return row[0] if row else CLAIM
 
 
 class Celery(replay.Adapter):
@@ -63,7 +73,8 @@ class Celery(replay.Adapter):
                 c.execute(f"CREATE ROLE {ROLE} NOLOGIN")
             # the worker grants of README.md (Roles and grants)
             c.execute(f"GRANT USAGE ON SCHEMA idempotency TO {ROLE}")
-            c.execute(f"GRANT EXECUTE ON FUNCTION {CLAIM}, "
+            self.claim = claim_signature(c)
+            c.execute(f"GRANT EXECUTE ON FUNCTION {self.claim}, "
                       "idempotency.complete_operation(text, text, integer, jsonb), "
                       "idempotency.release_operation(text, text, integer), "
                       f"idempotency.extend_lease(text, text, integer) TO {ROLE}")
@@ -89,14 +100,14 @@ class Celery(replay.Adapter):
             # a grant that is missing (a deploy before the migration, a
             # mistake): the claim fails with 42501; the task must not be
             # acknowledged away but retried, later and later, until it works
-            r.db.execute(f"REVOKE EXECUTE ON FUNCTION {CLAIM} FROM {ROLE}")
+            r.db.execute(f"REVOKE EXECUTE ON FUNCTION {self.claim} FROM {ROLE}")
             try:
                 self.publish(key)
                 evs = r.wait_events(keys, lambda evs: len(evs) >= 3, "three refused claims")
                 if r.emails(key) or r.record(key) != "none":
                     raise replay.Failed(f"{key}: sent or recorded without the grant")
             finally:
-                r.db.execute(f"GRANT EXECUTE ON FUNCTION {CLAIM} TO {ROLE}")
+                r.db.execute(f"GRANT EXECUTE ON FUNCTION {self.claim} TO {ROLE}")
             evs = r.settle(keys, 1)
             errors = [e for e in evs if e["verdict"] == "claim error"]
             delays = []

@@ -4,12 +4,14 @@ PostgreSQL extension `idempotency`.
     @app.task(base=IdempotentTask, job_type="send_confirmation", key_arg="order", lease=600)
     def send_confirmation(order, email): ...
 
-For every delivery: claim_operation(job type, key, fingerprint, worker);
+For every delivery: claim_operation(job type, key, fingerprint, worker,
+delivery, wait) (extension 0.3 or later);
   run / verify        -> the task body runs, with a heartbeat thread calling
                          extend_lease; then complete_operation; the message is
                          acknowledged (task_acks_late: after the body)
   completed, skipped  -> return the stored result: acknowledged, nothing runs
   in_progress         -> self.retry(countdown=lease): look again after the lease
+                         (also a claim that hit its bound: 55P03, 57014)
   held                -> return None: acknowledged; a person decides
                          (resolve_operation; the sweeper then re-enqueues)
 The body raising KnownFailure (the effect certainly did not happen) releases
@@ -23,10 +25,29 @@ publishes the task again (before the message is acknowledged) after a capped
 exponential backoff, unless the error is the caller's bug that no retry can
 heal (ID002: the key was claimed with other arguments; class 22: bad input
 such as an empty key), which fails the task at once and loudly. Everything
-else is retried: a lost connection, a server shutdown (57P01), a lock or
-serialization failure (55P03, 40001, 40P01), a grant not given yet (42501),
+else is retried: a lost connection, a server shutdown (57P01), a
+serialization failure or deadlock (40001, 40P01), a grant not given yet (42501),
 the extension or the job type not installed yet (42P01, 3F000, 42883, ID001),
 a standby after a failover (25006).
+
+The delivery token: a uuid4 made when the task starts (one per handler
+invocation, never stored in the message: a redelivered copy of the message
+is another delivery). When the claim's connection is lost (the reply may be
+lost after the server committed the claim), the claim is sent once more on a
+new connection with the same token, and the server gives the claim back:
+the same verdict and attempt, instead of in_progress for a whole lease. Only
+when the database stays unreachable does the task fall back to self.retry
+(a new message, a new token). complete_operation and release_operation are
+sent once more too after a lost connection (they are no-ops when repeated).
+
+The bound: a claim never waits for another transaction's uncommitted claim
+of the same key (a worker stuck or idle in a transaction, the transactional
+mode) unless claim_wait says so: claim_wait = 0 (the default) claims with
+wait => false, answered in_progress at once; claim_wait = N > 0 waits up to
+N seconds (wait => true under SET LOCAL lock_timeout), and a claim that
+times out (55P03, or 57014 from a statement_timeout) is treated as
+in_progress: self.retry(countdown=lease). Either way no pool process is held
+by someone else's transaction.
 
 Use with task_acks_late = True and task_reject_on_worker_lost = True, so that
 a killed worker's message is redelivered.
@@ -39,6 +60,7 @@ import os
 import random
 import socket
 import threading
+import uuid
 
 import psycopg
 from celery import Task
@@ -64,6 +86,18 @@ def connection(dsn=""):
         return _db["conn"]
 
 
+CLAIM_SQL = ("SELECT verdict, attempt, result FROM idempotency.claim_operation("
+             "%s, %s, %s, %s, delivery => %s, wait => %s)")
+BUSY = ("55P03", "57014")   # lock_timeout, statement_timeout: the claim hit its bound
+
+
+def connection_lost(err, conn):
+    """the error is the connection's (lost, closed by the server), not the
+    statement's: psycopg marks the connection closed"""
+    return isinstance(err, (psycopg.OperationalError, psycopg.InterfaceError)) and \
+        (conn is None or conn.closed)
+
+
 def claim_error_heals(err):
     """Can the same claim succeed later? No for the caller's bugs: ID002
     (the operation key was claimed with a different fingerprint) and class
@@ -83,6 +117,8 @@ class IdempotentTask(Task):
     backoff = 1.0          # seconds before the first retry after an error
     backoff_max = 60.0     # the retries' delay doubles up to this
     claim_max_retries = None   # None: retry a failing claim until it works
+    claim_wait = 0.0       # seconds a claim may wait for another transaction's
+                           # uncommitted claim of the key (0: not at all, wait => false)
 
     # -- override these as needed ---------------------------------------
     def bound_arguments(self, args, kwargs):
@@ -116,14 +152,20 @@ class IdempotentTask(Task):
         key = self.operation_key(args, kwargs)
         event = {"key": key, "delivery": (self.request.delivery_info or {}).get("redelivered"),
                  "retries": self.request.retries}
+        # one token per handler invocation: this delivery, and only its own
+        # retries of the claim below, present it
+        delivery = str(uuid.uuid4())
+        params = (job_type, key, self.fingerprint(args, kwargs),
+                  f"{socket.gethostname()}/pid-{os.getpid()}", delivery)
         try:
-            db = connection(self.dsn)
-            verdict, attempt, result = db.execute(
-                "SELECT verdict, attempt, result FROM idempotency.claim_operation(%s, %s, %s, %s)",
-                (job_type, key, self.fingerprint(args, kwargs),
-                 f"{socket.gethostname()}/pid-{os.getpid()}")).fetchone()
+            verdict, attempt, result = self._claim(params, event)
         except psycopg.Error as err:
             event.update(verdict="claim error", attempt=None, sqlstate=err.sqlstate or "connection")
+            if err.sqlstate in BUSY:
+                # the claim waited claim_wait seconds for another transaction:
+                # as in_progress, look again after the lease
+                self.on_verdict({**event, "action": "retry", "retry_in": self.lease})
+                raise self.retry(countdown=self.lease)
             if not claim_error_heals(err):
                 self.on_verdict({**event, "action": "fail"})
                 raise   # the caller's bug: the task fails (and is acknowledged)
@@ -196,6 +238,27 @@ class IdempotentTask(Task):
             return None
         self.on_verdict({**event, "action": "completed"})
         return value
+
+    def _claim(self, params, event):
+        """claim_operation(..., delivery, wait); once more on a new connection
+        with the same delivery token if the connection was lost: the server
+        answers the same verdict and attempt if the first call was recorded"""
+        for tries in (1, 2):
+            conn = connection(self.dsn)
+            try:
+                if self.claim_wait and self.claim_wait > 0:
+                    with conn.transaction():
+                        conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                                     (f"{max(1, round(self.claim_wait * 1000))}ms",))
+                        return conn.execute(CLAIM_SQL, params + (True,)).fetchone()
+                return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
+            except psycopg.Error as err:
+                if tries == 2 or not connection_lost(err, conn):
+                    raise
+                log.warning("%s %s: claim_operation: %s; once more on a new connection, same delivery",
+                            self.name, params[1], err)
+                self.on_verdict({**event, "verdict": "claim error", "attempt": None,
+                                 "sqlstate": "connection", "action": "again"})
 
     def _write(self, function, *params):
         """complete_operation or release_operation (both no-ops when repeated):

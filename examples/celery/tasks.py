@@ -34,10 +34,13 @@ class Task(IdempotentTask):
 
 
 HEARTBEAT = float(os.environ["HEARTBEAT_SECONDS"]) if os.environ.get("HEARTBEAT_SECONDS") else None
+# seconds a claim may wait for another transaction's uncommitted claim of the
+# key; 0: not at all (in_progress at once)
+CLAIM_WAIT = float(os.environ.get("CLAIM_WAIT_SECONDS", "0"))
 
 
 @app.task(base=Task, name="send_confirmation", key_arg="order", lease=LEASE, heartbeat=HEARTBEAT,
-          job_type=os.environ.get("JOB_TYPE", "send_confirmation"))
+          claim_wait=CLAIM_WAIT, job_type=os.environ.get("JOB_TYPE", "send_confirmation"))
 def send_confirmation(order, email):
     try:
         return mail_provider.send(email, f"Your order {order}", key=order)

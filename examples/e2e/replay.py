@@ -11,8 +11,16 @@ cases of each helper (12: the queue lost the message of a claim, the way it
 happens on that system, and the sweeper hands the stale claim to a person or
 re-enqueues it; 13: a job longer than two leases, kept young by the helper's
 heartbeat, while a duplicate gets in_progress; 14: the same key with another
-payload is refused with ID002), plus the adapter's own cases, and prints the
-matrix in the shape of idempotency-matrix:
+payload is refused with ID002), two cases of the wire between a worker and
+the database (15: the reply to a claim is lost, for real, through the fault
+proxy test/faults/pgproxy.py: the helper claims again on a new connection
+with the same delivery token and gets its own claim back, run with the same
+attempt, no lease waited; 16: a delivery meets another transaction's
+uncommitted claim of the key: the helper does not wait for it, the delivery
+is answered in_progress and retried later, the worker is free at once, and
+one email is sent by a later delivery once the transaction is rolled back),
+plus the adapter's own cases, and prints the matrix in the shape of
+idempotency-matrix:
 
     case  attempt  | observed: emails, record afterwards, verdicts | expected
 
@@ -60,6 +68,9 @@ CASES = [
     ("12", "the queue lost the message of a claim", "held for a person (sweeper)"),
     ("13", "a job longer than two leases; a duplicate meanwhile", "heartbeat: in_progress, sent once"),
     ("14", "same key, other payload", "refused (ID002), sent once"),
+    # the wire between the worker and the database (extension 0.3: delivery, wait)
+    ("15", "the reply to the claim is lost", "claimed again with its token: run #1, sent once, no lease waited"),
+    ("16", "a redelivery behind a stuck transaction", "worker free at once (in_progress); sent once after the rollback"),
 ]
 # cases that only make sense under some policies (default: all)
 CASE_POLICIES = {"8": ("hold", "skip"),    # under retry nothing waits for a person
@@ -72,7 +83,8 @@ EXPECTED_TEXT = {
 }
 KEYS = {"1": ["ORD-1001"], "2": ["ORD-2001"], "3": ["ORD-3001"], "4": ["ORD-4001", "ORD-4002"],
         "5": ["ORD-5001"], "6": ["ORD-6001"], "7": ["ORD-7001"], "8": ["ORD-8001"],
-        "9": ["ORD-9001"], "12": ["ORD-12001"], "13": ["ORD-13001"], "14": ["ORD-14001"]}
+        "9": ["ORD-9001"], "12": ["ORD-12001"], "13": ["ORD-13001"], "14": ["ORD-14001"],
+        "15": ["ORD-15001"], "16": ["ORD-16001"]}
 
 # expected emails and record per policy for the uncertain cases
 UNCERTAIN = {
@@ -81,6 +93,7 @@ UNCERTAIN = {
     "skip": {"5": (0, "skipped #1"), "6": (1, "skipped #1"), "12": (0, "skipped #1")},
 }
 OUTCOME = {"hold": "held", "retry": "run", "skip": "skipped"}
+STUCK = "stuck transaction"   # case 16's notes
 
 
 class Failed(Exception):
@@ -94,6 +107,73 @@ def utf8():
 
 def width(s):
     return len(s)
+
+
+FAULT_PROXY = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                           "..", "..", "test", "faults", "pgproxy.py"))
+
+
+class FaultProxy:
+    """test/faults/pgproxy.py between the workers and PostgreSQL (127.0.0.1,
+    a free port; upstream: libpq's PGHOST/PGPORT, a host or a socket
+    directory). Started at the first case that needs it, stopped at the end."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.proc = None
+        self.log = None
+        self.port = None
+        self.control = os.path.join(tmp, "pgproxy.sock")
+
+    def start(self):
+        if self.proc is not None:
+            return self
+        if not os.path.exists(FAULT_PROXY):
+            raise Failed(f"the fault proxy {os.path.relpath(FAULT_PROXY)} is not there")
+        host = os.environ.get("PGHOST") or "/var/run/postgresql"
+        port = os.environ.get("PGPORT") or "5432"
+        self.log = open(os.path.join(self.tmp, "pgproxy.log"), "w")
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", FAULT_PROXY, "serve", "--listen-port", "0", "--upstream-host", host,
+             "--upstream-port", port, "--control", self.control],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
+        line = self.proc.stdout.readline().split()   # "ready PORT"
+        if len(line) != 2 or line[0] != "ready":
+            self.stop()
+            raise Failed(f"pgproxy.py did not start: {' '.join(line)!r} (log {self.tmp}/pgproxy.log)")
+        self.port = int(line[1])
+        return self
+
+    def ctl(self, command):
+        out = subprocess.run(["/usr/bin/python3", FAULT_PROXY, "ctl", self.control, command],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        if out.returncode != 0:
+            raise Failed(f"pgproxy.py ctl {command!r}: rc {out.returncode}: {out.stdout.strip()}")
+        return out.stdout.strip()
+
+    def dropped(self):
+        """how many replies the proxy dropped so far (stats: ok ... dropped=N ...)"""
+        m = re.search(r"\bdropped=(\d+)", self.ctl("stats"))
+        if not m:
+            raise Failed("pgproxy.py stats: no dropped=N")
+        return int(m.group(1))
+
+    def env(self):
+        """libpq's environment of a worker that connects through the proxy"""
+        return {"PGHOST": "127.0.0.1", "PGPORT": str(self.port)}
+
+    def stop(self):
+        p, self.proc = self.proc, None
+        if p is None:
+            return
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        self.log.close()
 
 
 def free_port():
@@ -160,6 +240,15 @@ class Adapter:
     def setup_db(self, db, job_type):
         """called after the job type of a policy was registered (e.g. grants)"""
 
+    # case 15: the helper's event when its claim's connection was lost and
+    # it claimed again on a new connection (with the same delivery token)
+    lost_reply_rx = r"claim error \(connection, again\), run"
+    lost_reply_text = "claim error (connection, again), run"
+
+    def workers_restarted(self):
+        """called after the test stopped the workers and started new ones
+        (case 15 runs them through the fault proxy), before it publishes"""
+
     # cases of this system only: (case, title, expected text, policies or None)
     extra_cases = []
 
@@ -173,8 +262,10 @@ class Adapter:
 
 
 class Run:
-    def __init__(self, adapter, policy, tmp):
+    def __init__(self, adapter, policy, tmp, faults=None):
         self.a = adapter
+        self.faults = faults   # FaultProxy (cases 15 and 16)
+        self.extra_env = {}    # e.g. the proxy's PGHOST/PGPORT for the workers
         self.policy = policy
         self.tmp = tmp
         self.job_type = f"send_confirmation_e2e_{adapter.name}_{policy}"
@@ -202,6 +293,7 @@ class Run:
         argv, cwd, extra = self.a.worker_command()
         env = self.env()
         env.update(extra)
+        env.update(self.extra_env)   # after the adapter's (which may copy os.environ)
         n = len(self.logs)
         log = open(os.path.join(self.dir, f"worker-{n}.log"), "w")
         self.logs.append(log)
@@ -217,6 +309,13 @@ class Run:
         self.workers = [p for p in self.workers if p.poll() is None]
         while len(self.workers) < n:
             self.start_worker()
+
+    def restart_workers(self, extra_env):
+        """new workers with this environment on top (e.g. the fault proxy's)"""
+        self.stop_workers()
+        self.extra_env = extra_env
+        self.ensure_workers()
+        self.a.workers_restarted()
 
     def stop_workers(self):
         for p in self.workers:
@@ -285,14 +384,14 @@ class Run:
         raise Failed(f"{key}: the claim never became stale")
 
     # ---- events, mail, kill points ----------------------------------------
-    def events(self, keys):
+    def events(self, keys=None):
         out = []
         with open(self.events_path) as f:
             for line in f:
                 line = line.strip()
                 if line:
                     e = json.loads(line)
-                    if e["key"] in keys:
+                    if keys is None or e["key"] in keys:
                         out.append(e)
         return out
 
@@ -457,6 +556,15 @@ def expected_verdicts(case, policy, redelivery, adapter=None):
         return adapter.lost_rx + tail, adapter.lost_text + tail
     if case == "13":
         return "run, in_progress, completed", "run, in_progress, completed"
+    if case == "15":
+        return adapter.lost_reply_rx, adapter.lost_reply_text
+    if case == "16":
+        # in_progress (or the helper's bound: 55P03, 57014) until the
+        # rollback; a delivery claimed just before it may answer after it
+        busy = r"(in_progress|claim error \((55P03|57014), retry\))"
+        return (rf"{STUCK}: claim \(uncommitted\), {busy}(, {busy})*, {STUCK}: rolled back, "
+                rf"({busy}, )*run",
+                f"{STUCK}: claim (uncommitted), in_progress, {STUCK}: rolled back, run")
     if case == "14":
         act = adapter.refused_action
         return rf"run, claim error \(ID002, {act}\)", f"run, claim error (ID002, {act})"
@@ -610,6 +718,10 @@ def run_case(r, case):
         if err.get("sqlstate") != "ID002":
             raise Failed(f"{key}: claim error {err.get('sqlstate')}, expected ID002")
         r.note_text = a.check_refused(r, key)
+    elif case == "15":
+        lost_reply(r, key)
+    elif case == "16":
+        stuck_transaction(r, key)
     elif case in ("5", "6", "7", "8"):
         point = "after" if case == "6" else "before"
         r.pause(key, point)
@@ -653,6 +765,83 @@ def run_case(r, case):
     else:
         emails_n, rec = sum(emails), ", ".join(records)
     return emails_n, rec, shown, plain
+
+
+def lost_reply(r, key):
+    """case 15: the workers connect through the fault proxy, which forwards
+    the next claim_operation call, swallows the server's reply and closes
+    the connection. The claim was committed; the helper only saw a lost
+    connection. It claims again on a new connection with the same delivery
+    token and gets its own claim back: run with the same attempt, not
+    in_progress (which would cost a lease, and under hold the email)."""
+    keys = [key]
+    proxy = r.faults.start()
+    try:
+        r.restart_workers(proxy.env())
+        before = len(r.events())
+        dropped = proxy.dropped()
+        proxy.ctl("drop-reply claim_operation 1")
+        t0 = time.time()
+        r.a.publish(key)
+        evs = r.settle(keys, 1)
+        done = [e for e in evs if e["action"] in ("completed", "superseded")]
+        lost = [e for e in evs if e["verdict"] == "claim error"]
+        if not lost:
+            others = [e for e in r.events()[before:] if e["verdict"] == "claim error"]
+            raise Failed(f"{key}: no claim of it lost its reply"
+                         + (f" (the proxy dropped the reply to {others[0]['key']}'s claim)" if others else
+                            f" (proxy stats: {proxy.ctl('stats')})"))
+        if proxy.dropped() != dropped + 1:
+            raise Failed(f"{key}: the proxy dropped {proxy.dropped() - dropped} replies, expected 1")
+        busy = [e for e in evs if e["verdict"] == "in_progress"]
+        if busy:
+            raise Failed(f"{key}: the claim after the lost reply was answered in_progress")
+        runs = [e for e in evs if e["action"] == "work"]
+        if [e["attempt"] for e in runs] != [1]:
+            raise Failed(f"{key}: runs with attempts {[e['attempt'] for e in runs]}, expected [1]")
+        r.note_text = (f"pgproxy.py dropped the reply to the claim; the claim again on a new connection "
+                       f"got run #1 {runs[0]['t'] - lost[0]['t']:.2f} s later, completed "
+                       f"{done[0]['t'] - t0:.1f} s after the publish (lease {LEASE:g} s)")
+    finally:
+        r.restart_workers({})
+
+
+def stuck_transaction(r, key):
+    """case 16: another session holds an uncommitted claim of the key (the
+    transactional mode; a worker stuck or idle in transaction). A delivery of
+    the key must not wait for it: the helper answers at once (in_progress,
+    or its lock_timeout) and hands the message back to the queue for later,
+    so the worker is free again while the transaction is still open (twice:
+    the queue's retry meets it too). Once it is rolled back, a later
+    delivery runs, one email."""
+    keys = [key]
+    stuck = psycopg.connect(autocommit=False)
+    try:
+        stuck.execute("SELECT verdict FROM idempotency.claim_operation(%s, %s, NULL, %s)",
+                      (r.job_type, key, "e2e: stuck transaction"))
+        r.note(key, f"{STUCK}: claim (uncommitted)")
+        t0 = time.time()
+        r.a.publish(key)
+        busy = ("in_progress", "claim error")
+        evs = r.wait_events(keys, lambda evs: sum(e["verdict"] in busy for e in evs) >= 2,
+                            "two deliveries answered while the transaction is open")
+        answers = [e for e in evs if e["verdict"] in busy]
+        for e in answers:
+            if e["action"] != "retry" or (e["verdict"] == "claim error"
+                                          and e.get("sqlstate") not in ("55P03", "57014")):
+                raise Failed(f"{key}: a delivery behind the open transaction: {e['verdict']} "
+                             f"({e.get('sqlstate')}) -> {e['action']}, expected in_progress -> retry")
+        if r.emails(key) or any(e["action"] == "work" for e in evs):
+            raise Failed(f"{key}: ran while the other transaction held the claim")
+        first = answers[0]["t"] - t0
+        held = time.time() - t0
+        stuck.rollback()
+        r.note(key, f"{STUCK}: rolled back")
+    finally:
+        stuck.close()
+    r.settle(keys, 1)
+    r.note_text = (f"first delivery answered {first:.1f} s after the publish, the second after "
+                   f"{answers[1]['t'] - t0:.1f} s, the transaction open for {held:.1f} s")
 
 
 def expected_row(case, policy):
@@ -735,13 +924,14 @@ def main(adapter, argv=None):
     notes = []   # measured details of some cases
     print(f"== {adapter.title}: the seed's replay matrix through the real queue "
           f"(policies {', '.join(policies)}; lease {LEASE:g} s)")
+    faults = FaultProxy(tmp)
     try:
         tb = time.time()
         adapter.start_broker(tmp)
         print(f"broker up in {time.time() - tb:.1f} s: {adapter.broker_desc}", flush=True)
         for policy in policies:
             adapter.begin(policy)
-            r = Run(adapter, policy, tmp)
+            r = Run(adapter, policy, tmp, faults)
             r.setup_db()
             tp = time.time()
             rows = []
@@ -783,6 +973,7 @@ def main(adapter, argv=None):
             ok_count = sum(row_ok(o, x) for _, _, _, o, x, _ in rows)
             print_matrix(adapter, policy, rows, time.time() - tp, ok_count)
     finally:
+        faults.stop()
         adapter.stop_broker()
         if args.keep:
             print(f"\nkept: {tmp} (events.jsonl, outbox.log, worker-*.log, sweeper.log per policy)")

@@ -10,19 +10,23 @@
 #     include Idempotency::Job        # optional: idempotency_verify?, idempotency_attempt
 #     sidekiq_options idempotency: { "job_type" => "send_confirmation", "lease" => 600 }
 #                     # optional: "heartbeat" (s between extend_lease calls,
-#                     # default lease / 4), "backoff", "backoff_max"
+#                     # default lease / 4), "backoff", "backoff_max",
+#                     # "claim_wait" (s a claim may wait for another
+#                     # transaction's uncommitted claim of the key; default 0)
 #     def self.idempotency_key(order, _email) = order   # names the effect
 #     def perform(order, email) ... end
 #   end
 #
 # For every job of a class with the `idempotency` option:
-# claim_operation(job type, key, fingerprint, worker);
+# claim_operation(job type, key, fingerprint, worker, delivery, wait)
+# (extension 0.3 or later);
 #   run / verify        -> perform runs, a thread heartbeats extend_lease;
 #                          then complete_operation; the job is done. Under
 #                          verify (lookup policy) idempotency_verify? is true
 #                          in perform: look the key up at the provider first
 #   completed, skipped  -> done without running perform
-#   in_progress         -> re-enqueued to run again after the lease (perform_in)
+#   in_progress         -> re-enqueued to run again after the lease (perform_in);
+#                          so is a claim that hit its bound (55P03, 57014)
 #   held                -> done; a person decides (resolve_operation; the
 #                          sweeper then re-enqueues the released record)
 # perform raising Idempotency::KnownFailure (the effect certainly did not
@@ -34,13 +38,24 @@
 #
 # Connections: one per Sidekiq thread for the claim and the completion, and
 # one per Sidekiq thread for the heartbeat, opened at the first beat. A
-# connection the server closed (restart, failover, an idle timeout) is
-# replaced, and the statement sent once more (all four calls can be repeated:
-# complete and release are no-ops when repeated; a repeated claim at worst
-# meets its own claim as in_progress, and the lease and the policy decide).
+# connection the server closed or lost (restart, failover, an idle timeout,
+# a reply lost on the way) is replaced, and the statement sent once more
+# (all four calls can be repeated: complete and release are no-ops when
+# repeated; the claim carries a delivery token, a uuid made for this one
+# call of the middleware, so a claim repeated after a lost reply gets its
+# own claim back, the same verdict and attempt, not in_progress for a lease).
+#
+# The bound: the claim does not wait for another transaction's uncommitted
+# claim of the key (a worker stuck or idle in a transaction, the
+# transactional mode): "claim_wait" 0 (the default) claims with wait =>
+# false and is answered in_progress at once; "claim_wait" N > 0 waits up to N
+# seconds (wait => true under SET LOCAL lock_timeout) and a claim that timed
+# out (55P03, or 57014 from a statement_timeout) is re-enqueued like
+# in_progress. No Sidekiq thread is held by someone else's transaction.
 require "digest"
 require "json"
 require "pg"
+require "securerandom"
 require "sidekiq"
 require "socket"
 
@@ -100,14 +115,21 @@ module Idempotency
       @conn = nil
     end
 
-    def exec_params(sql, params)
+    def exec_params(sql, params, on_reconnect: nil)
+      run(on_reconnect: on_reconnect) { |c| c.exec_params(sql, params) }
+    end
+
+    # the block with the PG::Connection; once more on a new connection if
+    # the connection broke (on_reconnect is called with the error first)
+    def run(on_reconnect: nil)
       tries = 0
       begin
         tries += 1
-        pg.exec_params(sql, params)
-      rescue PG::Error
+        yield pg
+      rescue PG::Error => e
         raise if tries > 1 || healthy?   # an error of the statement itself
         close                            # the connection broke: once more
+        on_reconnect&.call(e)
         retry
       end
     end
@@ -165,6 +187,10 @@ module Idempotency
     end
   end
 
+  CLAIM_SQL = "SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4, " \
+              "delivery => $5, wait => $6)"
+  BUSY = %w[55P03 57014].freeze   # lock_timeout, statement_timeout: the claim hit its bound
+
   class SidekiqMiddleware
     # options (chain.add passes them as one Hash):
     #   on_verdict: optional callable, called with a Hash per delivery
@@ -183,16 +209,40 @@ module Idempotency
       args = job["args"]
       key = (worker.class.respond_to?(:idempotency_key) ? worker.class.idempotency_key(*args) : args.first).to_s
       db = connection(:idempotency_pg)
+      # one token per call of the middleware (this delivery of the job): only
+      # the claim repeated after a lost connection below presents it again
+      delivery = SecureRandom.uuid
+      wait = (opts["claim_wait"] || 0).to_f
+      params = [job_type, key, fingerprint(worker.class.name, args),
+                "#{Socket.gethostname}/pid-#{Process.pid}", delivery, wait.positive?]
+      lost = lambda do |e|
+        Sidekiq.logger.warn("#{key}: claim_operation: #{e.message.strip}; once more on a new connection")
+        notify({ "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
+                 "sqlstate" => "connection" }, "again")
+      end
       begin
-        row = db.exec_params(
-          "SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4)",
-          [job_type, key, fingerprint(worker.class.name, args), "#{Socket.gethostname}/pid-#{Process.pid}"]
-        ).first
+        row = db.run(on_reconnect: lost) do |c|
+          if wait.positive?
+            c.transaction do
+              c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
+              c.exec_params(CLAIM_SQL, params)
+            end
+          else
+            c.exec_params(CLAIM_SQL, params)
+          end
+        end.first
       rescue PG::Error => e
+        code = Idempotency.sqlstate(e)
+        error = { "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
+                  "sqlstate" => code || "connection" }
+        if BUSY.include?(code)
+          # waited "claim_wait" seconds for another transaction: as in_progress
+          worker.class.set(queue: queue).perform_in(lease, *args)
+          return notify(error.merge("retry_in" => lease), "retry")
+        end
         # to Sidekiq's retries (then the dead set): ID002, other arguments
         # under the key, ends there; a lost connection heals
-        notify({ "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
-                 "sqlstate" => Idempotency.sqlstate(e) || "connection" }, "raise")
+        notify(error, "raise")
         raise
       end
       verdict, attempt = row["verdict"], row["attempt"].to_i

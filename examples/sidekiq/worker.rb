@@ -17,7 +17,10 @@ class SendConfirmation
   sidekiq_options queue: ENV.fetch("SIDEKIQ_QUEUE", "default"),
                   idempotency: { "job_type" => ENV.fetch("JOB_TYPE", "send_confirmation"), "lease" => LEASE,
                                  # seconds between extend_lease calls (default lease / 4)
-                                 "heartbeat" => ENV["HEARTBEAT_SECONDS"]&.then { Float(_1) } }.compact
+                                 "heartbeat" => ENV["HEARTBEAT_SECONDS"]&.then { Float(_1) },
+                                 # seconds a claim may wait for another transaction's
+                                 # uncommitted claim of the key (default 0: in_progress at once)
+                                 "claim_wait" => ENV["CLAIM_WAIT_SECONDS"]&.then { Float(_1) } }.compact
 
   def self.idempotency_key(order, _email) = order
 

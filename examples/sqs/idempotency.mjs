@@ -3,12 +3,14 @@
 //
 //   handleMessage: idempotent(handler, { pool, sqs, queueUrl, jobType, key })
 //
-// For every delivery: claim_operation(job type, key, fingerprint, worker);
+// For every delivery: claim_operation(job type, key, fingerprint, worker,
+// delivery, wait) (extension 0.3 or later);
 //   run / verify  -> handler(payload, ctx) with a lease heartbeat
 //                    (extend_lease), then complete_operation -> delete (ack)
 //   completed, skipped -> delete (ack): the work is done or given up
 //   in_progress   -> keep the message, visible again after `retryAfter`
-//                    seconds (another worker holds a young claim)
+//                    seconds (another worker holds a young claim); so is a
+//                    claim that hit its bound (55P03, 57014)
 //   held          -> delete (ack): a person decides (resolve_operation)
 // A handler that throws KnownFailure (the effect certainly did not happen)
 // releases the claim and the message is redelivered after a backoff (its
@@ -17,9 +19,65 @@
 // its lease and the message to its visibility timeout. A database error of
 // the claim throws too: the message is not deleted and comes back after its
 // visibility timeout (then to the dead-letter queue after maxReceiveCount).
-import { createHash } from 'node:crypto';
+//
+// The delivery token: a uuid made when the handler starts (one per receive
+// of the message). A claim whose connection was lost (the reply may be lost
+// after the server committed the claim) is sent once more on a new
+// connection with the same token, and the server gives the claim back: the
+// same verdict and attempt, not in_progress for a whole lease.
+// complete_operation and release_operation are sent once more too after a
+// lost connection (no-ops when repeated).
+//
+// The bound: the claim does not wait for another transaction's uncommitted
+// claim of the key (a worker stuck or idle in a transaction, the
+// transactional mode): `claimWait` 0 (the default) claims with wait => false
+// and is answered in_progress at once; `claimWait` N > 0 waits up to N
+// seconds (wait => true under SET LOCAL lock_timeout), and a claim that timed
+// out (55P03, or 57014 from a statement_timeout) is postponed like
+// in_progress. No handler is held by someone else's transaction.
+import { createHash, randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
+import pg from 'pg';
+
+const CLAIM_SQL = 'SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4, ' +
+                  'delivery => $5, wait => $6)';
+const BUSY = ['55P03', '57014'];   // lock_timeout, statement_timeout: the claim hit its bound
+
+// an error of the connection (lost, closed, refused), not of the statement:
+// the server's errors are pg.DatabaseError with a SQLSTATE
+const connectionLost = (err) => !(err instanceof pg.DatabaseError);
+
+// run(client) on a client of the pool; once more on a new client if the
+// connection was lost (onLost(err) first). A broken client is discarded.
+async function withRetry(pool, run, onLost) {
+  for (let tries = 1; ; tries++) {
+    let client;
+    try {
+      client = await pool.connect();
+    } catch (err) {
+      if (tries >= 2) throw err;
+      onLost?.(err);
+      continue;
+    }
+    // a checked-out client that loses its connection also emits 'error'
+    // (the query rejects as well): without a listener that would end the process
+    const ignore = () => {};
+    client.on('error', ignore);
+    try {
+      const out = await run(client);
+      client.removeListener('error', ignore);
+      client.release();
+      return out;
+    } catch (err) {
+      const lost = connectionLost(err);
+      client.removeListener('error', ignore);
+      client.release(lost ? err : undefined);   // an error: the pool drops that client
+      if (!lost || tries >= 2) throw err;
+      onLost?.(err);
+    }
+  }
+}
 
 /** Throw from a handler when the effect certainly did not happen. */
 export class KnownFailure extends Error {}
@@ -47,6 +105,8 @@ export function fingerprintOf(body) {
  * @param opts.retryAfter s until an in_progress message is seen again (about the lease)
  * @param opts.backoff    s before a released message is seen again (first attempt; default 1)
  * @param opts.backoffMax s at most (default 60; never more than retryAfter / 2)
+ * @param opts.claimWait  s a claim may wait for another transaction's uncommitted
+ *                        claim of the key (default 0: not at all, in_progress at once)
  * @param opts.onVerdict  optional (event) => void, for logs and metrics
  */
 export function idempotent(handler, opts) {
@@ -57,18 +117,46 @@ export function idempotent(handler, opts) {
   const backoffMax = opts.backoffMax ?? 60;
   const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
   const notify = opts.onVerdict ?? (() => {});
+  const claimWait = opts.claimWait ?? 0;
+  const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
+    (err) => console.error(`${sql.slice(0, 40)}...: ${err.message}; once more on a new connection`));
 
   return async (message) => {
     const payload = JSON.parse(message.Body);
     const opKey = key(payload, message);
     const seen = { key: opKey, messageId: message.MessageId,
                    receiveCount: message.Attributes?.ApproximateReceiveCount };
+    // one token per receive: only the claim repeated after a lost
+    // connection below presents it again
+    const delivery = randomUUID();
+    const params = [jobType, opKey, fingerprintOf(message.Body), worker, delivery, claimWait > 0];
     let claim;
     try {
-      ({ rows: [claim] } = await pool.query(
-        'SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4)',
-        [jobType, opKey, fingerprintOf(message.Body), worker]));
+      ({ rows: [claim] } = await withRetry(pool, async (c) => {
+        if (!(claimWait > 0)) return c.query(CLAIM_SQL, params);
+        await c.query('BEGIN');
+        try {
+          await c.query("SELECT set_config('lock_timeout', $1, true)",
+                        [`${Math.max(1, Math.round(claimWait * 1000))}ms`]);
+          const r = await c.query(CLAIM_SQL, params);
+          await c.query('COMMIT');
+          return r;
+        } catch (err) {
+          if (!connectionLost(err)) await c.query('ROLLBACK');
+          throw err;
+        }
+      }, (err) => {
+        console.error(`claim_operation ${opKey}: ${err.message}; once more on a new connection`);
+        notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
+      }));
     } catch (err) {
+      if (BUSY.includes(err.code)) {
+        // waited claimWait seconds for another transaction: as in_progress
+        await sqs.send(new ChangeMessageVisibilityCommand({
+          QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: retryAfter }));
+        notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code, action: 'retry' });
+        return undefined;
+      }
       // not deleted: back after its visibility timeout, to the dead-letter
       // queue after maxReceiveCount (ID002, other data under the key, ends
       // there; a lost connection heals)
@@ -124,8 +212,8 @@ export function idempotent(handler, opts) {
       stop.abort();
       await beat;
       if (err instanceof KnownFailure) {
-        await pool.query('SELECT idempotency.release_operation($1, $2, $3)',
-                         [jobType, opKey, claim.attempt]);
+        await write('SELECT idempotency.release_operation($1, $2, $3)',
+                    [jobType, opKey, claim.attempt]);
         // a later receive claims attempt + 1; within half the lease, so that
         // the sweeper (a released record nobody claimed for a lease) does
         // not re-enqueue it too. SQS counts in whole seconds.
@@ -144,8 +232,8 @@ export function idempotent(handler, opts) {
       await beat;
     }
     try {
-      await pool.query('SELECT idempotency.complete_operation($1, $2, $3, $4)',
-                       [jobType, opKey, claim.attempt, JSON.stringify(result ?? null)]);
+      await write('SELECT idempotency.complete_operation($1, $2, $3, $4)',
+                  [jobType, opKey, claim.attempt, JSON.stringify(result ?? null)]);
     } catch (err) {
       // ID003: our claim was taken over after its lease ran out; the new
       // owner records the outcome. Nothing to redo here.

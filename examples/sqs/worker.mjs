@@ -14,6 +14,9 @@ import { appendFileSync } from 'node:fs';
 
 const lease = Number(process.env.LEASE_SECONDS ?? 600);          // as in idempotency.job_types
 const pool = new pg.Pool({ max: 2 });                             // PG* environment
+// an idle client whose connection was lost: the pool drops it (without a
+// listener the pool's 'error' event would end the process)
+pool.on('error', (err) => console.error('pg pool:', err.message));
 
 async function sendConfirmation(order) {
   try {
@@ -40,6 +43,9 @@ const consumer = Consumer.create({
     key: (order) => order.order,
     heartbeat: Number(process.env.HEARTBEAT_SECONDS ?? lease / 4) * 1000,   // extend_lease
     retryAfter: Math.ceil(lease),
+    // s a claim may wait for another transaction's uncommitted claim of the
+    // key (default 0: in_progress at once)
+    claimWait: Number(process.env.CLAIM_WAIT_SECONDS ?? 0),
     onVerdict: (e) => {
       console.log(`send_confirmation ${e.key}: ${e.verdict} #${e.attempt} -> ${e.action}`);
       if (process.env.E2E_EVENTS) {
