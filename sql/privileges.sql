@@ -27,7 +27,7 @@ CREATE ROLE regress_idem_operator;
 -- the README's grants
 GRANT USAGE ON SCHEMA idempotency TO regress_idem_worker, regress_idem_operator;
 GRANT EXECUTE ON FUNCTION
-    idempotency.claim_operation(text, text, text, text),
+    idempotency.claim_operation(text, text, text, text, text, boolean),
     idempotency.complete_operation(text, text, integer, jsonb),
     idempotency.release_operation(text, text, integer),
     idempotency.extend_lease(text, text, integer)

@@ -17,7 +17,7 @@ CREATE ROLE regress_idem_operator;
 GRANT USAGE ON SCHEMA idempotency TO regress_idem_tenant_a, regress_idem_tenant_b,
     regress_idem_noinherit, regress_idem_operator;
 GRANT EXECUTE ON FUNCTION
-    idempotency.claim_operation(text, text, text, text),
+    idempotency.claim_operation(text, text, text, text, text, boolean),
     idempotency.complete_operation(text, text, integer, jsonb),
     idempotency.release_operation(text, text, integer),
     idempotency.extend_lease(text, text, integer)

@@ -80,7 +80,7 @@ SELECT oid, relname, relacl::text FROM pg_class WHERE relnamespace = 'idempotenc
 UNION ALL
 SELECT oid, nspname, nspacl::text FROM pg_namespace WHERE nspname = 'idempotency';
 
-ALTER EXTENSION idempotency UPDATE;
+ALTER EXTENSION idempotency UPDATE TO '0.2';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 -- the worker functions now call 0.2's entry points
 SELECT p.proname, p.prosrc FROM pg_proc p

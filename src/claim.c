@@ -14,6 +14,8 @@
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/tuplestore.h"
@@ -23,6 +25,18 @@
 
 PG_FUNCTION_INFO_V1(claim_operation);
 PG_FUNCTION_INFO_V1(claim_operation_0_2);
+PG_FUNCTION_INFO_V1(claim_operation_0_3);
+
+/* What one call asks for */
+typedef struct ClaimArgs
+{
+	text	   *job_type;
+	text	   *key;
+	text	   *fingerprint;	/* NULL: none */
+	text	   *worker;			/* NULL: none */
+	text	   *delivery;		/* NULL: none (and always before 0.3) */
+	bool		wait;			/* false: in_progress instead of waiting */
+} ClaimArgs;
 
 typedef struct Verdict
 {
@@ -62,30 +76,52 @@ set_verdict(Verdict *v, const char *verdict, int32 attempt)
 }
 
 /*
- * Take over a released record or a stale claim: attempt + 1, a new lease.
+ * Take over a released record or a stale claim: attempt + 1, a new lease;
+ * since 0.3 the digest of the delivery and of the verdict it gets.
  * False if the record changed since it was read (the caller re-reads).
  */
 static bool
-take_over(text *job_type, text *key, const OperationState *state,
-		  TimestampTz now, text *worker, text *fingerprint)
+take_over(const IdemCall *call, const ClaimArgs *a, const OperationState *state,
+		  TimestampTz now, bool verify)
 {
-	Datum		values[8];
-	char		nulls[8];
+	Datum		values[9];
+	char		nulls[9];
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = PointerGetDatum(job_type);
-	values[1] = PointerGetDatum(key);
+	values[0] = PointerGetDatum(a->job_type);
+	values[1] = PointerGetDatum(a->key);
 	values[2] = Int32GetDatum(state->attempt);
 	values[3] = TimestampTzGetDatum(state->heartbeat_at);
 	values[4] = CStringGetTextDatum(idem_status_name(state->status));
 	values[5] = TimestampTzGetDatum(now);
-	values[6] = PointerGetDatum(worker);
-	values[7] = PointerGetDatum(fingerprint);
-	if (worker == NULL)
+	values[6] = PointerGetDatum(a->worker);
+	values[7] = PointerGetDatum(a->fingerprint);
+	values[8] = a->delivery ? Int64GetDatum(idem_delivery_digest(a->delivery, verify)) : (Datum) 0;
+	if (a->worker == NULL)
 		nulls[6] = 'n';
-	if (fingerprint == NULL)
+	if (a->fingerprint == NULL)
 		nulls[7] = 'n';
-	return idem_execute(ST_TAKEOVER, values, nulls, 0) == 1;
+	if (a->delivery == NULL)
+		nulls[8] = 'n';
+	return idem_execute(call->deliveries ? ST_TAKEOVER_DELIVERY : ST_TAKEOVER,
+						values, nulls, 0) == 1;
+}
+
+/*
+ * With wait => false: is another transaction's uncommitted claim of the key
+ * (an insert, a takeover or any change of the record) in the way of the
+ * write this claim is about to make? Then the verdict is in_progress at
+ * once, where the write would wait for that transaction to end.
+ */
+static bool
+busy(const ClaimArgs *a, Verdict *v)
+{
+	int32		attempt = 1;
+
+	if (a->wait || !idem_key_busy(a->job_type, a->key, &attempt))
+		return false;
+	set_verdict(v, "in_progress", attempt);
+	return true;
 }
 
 /*
@@ -93,9 +129,12 @@ take_over(text *job_type, text *key, const OperationState *state,
  * "Verdicts" table. Runs inside an SPI connection.
  */
 static void
-claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
-	  text *fingerprint, text *worker, bool absent)
+claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent)
 {
+	text	   *job_type = a->job_type;
+	text	   *key = a->key;
+	text	   *fingerprint = a->fingerprint;
+	text	   *worker = a->worker;
 	int			tries;
 
 	for (tries = 0;; tries++)
@@ -118,9 +157,11 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 
 		if (!state.found)
 		{
-			Datum		values[6];
-			char		nulls[6];
+			Datum		values[7];
+			char		nulls[7];
 
+			if (busy(a, v))
+				return;
 			memset(nulls, ' ', sizeof(nulls));
 			values[0] = PointerGetDatum(job_type);
 			values[1] = PointerGetDatum(key);
@@ -132,12 +173,17 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 			if (fingerprint == NULL)
 				nulls[4] = 'n';
 			values[5] = ObjectIdGetDatum(call->caller);
+			values[6] = a->delivery ?
+				Int64GetDatum(idem_delivery_digest(a->delivery, false)) : (Datum) 0;
+			if (a->delivery == NULL)
+				nulls[6] = 'n';
 
 			/*
 			 * Waits for a concurrent uncommitted claim of the same key; does
 			 * nothing if that one committed, and we read it again.
 			 */
-			if (idem_execute(call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
+			if (idem_execute(call->deliveries ? ST_INSERT_DELIVERY :
+							 call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
 							 values, nulls, 0) == 1)
 			{
 				set_verdict(v, "run", 1);
@@ -172,7 +218,9 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 				return;
 
 			case OPERATION_RELEASED:
-				if (take_over(job_type, key, &state, now, worker, fingerprint))
+				if (busy(a, v))
+					return;
+				if (take_over(call, a, &state, now, false))
 				{
 					set_verdict(v, "run", state.attempt + 1);
 					return;
@@ -186,6 +234,23 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 		/* a claim: still inside its lease? */
 		if (now < state.expires_at)
 		{
+			/*
+			 * Our own claim, made by this very delivery (a retry after its
+			 * reply was lost): the verdict it got, nothing changed.
+			 */
+			if (a->delivery != NULL && state.delivery_found)
+			{
+				if (state.delivery == idem_delivery_digest(a->delivery, false))
+				{
+					set_verdict(v, "run", state.attempt);
+					return;
+				}
+				if (state.delivery == idem_delivery_digest(a->delivery, true))
+				{
+					set_verdict(v, "verify", state.attempt);
+					return;
+				}
+			}
 			set_verdict(v, "in_progress", state.attempt);
 			return;
 		}
@@ -196,6 +261,9 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 			case STALE_SKIP:
 				{
 					Datum		values[5];
+
+					if (busy(a, v))
+						return;
 
 					values[0] = PointerGetDatum(job_type);
 					values[1] = PointerGetDatum(key);
@@ -214,7 +282,9 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 			case STALE_LOOKUP:
 				if (state.max_attempts == 0 || state.attempt < state.max_attempts)
 				{
-					if (take_over(job_type, key, &state, now, worker, fingerprint))
+					if (busy(a, v))
+						return;
+					if (take_over(call, a, &state, now, state.policy == STALE_LOOKUP))
 					{
 						set_verdict(v, state.policy == STALE_RETRY ? "run" : "verify",
 									state.attempt + 1);
@@ -235,40 +305,76 @@ claim(const IdemCall *call, Verdict *v, text *job_type, text *key,
 
 /*
  * claim_operation(job_type text, operation_key text, fingerprint text,
- *				   worker text) RETURNS TABLE (verdict text, attempt integer,
- *				   result jsonb)
+ *				   worker text [, delivery text, wait boolean])
+ *				   RETURNS TABLE (verdict text, attempt integer, result jsonb)
  *
  * Exactly one row. Writes (and takes a transaction id) only when the
- * verdict is run, verify or a new skipped.
+ * verdict is run, verify or a new skipped. `version`: the extension version
+ * whose definition called (1, 2 or 3; see IdemCall); only 3's has the
+ * delivery and wait arguments.
+ *
+ * wait => false: never waits for a lock. Another transaction's uncommitted
+ * claim of the key answers in_progress (busy()); any other lock the call
+ * would wait for (another transaction's claim that appears in the
+ * microseconds between that check and the write, a DDL on the tables)
+ * raises 55P03 at once: the call runs with lock_timeout at its minimum,
+ * 1 ms, restored when it returns or fails.
  */
 static Datum
-claim_operation_common(FunctionCallInfo fcinfo, bool worker_roles)
+claim_operation_common(FunctionCallInfo fcinfo, int version)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	text	   *job_type = idem_arg_job_type(fcinfo, 0);
-	text	   *key = idem_arg_key(fcinfo, 1);
-	text	   *fingerprint = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
-	text	   *worker = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
+	ClaimArgs	a;
 	IdemCall	call;
 	Verdict		v;
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
 	ProbeResult probe;
+	int			guc_level = -1;
+
+	a.job_type = idem_arg_job_type(fcinfo, 0);
+	a.key = idem_arg_key(fcinfo, 1);
+	a.fingerprint = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+	a.worker = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
+	a.delivery = NULL;
+	a.wait = true;
+	if (version >= 3)
+	{
+		a.delivery = idem_arg_delivery(fcinfo, 4);
+		if (PG_ARGISNULL(5))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("wait must not be null"),
+					 errdetail("wait => true waits for another transaction's uncommitted claim of the key (bounded by lock_timeout and statement_timeout); wait => false answers in_progress at once."),
+					 errhint("Pass true or false, or leave wait out (true).")));
+		a.wait = PG_GETARG_BOOL(5);
+	}
 
 	InitMaterializedSRF(fcinfo, 0);
 
-	/* a duplicate of a completed key is answered by the probe alone */
 	PreventCommandDuringRecovery("claim_operation()");
 	PreventCommandIfReadOnly("claim_operation()");
+	if (!a.wait && (LockTimeout == 0 || LockTimeout > 1))
+	{
+		guc_level = NewGUCNestLevel();
+		(void) set_config_option("lock_timeout", "1", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
+
+	/* a duplicate of a completed key is answered by the probe alone */
 	set_verdict(&v, "completed", 0);
-	probe = idem_probe(worker_roles, job_type, key, fingerprint,
+	probe = idem_probe(version >= 2, a.job_type, a.key, a.fingerprint,
 					   &v.attempt, &v.result, &v.result_isnull);
 	if (probe != PROBE_COMPLETED)
 	{
-		idem_begin_worker(&call, "claim_operation()", worker_roles);
-		claim(&call, &v, job_type, key, fingerprint, worker, probe == PROBE_ABSENT);
+		idem_begin_worker(&call, "claim_operation()", version >= 2);
+		call.deliveries = version >= 3;
+		claim(&call, &v, &a, probe == PROBE_ABSENT);
 		idem_end(&call);
 	}
+
+	if (guc_level >= 0)
+		AtEOXact_GUC(true, guc_level);
 
 	values[0] = CStringGetTextDatum(v.verdict);
 	values[1] = Int32GetDatum(v.attempt);
@@ -283,12 +389,19 @@ claim_operation_common(FunctionCallInfo fcinfo, bool worker_roles)
 Datum
 claim_operation(PG_FUNCTION_ARGS)
 {
-	return claim_operation_common(fcinfo, false);
+	return claim_operation_common(fcinfo, 1);
 }
 
 /* since 0.2: the job type's worker_role applies */
 Datum
 claim_operation_0_2(PG_FUNCTION_ARGS)
 {
-	return claim_operation_common(fcinfo, true);
+	return claim_operation_common(fcinfo, 2);
+}
+
+/* since 0.3: delivery and wait */
+Datum
+claim_operation_0_3(PG_FUNCTION_ARGS)
+{
+	return claim_operation_common(fcinfo, 3);
 }

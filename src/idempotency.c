@@ -82,6 +82,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -135,7 +136,24 @@ PG_MODULE_MAGIC;
 	" SELECT jt.job_type, $2, 'claimed', 1, $3, $3, $4, $5" \
 	" FROM idempotency.job_types jt WHERE jt.job_type" EQ "$1" extra \
 	" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING"
-#define INSERT_ARGS		{TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, OIDOID}
+#define INSERT_ARGS		{TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, OIDOID, INT8OID}
+/* since 0.3: $7, the digest of the claim's delivery (NULL: none) */
+#define INSERT_DELIVERY_SQL \
+	"INSERT INTO idempotency.operations AS o" \
+	" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at," \
+	" claimed_by, fingerprint, delivery)" \
+	" SELECT jt.job_type, $2, 'claimed', 1, $3, $3, $4, $5, $7" \
+	" FROM idempotency.job_types jt WHERE jt.job_type" EQ "$1" \
+	" AND " ROLE_MAY_WORK_JT \
+	" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING"
+#define TAKEOVER_SQL(extra_set) \
+	"UPDATE idempotency.operations o" \
+	" SET status = 'claimed', attempt = o.attempt" PLUS "1," \
+	" claimed_at = $6, heartbeat_at = $6, completed_at = NULL," \
+	" claimed_by = $7, fingerprint = COALESCE(o.fingerprint, $8), result = NULL" \
+	extra_set " WHERE " THIS_OPERATION AS_READ
+#define TAKEOVER_ARGS	{TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, \
+						 TIMESTAMPTZOID, TEXTOID, TEXTOID, INT8OID}
 /* $1 job type, $2 key, $3 attempt, $4 now, $5 result; $6 caller (_ROLE) */
 #define COMPLETE_SQL(extra) \
 	"UPDATE idempotency.operations o" \
@@ -159,7 +177,7 @@ typedef struct StatementDef
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[8];
+	Oid			argtypes[9];
 } StatementDef;
 
 static const StatementDef statements[ST_COUNT] = {
@@ -172,6 +190,12 @@ static const StatementDef statements[ST_COUNT] = {
 		LOOKUP_SQL(", jt.worker_role::pg_catalog.regrole::pg_catalog.oid"),
 		2, {TEXTOID, TEXTOID}
 	},
+	/* since 0.3: and the record's delivery digest as a tenth */
+	[ST_LOOKUP_DELIVERY] = {
+		LOOKUP_SQL(", jt.worker_role::pg_catalog.regrole::pg_catalog.oid,"
+				   " o.delivery::pg_catalog.int8"),
+		2, {TEXTOID, TEXTOID}
+	},
 	/*
 	 * $3 now, $4 worker, $5 fingerprint. Inserts nothing if the job type
 	 * was removed since the lookup: the statement's snapshot is taken after
@@ -181,16 +205,13 @@ static const StatementDef statements[ST_COUNT] = {
 	 */
 	[ST_INSERT] = {INSERT_SQL(""), 5, INSERT_ARGS},
 	[ST_INSERT_ROLE] = {INSERT_SQL(" AND " ROLE_MAY_WORK_JT), 6, INSERT_ARGS},
-	/* $3 attempt, $4 heartbeat, $5 status read; $6 now, $7 worker, $8 fingerprint */
-	[ST_TAKEOVER] = {
-		"UPDATE idempotency.operations o"
-		" SET status = 'claimed', attempt = o.attempt" PLUS "1,"
-		" claimed_at = $6, heartbeat_at = $6, completed_at = NULL,"
-		" claimed_by = $7, fingerprint = COALESCE(o.fingerprint, $8), result = NULL"
-		" WHERE " THIS_OPERATION AS_READ,
-		8, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID,
-			TIMESTAMPTZOID, TEXTOID, TEXTOID}
-	},
+	[ST_INSERT_DELIVERY] = {INSERT_DELIVERY_SQL, 7, INSERT_ARGS},
+	/*
+	 * $3 attempt, $4 heartbeat, $5 status read; $6 now, $7 worker,
+	 * $8 fingerprint; since 0.3 $9 the delivery digest
+	 */
+	[ST_TAKEOVER] = {TAKEOVER_SQL(""), 8, TAKEOVER_ARGS},
+	[ST_TAKEOVER_DELIVERY] = {TAKEOVER_SQL(", delivery = $9"), 9, TAKEOVER_ARGS},
 	/* $3 attempt, $4 heartbeat read; $5 now */
 	[ST_SKIP] = {
 		"UPDATE idempotency.operations o"
@@ -325,6 +346,7 @@ idem_begin(IdemCall *call, const char *fname, bool writes)
 	owner = operations_owner();
 	GetUserIdAndSecContext(&call->caller, &call->save_sec_context);
 	call->worker_roles = false;
+	call->deliveries = false;
 	SetUserIdAndSecContext(owner,
 						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 
@@ -467,11 +489,18 @@ lookup(Statement st, text *job_type, text *key, OperationState *state)
 	state->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
 	if (isnull)
 		state->max_attempts = 0;
-	if (st == ST_LOOKUP_ROLE)
+	if (st == ST_LOOKUP_ROLE || st == ST_LOOKUP_DELIVERY)
 	{
 		Datum		role = SPI_getbinval(tuple, desc, 9, &isnull);
 
 		state->worker_role = isnull ? InvalidOid : DatumGetObjectId(role);
+	}
+	if (st == ST_LOOKUP_DELIVERY)
+	{
+		Datum		d = SPI_getbinval(tuple, desc, 10, &isnull);
+
+		state->delivery_found = !isnull;
+		state->delivery = isnull ? 0 : DatumGetInt64(d);
 	}
 
 	(void) SPI_getbinval(tuple, desc, 3, &isnull);
@@ -519,7 +548,9 @@ void
 idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 				   OperationState *state)
 {
-	lookup(call->worker_roles ? ST_LOOKUP_ROLE : ST_LOOKUP, job_type, key, state);
+	lookup(call->deliveries ? ST_LOOKUP_DELIVERY :
+		   call->worker_roles ? ST_LOOKUP_ROLE : ST_LOOKUP,
+		   job_type, key, state);
 	idem_require_job_type(state, job_type);
 
 	if (!idem_role_may_work(call->caller, state->worker_role))
@@ -667,6 +698,53 @@ idem_arg_positive_int32(FunctionCallInfo fcinfo, int argno, const char *name,
 				 errdetail("%s", detail),
 				 errhint("%s", hint)));
 	return value;
+}
+
+/*
+ * claim_operation()'s delivery argument: NULL (none), or 1 to
+ * IDEMPOTENCY_MAX_DELIVERY_BYTES bytes.
+ */
+text *
+idem_arg_delivery(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delivery must not be empty"),
+				 errdetail("A delivery token names one delivery of a job, so that a retry of the same call gets its own claim back."),
+				 errhint("Pass a token made once per delivery (for example a UUID made when the handler starts, or SQS's receipt handle), or NULL for none.")));
+	if (len > IDEMPOTENCY_MAX_DELIVERY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("delivery is too long"),
+				 errdetail("It is %d bytes long; the limit is %d bytes.",
+						   len, IDEMPOTENCY_MAX_DELIVERY_BYTES),
+				 errhint("Use a shorter token, for example a UUID made once per delivery.")));
+	return t;
+}
+
+/*
+ * What a claim stores of its delivery token: a 64-bit digest of the token
+ * and of the verdict it gave (run or verify), so that a retry of the same
+ * call is recognised and given the same verdict, at 8 bytes per record
+ * whatever the token's length. Two deliveries of one key are told apart
+ * unless their digests collide (a chance of 2^-64 per pair).
+ * hash_bytes_extended() is what hash partitioning uses: the same on every
+ * server of one architecture and across pg_upgrade.
+ */
+int64
+idem_delivery_digest(text *delivery, bool verify)
+{
+	return (int64) hash_bytes_extended((const unsigned char *) VARDATA_ANY(delivery),
+									   VARSIZE_ANY_EXHDR(delivery),
+									   verify ? 1 : 0);
 }
 
 int32

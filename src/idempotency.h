@@ -26,6 +26,7 @@
 /* Input limits, checked before anything reaches the btree */
 #define IDEMPOTENCY_MAX_JOB_TYPE_BYTES	128
 #define IDEMPOTENCY_MAX_KEY_BYTES		1024
+#define IDEMPOTENCY_MAX_DELIVERY_BYTES	1024
 
 /*
  * How often one call re-reads a record that another session changed under
@@ -58,9 +59,12 @@ typedef enum Statement
 {
 	ST_LOOKUP,
 	ST_LOOKUP_ROLE,
+	ST_LOOKUP_DELIVERY,
 	ST_INSERT,
 	ST_INSERT_ROLE,
+	ST_INSERT_DELIVERY,
 	ST_TAKEOVER,
+	ST_TAKEOVER_DELIVERY,
 	ST_SKIP,
 	ST_COMPLETE,
 	ST_RELEASE,
@@ -99,6 +103,8 @@ typedef struct OperationState
 	text	   *fingerprint;	/* NULL if none */
 	Datum		result;
 	bool		result_isnull;
+	bool		delivery_found;	/* since 0.3: the claim gave a delivery */
+	int64		delivery;		/* its digest, see idem_delivery_digest() */
 } OperationState;
 
 /*
@@ -106,13 +112,17 @@ typedef struct OperationState
  * whether the job type's worker_role applies to it. It does for the worker
  * functions as version 0.2 defines them; their 0.1 definitions (whose
  * job_types has no worker_role column) call the C entry points without the
- * _0_2 suffix, which do not check it. See "Versions" in idempotency.c.
+ * _0_2 suffix, which do not check it. Since 0.3 claim_operation() also
+ * reads and writes the delivery column (deliveries, only through
+ * claim_operation_0_3, whose definition has the delivery argument). See
+ * "Versions" in idempotency.c.
  */
 typedef struct IdemCall
 {
 	Oid			caller;
 	int			save_sec_context;
 	bool		worker_roles;
+	bool		deliveries;		/* 0.3: operations has a delivery column */
 } IdemCall;
 
 /* probe.c: the hot paths below SPI */
@@ -126,6 +136,7 @@ typedef enum ProbeResult
 extern ProbeResult idem_probe(bool worker_roles, text *job_type, text *key,
 							  text *fingerprint, int32 *attempt,
 							  Datum *result, bool *result_isnull);
+extern bool idem_key_busy(text *job_type, text *key, int32 *attempt);
 extern bool idem_fast_complete(bool worker_roles, text *job_type, text *key,
 							   int32 attempt, Datum result, bool result_isnull);
 
@@ -143,6 +154,8 @@ extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 							   OperationState *state);
 extern text *idem_arg_job_type(FunctionCallInfo fcinfo, int argno);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno);
+extern text *idem_arg_delivery(FunctionCallInfo fcinfo, int argno);
+extern int64 idem_delivery_digest(text *delivery, bool verify);
 extern int32 idem_arg_attempt(FunctionCallInfo fcinfo, int argno);
 extern int32 idem_arg_positive_int32(FunctionCallInfo fcinfo, int argno, const char *name,
 									 const char *detail, const char *hint);

@@ -435,6 +435,45 @@ idem_probe(bool worker_roles, text *job_type, text *key, text *fingerprint,
 }
 
 /*
+ * claim_operation(wait => false): does another transaction have an
+ * uncommitted change of this key's record (its insert, an update, a
+ * delete), which a write of the record would wait for? Read with a dirty
+ * snapshot, as the executor's own check of a unique index does; sets
+ * *attempt to that version's attempt. False also when the fast paths do not
+ * cover the schema: the write then raises 55P03 instead of waiting (see
+ * claim_operation_common()).
+ */
+bool
+idem_key_busy(text *job_type, text *key, int32 *attempt)
+{
+	Relation	rel;
+	Lookup		l;
+	SnapshotData dirty;
+	bool		busy = false;
+
+	rel = open_operations(AccessShareLock, false);
+	if (rel == NULL)
+		return false;
+	InitDirtySnapshot(dirty);
+	begin_lookup(&l, rel, cache.ops_pkey, AccessShareLock, &dirty, job_type, key);
+	while (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
+	{
+		/* set by the visibility check of the version just returned */
+		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
+		{
+			bool		isnull;
+
+			*attempt = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
+			busy = true;
+			break;
+		}
+	}
+	end_lookup(&l);
+	table_close(rel, NoLock);
+	return busy;
+}
+
+/*
  * complete_operation()'s common case: the record is claimed or skipped
  * under this attempt; make it completed. True when done; false when the
  * SPI path must decide (see the top of this file).

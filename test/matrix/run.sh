@@ -155,7 +155,7 @@ CREATE EXTENSION IF NOT EXISTS idempotency;
 CREATE ROLE $role LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE;
 GRANT USAGE ON SCHEMA idempotency TO $role;
 GRANT EXECUTE ON FUNCTION
-    idempotency.claim_operation(text, text, text, text),
+    idempotency.claim_operation(text, text, text, text, text, boolean),
     idempotency.complete_operation(text, text, integer, jsonb),
     idempotency.release_operation(text, text, integer),
     idempotency.extend_lease(text, text, integer),

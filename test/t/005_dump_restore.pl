@@ -26,7 +26,7 @@ $node->safe_psql('src', q{
     CREATE EXTENSION idempotency;
     GRANT USAGE ON SCHEMA idempotency TO worker, operator;
     GRANT EXECUTE ON FUNCTION
-        idempotency.claim_operation(text, text, text, text),
+        idempotency.claim_operation(text, text, text, text, text, boolean),
         idempotency.complete_operation(text, text, integer, jsonb),
         idempotency.release_operation(text, text, integer),
         idempotency.extend_lease(text, text, integer) TO worker;
@@ -117,11 +117,11 @@ for my $db (qw(restored_custom restored_plain))
 	is($node->safe_psql($db, q{
         SELECT string_agg(f || ':' || has_function_privilege('worker', f, 'EXECUTE')
                           || '/' || has_function_privilege('operator', f, 'EXECUTE'), ' ' ORDER BY f)
-        FROM unnest(ARRAY['idempotency.claim_operation(text,text,text,text)',
+        FROM unnest(ARRAY['idempotency.claim_operation(text,text,text,text,text,boolean)',
                           'idempotency.complete_operation(text,text,integer,jsonb)',
                           'idempotency.resolve_operation(text,text,text,text)',
                           'idempotency.stale_claims(text)']) f}),
-		'idempotency.claim_operation(text,text,text,text):true/false '
+		'idempotency.claim_operation(text,text,text,text,text,boolean):true/false '
 		  . 'idempotency.complete_operation(text,text,integer,jsonb):true/false '
 		  . 'idempotency.resolve_operation(text,text,text,text):false/true '
 		  . 'idempotency.stale_claims(text):false/true',

@@ -16,7 +16,7 @@ CREATE ROLE upg_tenant_a_worker IN ROLE upg_tenant_a;
 CREATE ROLE upg_tenant_b_worker;
 GRANT USAGE ON SCHEMA idempotency TO upg_worker, upg_operator, upg_tenant_a, upg_tenant_b_worker;
 GRANT EXECUTE ON FUNCTION
-    idempotency.claim_operation(text, text, text, text),
+    idempotency.claim_operation(text, text, text, text, text, boolean),
     idempotency.complete_operation(text, text, integer, jsonb),
     idempotency.release_operation(text, text, integer),
     idempotency.extend_lease(text, text, integer)
