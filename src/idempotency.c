@@ -37,6 +37,17 @@
  *	  REPEATABLE READ and SERIALIZABLE the second one gets a serialization
  *	  failure, never a wrong verdict.
  *
+ * Two claim arguments of 0.3 change none of this. A delivery token is
+ * compared only with the record a claim has read (a young claim whose
+ * stored digest is the token's: the same verdict and attempt, nothing
+ * written), so it adds no path that writes. wait => false reads the primary
+ * key once more with a dirty snapshot before a write that could wait
+ * (idem_key_busy()): another transaction's uncommitted insert or update of
+ * the record answers in_progress instead; the write itself then runs with
+ * lock_timeout at 1 ms, so the rare lock that appears after that check
+ * raises 55P03 instead of a wait. Neither makes a verdict that guarantee 1
+ * or 2 would not.
+ *
  * The attempt number is a fencing token: complete, release and extend name
  * the attempt their claim returned and match it in the same WHERE clause,
  * so a worker whose claim was taken over cannot record anything over the

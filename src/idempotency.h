@@ -114,8 +114,9 @@ typedef struct OperationState
  * job_types has no worker_role column) call the C entry points without the
  * _0_2 suffix, which do not check it. Since 0.3 claim_operation() also
  * reads and writes the delivery column (deliveries, only through
- * claim_operation_0_3, whose definition has the delivery argument). See
- * "Versions" in idempotency.c.
+ * claim_operation_0_3, whose definition has the delivery argument). The
+ * README's "Upgrading the extension" says why old definitions keep old
+ * entry points.
  */
 typedef struct IdemCall
 {
