@@ -12,6 +12,13 @@ claim) -> the body does not run, the task returns (acknowledged);
 in_progress (a young claim) -> the body does not run, self.retry raises
 celery.exceptions.Retry with countdown = the lease.
 
+Extension 0.3: a claim whose reply is lost with its connection (the server
+recorded it) is sent once more on a new connection with the same delivery
+token and gets its own claim back (run #1, not in_progress); another
+transaction's uncommitted claim of the key answers in_progress at once
+(wait => false), and with claim_wait > 0 the claim's lock_timeout (55P03) is
+retried like in_progress.
+
 The acknowledging verdicts go through task.apply() (Celery's eager tracer).
 in_progress does not: apply() answers a Retry by applying the task again at
 once, ignoring the countdown, so a young claim would loop; instead the task is
@@ -19,6 +26,7 @@ called with an eager request pushed (what apply() pushes), where self.retry
 raises Retry and publishes nothing.
 """
 import os
+import time
 import unittest
 import uuid
 
@@ -54,7 +62,7 @@ class VerdictMappingTest(unittest.TestCase):
         if conn is not None:
             conn.close()
 
-    def task(self, policy):
+    def task(self, policy, **options):
         """a job type with this policy and a 1 s lease, and a bound task for
         it; returns (task, calls, verdicts)"""
         t = f"{PREFIX}{policy}_{len(self.types)}"
@@ -70,7 +78,7 @@ class VerdictMappingTest(unittest.TestCase):
             return {"sent": order}
 
         task = app.task(body, base=IdempotentTask, bind=True, name=t, job_type=t,
-                        key_arg="order", lease=LEASE, heartbeat=0.25,
+                        key_arg="order", lease=LEASE, heartbeat=0.25, **options,
                         on_verdict=lambda _self, e: verdicts.append(f"{e['verdict']}:{e['action']}"))
         return task, calls, verdicts
 
@@ -137,6 +145,75 @@ class VerdictMappingTest(unittest.TestCase):
         self.assertEqual(verdicts, ["in_progress:retry"])
         self.assertEqual(calls, [])
         self.assertEqual(self.record(task, "K-busy"), "claimed #1")
+
+    def call_eagerly(self, task, key):
+        """the task called as a worker calls it, with an eager request
+        pushed: self.retry raises Retry (apply() would run it again)"""
+        task.push_request(id=str(uuid.uuid4()), args=(key,), kwargs={}, retries=0,
+                          is_eager=True, called_directly=False, delivery_info={"is_eager": True})
+        try:
+            return task(key)
+        finally:
+            task.pop_request()
+
+    def test_lost_reply_gets_its_claim_back(self):
+        task, calls, verdicts = self.task("hold")
+        real = idempotency_celery.connection()
+
+        class LosesTheReply:
+            """runs the claim on the server (recorded, autocommit), then the
+            connection is gone before the reply is read"""
+            closed = False
+
+            def execute(self, sql, params=None):
+                real.execute(sql, params)
+                real.close()
+                self.closed = True
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        idempotency_celery._db["conn"] = LosesTheReply()
+        # not apply(): without the token the claim again would be answered
+        # in_progress, and apply() would loop on the Retry
+        self.assertEqual(self.call_eagerly(task, "K-lost"), {"sent": "K-lost"})
+        self.assertEqual(verdicts, ["claim error:again", "run:work", "run:completed"])
+        self.assertEqual(calls, [{"attempt": 1, "verify": False}])
+        self.assertEqual(self.record(task, "K-lost"), "completed #1")
+
+    def test_stuck_transaction_answers_in_progress_at_once(self):
+        task, calls, verdicts = self.task("hold")
+        stuck = psycopg.connect("", autocommit=False)
+        try:
+            stuck.execute("SELECT idempotency.claim_operation(%s, 'K-stuck')", (task.job_type,))
+            t0 = time.time()
+            with self.assertRaises(Retry) as cm:
+                self.call_eagerly(task, "K-stuck")
+            self.assertLess(time.time() - t0, 5)   # not blocked by the open transaction
+        finally:
+            stuck.rollback()
+            stuck.close()
+        self.assertEqual(cm.exception.when, LEASE)
+        self.assertEqual(verdicts, ["in_progress:retry"])
+        self.assertEqual(calls, [])
+        self.assertEqual(self.record(task, "K-stuck"), "none")
+
+    def test_claim_wait_lock_timeout_is_retried_like_in_progress(self):
+        task, calls, verdicts = self.task("hold", claim_wait=0.2)
+        stuck = psycopg.connect("", autocommit=False)
+        try:
+            stuck.execute("SELECT idempotency.claim_operation(%s, 'K-wait')", (task.job_type,))
+            with self.assertRaises(Retry) as cm:
+                self.call_eagerly(task, "K-wait")
+        finally:
+            stuck.rollback()
+            stuck.close()
+        self.assertEqual(cm.exception.when, LEASE)
+        self.assertEqual(verdicts, ["claim error:retry"])
+        self.assertEqual(calls, [])
+        self.assertEqual(self.record(task, "K-wait"), "none")
+        # the connection is usable: the lock_timeout was local to the claim
+        r = task.apply(("K-wait",))
+        self.assertTrue(r.successful(), r.traceback)
+        self.assertEqual(self.record(task, "K-wait"), "completed #1")
 
     def test_held(self):
         task, calls, verdicts = self.task("hold")

@@ -8,7 +8,13 @@
 #   is not sent twice);
 # - a failing heartbeat (no connection at all, or one the server closed)
 #   logs, keeps trying and never raises into the job;
-# - under verdict verify (lookup policy) the job sees idempotency_verify?.
+# - under verdict verify (lookup policy) the job sees idempotency_verify?;
+# - extension 0.3: a claim whose reply is lost with its connection (the
+#   server recorded it) is sent once more with the same delivery token and
+#   gets its own claim back (run #1, not in_progress); another transaction's
+#   uncommitted claim of the key answers in_progress at once (wait => false),
+#   and with "claim_wait" the claim's lock_timeout (55P03) is re-enqueued like
+#   in_progress (perform_in(lease); stubbed here: no Redis).
 require "minitest/autorun"
 require "logger"
 require "sidekiq"
@@ -47,14 +53,91 @@ class IdempotencyMiddlewareTest < Minitest::Test
     t
   end
 
-  def job_class(type)
+  def job_class(type, **extra)
     Class.new do
       include Sidekiq::Job
       include Idempotency::Job
-      sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }
+      sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }.merge(extra)
       def self.name = "UnitJob"
       def perform(_key); end
+
+      # no Redis here: perform_in records what would be scheduled
+      def self.scheduled = (@scheduled ||= [])
+      def self.set(**) = self
+      def self.perform_in(delay, *args) = scheduled << [delay, *args]
     end
+  end
+
+  # a connection that runs the first statement on the server (recorded:
+  # autocommit), then loses the connection before the reply is read
+  class LosesTheReply < Idempotency::Connection
+    private
+
+    def pg
+      return super if @lost
+      @lost = true
+      real = Idempotency.connect(nil)
+      Object.new.tap do |o|
+        o.define_singleton_method(:exec_params) do |sql, params|
+          real.exec_params(sql, params)
+          real.close
+          raise PG::ConnectionBad, "server closed the connection unexpectedly"
+        end
+      end
+    end
+  end
+
+  def verdicts_of(type, key, **extra)
+    seen = []
+    klass = job_class(type, **extra)
+    mw = Idempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}" })
+    ran = false
+    mw.call(klass.new, { "args" => [key], "jid" => "j-#{key}" }, "q") { ran = true }
+    [seen, ran, klass.scheduled]
+  end
+
+  def test_lost_reply_gets_its_claim_back
+    type = job_type("hold")
+    Thread.current[:idempotency_pg] = LosesTheReply.new(nil)
+    seen, ran, scheduled = verdicts_of(type, "K4")
+    assert ran
+    assert_equal ["claim error:again", "run:work", "run:completed"], seen
+    assert_equal [], scheduled
+    assert_equal "completed #1", record(type, "K4")
+  end
+
+  def test_stuck_transaction_answers_in_progress_at_once
+    type = job_type("hold")
+    stuck = PG.connect
+    stuck.exec("BEGIN")
+    stuck.exec_params("SELECT idempotency.claim_operation($1, 'K5')", [type])
+    t0 = Time.now
+    seen, ran, scheduled = verdicts_of(type, "K5")
+    assert_operator Time.now - t0, :<, 5   # not blocked by the open transaction
+    refute ran
+    assert_equal ["in_progress:retry"], seen
+    assert_equal [[LEASE, "K5"]], scheduled
+  ensure
+    stuck&.exec("ROLLBACK")
+    stuck&.close
+  end
+
+  def test_claim_wait_lock_timeout_is_re_enqueued_like_in_progress
+    type = job_type("hold")
+    stuck = PG.connect
+    stuck.exec("BEGIN")
+    stuck.exec_params("SELECT idempotency.claim_operation($1, 'K6')", [type])
+    seen, ran, scheduled = verdicts_of(type, "K6", "claim_wait" => 0.2)
+    refute ran
+    assert_equal ["claim error:retry"], seen
+    assert_equal [[LEASE, "K6"]], scheduled
+    stuck.exec("ROLLBACK")
+    # the connection is usable: the lock_timeout was local to the claim
+    seen, ran, = verdicts_of(type, "K6", "claim_wait" => 0.2)
+    assert ran
+    assert_equal ["run:work", "run:completed"], seen
+  ensure
+    stuck&.close
   end
 
   # the middleware's fingerprint of UnitJob with args [key]

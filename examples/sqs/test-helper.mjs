@@ -11,6 +11,12 @@
 // policy, aged claim) -> handler not run, message returned, nothing sent;
 // in_progress (a young claim) -> handler not run, message not returned,
 // ChangeMessageVisibility(retryAfter) sent.
+// Extension 0.3: a claim whose reply is lost with its connection (the server
+// recorded it) is sent once more on a new connection with the same delivery
+// token and gets its own claim back (run #1, not in_progress); another
+// transaction's uncommitted claim of the key answers in_progress at once
+// (wait => false); with claimWait the claim's lock_timeout (55P03) postpones
+// the message like in_progress.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
@@ -62,7 +68,7 @@ const message = (key) => ({ MessageId: `m-${key}`, ReceiptHandle: `rh-${key}`,
                             Attributes: { ApproximateReceiveCount: '1' } });
 
 // a wrapped handler recording its calls and the verdicts
-function wrap(type, sqs) {
+function wrap(type, sqs, extra = {}) {
   const calls = [];
   const verdicts = [];
   const handle = idempotent(async (payload, ctx) => {
@@ -70,7 +76,7 @@ function wrap(type, sqs) {
     return { sent: payload.order };
   }, { pool, sqs, queueUrl: QUEUE_URL, jobType: type, key: (p) => p.order,
        heartbeat: 250, retryAfter: RETRY_AFTER, worker: 'unit-test',
-       onVerdict: (e) => verdicts.push(`${e.verdict}:${e.action}`) });
+       onVerdict: (e) => verdicts.push(`${e.verdict}:${e.action}`), ...extra });
   return { handle, calls, verdicts };
 }
 
@@ -175,4 +181,81 @@ test('skipped (skip policy, stale claim): the handler does not run, the message 
   assert.deepEqual(verdicts, ['skipped:ack']);
   assert.equal(calls.length, 0);
   assert.equal(sqs.sent.length, 0);
+});
+
+test('a lost reply to the claim: claimed again with the same token, run #1', async () => {
+  const type = await jobType('hold');
+  const sqs = fakeSqs();
+  // the first client runs the claim on the server (recorded: autocommit),
+  // then its connection is gone before the reply is read
+  let lost = false;
+  const losing = {
+    on() {}, removeListener() {}, release() {},
+    async query(sql, params) {
+      const c = new pg.Client();
+      await c.connect();
+      await c.query(sql, params);
+      await c.end();
+      throw new Error('Connection terminated unexpectedly');
+    },
+  };
+  const flaky = { connect: async () => (lost ? pool.connect() : (lost = true, losing)),
+                  query: (...a) => pool.query(...a) };
+  const { handle, calls, verdicts } = wrap(type, sqs, { pool: flaky });
+  const m = message('K-lost');
+  assert.equal(await handle(m), m);
+  assert.deepEqual(verdicts, ['claim error:again', 'run:work', 'run:completed']);
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].attempt, 1);
+  assert.equal(sqs.sent.length, 0);
+  assert.equal(await record(type, 'K-lost'), 'completed #1');
+});
+
+// another session's uncommitted claim of the key (a stuck transaction)
+async function stuckClaim(type, key) {
+  const c = new pg.Client();
+  await c.connect();
+  await c.query('BEGIN');
+  await c.query('SELECT idempotency.claim_operation($1, $2)', [type, key]);
+  return c;
+}
+
+test('a stuck transaction: in_progress at once, the message postponed', async () => {
+  const type = await jobType('hold');
+  const stuck = await stuckClaim(type, 'K-stuck');
+  try {
+    const sqs = fakeSqs();
+    const { handle, calls, verdicts } = wrap(type, sqs);
+    const t0 = Date.now();
+    assert.equal(await handle(message('K-stuck')), undefined);
+    assert.ok(Date.now() - t0 < 5000, 'not blocked by the open transaction');
+    assert.deepEqual(verdicts, ['in_progress:retry']);
+    assert.equal(calls.length, 0);
+    assert.deepEqual(sqs.sent.map((c) => c.input.VisibilityTimeout), [RETRY_AFTER]);
+  } finally {
+    await stuck.query('ROLLBACK');
+    await stuck.end();
+  }
+  assert.equal(await record(type, 'K-stuck'), 'none');
+});
+
+test('claimWait: the lock_timeout (55P03) postpones the message like in_progress', async () => {
+  const type = await jobType('hold');
+  const stuck = await stuckClaim(type, 'K-wait');
+  const sqs = fakeSqs();
+  try {
+    const { handle, calls, verdicts } = wrap(type, sqs, { claimWait: 0.2 });
+    assert.equal(await handle(message('K-wait')), undefined);
+    assert.deepEqual(verdicts, ['claim error:retry']);
+    assert.equal(calls.length, 0);
+    assert.deepEqual(sqs.sent.map((c) => c.input.VisibilityTimeout), [RETRY_AFTER]);
+  } finally {
+    await stuck.query('ROLLBACK');
+    await stuck.end();
+  }
+  // the pool's connections are usable: the lock_timeout was local to the claim
+  const { handle, verdicts } = wrap(type, sqs, { claimWait: 0.2 });
+  const m = message('K-wait');
+  assert.equal(await handle(m), m);
+  assert.deepEqual(verdicts, ['run:work', 'run:completed']);
 });
