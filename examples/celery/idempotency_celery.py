@@ -162,7 +162,8 @@ class IdempotentTask(Task):
         except psycopg.Error as err:
             event.update(verdict="claim error", attempt=None, sqlstate=err.sqlstate or "connection")
             if err.sqlstate in BUSY:
-                # the claim waited claim_wait seconds for another transaction:
+                # the claim hit its bound (claim_wait's lock_timeout, or with
+                # wait => false a lock met between its check and its write):
                 # as in_progress, look again after the lease
                 self.on_verdict({**event, "action": "retry", "retry_in": self.lease})
                 raise self.retry(countdown=self.lease)

@@ -236,7 +236,8 @@ module Idempotency
         error = { "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
                   "sqlstate" => code || "connection" }
         if BUSY.include?(code)
-          # waited "claim_wait" seconds for another transaction: as in_progress
+          # the claim hit its bound ("claim_wait"'s lock_timeout, or with
+          # wait => false a lock met between its check and its write): as in_progress
           worker.class.set(queue: queue).perform_in(lease, *args)
           return notify(error.merge("retry_in" => lease), "retry")
         end

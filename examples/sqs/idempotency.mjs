@@ -151,7 +151,8 @@ export function idempotent(handler, opts) {
       }));
     } catch (err) {
       if (BUSY.includes(err.code)) {
-        // waited claimWait seconds for another transaction: as in_progress
+        // the claim hit its bound (claimWait's lock_timeout, or with wait =>
+        // false a lock met between its check and its write): as in_progress
         await sqs.send(new ChangeMessageVisibilityCommand({
           QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: retryAfter }));
         notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code, action: 'retry' });

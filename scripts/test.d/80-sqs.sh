@@ -8,9 +8,14 @@
 # sweeper hands the stale claim to a person or re-enqueues it), case 13 (a job
 # longer than two leases: the heartbeat keeps the claim, a duplicate gets
 # in_progress) and case 14 (same key, other payload: ID002, the message is
-# left to its visibility timeout and DLQ). First the wrapper's focused tests
-# (test-helper.mjs, node --test: the verdict mapping run, verify, completed,
-# in_progress, held, skipped with a fake SQS client; no broker). Installs
+# left to its visibility timeout and DLQ), case 15 (the reply to the claim is
+# lost, through test/faults/pgproxy.py: claimed again with the same delivery
+# token, run #1, no lease waited) and case 16 (a redelivery behind another
+# transaction's uncommitted claim: in_progress at once, sent once after the
+# rollback). First the wrapper's focused tests (test-helper.mjs, node --test:
+# the verdict mapping run, verify, completed, in_progress, held, skipped with
+# a fake SQS client, a lost reply, a stuck transaction, claimWait; no broker).
+# Needs extension 0.3 (delivery, wait). Installs
 # when missing: python3-psycopg (root); Node.js 20 (the npm packages need it;
 # Debian 12 packages 18): a node 20+ on PATH is used, else Debian's npm
 # (root) fetches the version in examples/sqs/node-version from the npm

@@ -10,9 +10,14 @@
 # heartbeat keeps the claim, a duplicate gets in_progress), case 14 (same
 # key, other payload: ID002, failed without retry) and Celery's cases 10 (a claim
 # refused with 42501 is retried, not acknowledged away) and 11 (fingerprint of
-# positional and keyword arguments; ID002 fails without retries). First the
-# task base class's focused tests (test_helper.py: the verdict mapping run,
-# verify, completed, in_progress, held, skipped, in-process; no broker).
+# positional and keyword arguments; ID002 fails without retries), case 15
+# (the reply to the claim is lost, through test/faults/pgproxy.py: claimed
+# again with the same delivery token, run #1, no lease waited) and case 16 (a
+# redelivery behind another transaction's uncommitted claim: in_progress at
+# once, sent once after the rollback). First the task base class's focused
+# tests (test_helper.py: the verdict mapping run, verify, completed,
+# in_progress, held, skipped, a lost reply, a stuck transaction, claim_wait,
+# in-process; no broker). Needs extension 0.3 (delivery, wait).
 # Creates and drops the role idempotency_e2e_celery_worker. Installs
 # python3-celery, python3-psycopg and rabbitmq-server (root) when missing.
 set -euo pipefail

@@ -9,8 +9,13 @@
 # hands the stale claim to a person or re-enqueues it), case 13 (a job longer
 # than two leases: the heartbeat keeps the claim, a duplicate gets
 # in_progress) and case 14 (same key, other payload: ID002, the job goes to
-# Sidekiq's retry set). First the middleware's focused tests (test_middleware.rb:
-# reconnect, heartbeat failures, verify; no Redis). Installs ruby-sidekiq,
+# Sidekiq's retry set), case 15 (the reply to the claim is lost, through
+# test/faults/pgproxy.py: claimed again with the same delivery token, run #1,
+# no lease waited) and case 16 (a redelivery behind another transaction's
+# uncommitted claim: in_progress at once, sent once after the rollback).
+# First the middleware's focused tests (test_middleware.rb: reconnect,
+# heartbeat failures, verify, a lost reply, a stuck transaction, claim_wait;
+# no Redis). Needs extension 0.3 (delivery, wait). Installs ruby-sidekiq,
 # ruby-pg, redis-server and python3-psycopg (root) when missing.
 set -euo pipefail
 source examples/e2e/deps.sh
