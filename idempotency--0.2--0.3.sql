@@ -92,3 +92,49 @@ $update$;
 
 COMMENT ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean) IS
 'Claim an operation before doing its work. Exactly one row: verdict run | verify (do the work, then complete_operation with the returned attempt) or completed | in_progress | held | skipped (stop). delivery: a token unique to this delivery, reused only to retry this call (a retry after a lost reply gets its own claim back). wait => false: in_progress at once instead of waiting for another transaction''s uncommitted claim of the key. A caller without the job type''s worker_role is refused (42501)';
+
+--
+-- Batches: many keys of one job type in one call, so in one commit. Each
+-- key gets exactly the single call's answer; the keys are taken in one
+-- order (by their bytes) whatever order they come in, so two batches that
+-- share keys never deadlock; a record that refuses a completion or a
+-- release is reported on its row. At most 1000 keys per call.
+--
+
+CREATE FUNCTION idempotency.claim_operations(
+    job_type text,
+    operation_keys text[],
+    fingerprints text[] DEFAULT NULL,
+    worker text DEFAULT NULL,
+    deliveries text[] DEFAULT NULL,
+    wait boolean DEFAULT true)
+RETURNS TABLE (operation_key text, verdict text, attempt integer, result jsonb)
+AS 'MODULE_PATHNAME', 'claim_operations'
+LANGUAGE c VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 10;
+COMMENT ON FUNCTION idempotency.claim_operations(text, text[], text[], text, text[], boolean) IS
+'Claim many operations of one job type in one call (at most 1000): one row per key, in the order given, each with the verdict claim_operation would give it. fingerprints and deliveries are parallel to operation_keys (NULL: none). A key given twice is answered as two deliveries would be (run, then in_progress)';
+
+CREATE FUNCTION idempotency.complete_operations(
+    job_type text,
+    operation_keys text[],
+    attempts integer[],
+    results jsonb[] DEFAULT NULL)
+RETURNS TABLE (operation_key text, attempt integer, done boolean, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'complete_operations'
+LANGUAGE c VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 10;
+COMMENT ON FUNCTION idempotency.complete_operations(text, text[], integer[], jsonb[]) IS
+'Complete many operations of one job type in one call (at most 1000): one row per key, in the order given: done (now, or already by this attempt), or the SQLSTATE and message of the refusal (ID003 superseded, ID004 no record, ID005 wrong state), which fails only that key';
+
+CREATE FUNCTION idempotency.release_operations(
+    job_type text,
+    operation_keys text[],
+    attempts integer[])
+RETURNS TABLE (operation_key text, attempt integer, done boolean, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'release_operations'
+LANGUAGE c VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 10;
+COMMENT ON FUNCTION idempotency.release_operations(text, text[], integer[]) IS
+'Release many operations of one job type in one call (at most 1000): one row per key, in the order given: done, or the SQLSTATE and message of the refusal, which fails only that key';
+
+REVOKE ALL ON FUNCTION idempotency.claim_operations(text, text[], text[], text, text[], boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempotency.complete_operations(text, text[], integer[], jsonb[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempotency.release_operations(text, text[], integer[]) FROM PUBLIC;

@@ -27,24 +27,7 @@ PG_FUNCTION_INFO_V1(claim_operation);
 PG_FUNCTION_INFO_V1(claim_operation_0_2);
 PG_FUNCTION_INFO_V1(claim_operation_0_3);
 
-/* What one call asks for */
-typedef struct ClaimArgs
-{
-	text	   *job_type;
-	text	   *key;
-	text	   *fingerprint;	/* NULL: none */
-	text	   *worker;			/* NULL: none */
-	text	   *delivery;		/* NULL: none (and always before 0.3) */
-	bool		wait;			/* false: in_progress instead of waiting */
-} ClaimArgs;
 
-typedef struct Verdict
-{
-	const char *verdict;
-	int32		attempt;
-	Datum		result;
-	bool		result_isnull;
-} Verdict;
 
 /*
  * Tell listeners on IDEMPOTENCY_HELD_CHANNEL that a stale claim is held for
@@ -320,17 +303,76 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent)
  * raises 55P03 at once: the call runs with lock_timeout at its minimum,
  * 1 ms, restored when it returns or fails.
  */
+/*
+ * With wait => false, start the call's lock_timeout of 1 ms (see above);
+ * returns the GUC nest level for idem_nowait_end(), or -1 if nothing was
+ * set. On error, transaction or subtransaction abort restores it.
+ */
+int
+idem_nowait_begin(bool wait)
+{
+	int			level;
+
+	if (wait || (LockTimeout > 0 && LockTimeout <= 1))
+		return -1;
+	level = NewGUCNestLevel();
+	(void) set_config_option("lock_timeout", "1", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+void
+idem_nowait_end(int level)
+{
+	if (level >= 0)
+		AtEOXact_GUC(true, level);
+}
+
+/*
+ * The verdict for one key: the probe, and the SPI way if it does not
+ * decide. v->result, if any, is allocated in the caller's memory context.
+ */
+void
+idem_claim_one(const ClaimArgs *a, int version, Verdict *v)
+{
+	IdemCall	call;
+	ProbeResult probe;
+
+	/* a duplicate of a completed key is answered by the probe alone */
+	set_verdict(v, "completed", 0);
+	probe = idem_probe(version >= 2, a->job_type, a->key, a->fingerprint,
+					   &v->attempt, &v->result, &v->result_isnull);
+	if (probe != PROBE_COMPLETED)
+	{
+		idem_begin_worker(&call, "claim_operation()", version >= 2);
+		call.deliveries = version >= 3;
+		claim(&call, v, a, probe == PROBE_ABSENT);
+		idem_end(&call);
+	}
+}
+
+/* wait must not be NULL (argument argno) */
+bool
+idem_arg_wait(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("wait must not be null"),
+				 errdetail("wait => true waits for another transaction's uncommitted claim of the key (bounded by lock_timeout and statement_timeout); wait => false answers in_progress at once."),
+				 errhint("Pass true or false, or leave wait out (true).")));
+	return PG_GETARG_BOOL(argno);
+}
+
 static Datum
 claim_operation_common(FunctionCallInfo fcinfo, int version)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ClaimArgs	a;
-	IdemCall	call;
 	Verdict		v;
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
-	ProbeResult probe;
-	int			guc_level = -1;
+	int			guc_level;
 
 	a.job_type = idem_arg_job_type(fcinfo, 0);
 	a.key = idem_arg_key(fcinfo, 1);
@@ -341,40 +383,16 @@ claim_operation_common(FunctionCallInfo fcinfo, int version)
 	if (version >= 3)
 	{
 		a.delivery = idem_arg_delivery(fcinfo, 4);
-		if (PG_ARGISNULL(5))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("wait must not be null"),
-					 errdetail("wait => true waits for another transaction's uncommitted claim of the key (bounded by lock_timeout and statement_timeout); wait => false answers in_progress at once."),
-					 errhint("Pass true or false, or leave wait out (true).")));
-		a.wait = PG_GETARG_BOOL(5);
+		a.wait = idem_arg_wait(fcinfo, 5);
 	}
 
 	InitMaterializedSRF(fcinfo, 0);
 
 	PreventCommandDuringRecovery("claim_operation()");
 	PreventCommandIfReadOnly("claim_operation()");
-	if (!a.wait && (LockTimeout == 0 || LockTimeout > 1))
-	{
-		guc_level = NewGUCNestLevel();
-		(void) set_config_option("lock_timeout", "1", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
-
-	/* a duplicate of a completed key is answered by the probe alone */
-	set_verdict(&v, "completed", 0);
-	probe = idem_probe(version >= 2, a.job_type, a.key, a.fingerprint,
-					   &v.attempt, &v.result, &v.result_isnull);
-	if (probe != PROBE_COMPLETED)
-	{
-		idem_begin_worker(&call, "claim_operation()", version >= 2);
-		call.deliveries = version >= 3;
-		claim(&call, &v, &a, probe == PROBE_ABSENT);
-		idem_end(&call);
-	}
-
-	if (guc_level >= 0)
-		AtEOXact_GUC(true, guc_level);
+	guc_level = idem_nowait_begin(a.wait);
+	idem_claim_one(&a, version, &v);
+	idem_nowait_end(guc_level);
 
 	values[0] = CStringGetTextDatum(v.verdict);
 	values[1] = Int32GetDatum(v.attempt);

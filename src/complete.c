@@ -15,6 +15,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 
 #include "idempotency.h"
 
@@ -53,36 +54,65 @@ wrong_state_hint(OperationStatus status, const char **detail_extra)
 }
 
 /*
- * The fenced update of `action` matched nothing: read the record and raise
- * the error that says why. Returns true when the call is a harmless repeat
- * (the record is already `done` under this attempt; done < 0: never), false
- * when the record is in one of the `allowed` states again (it changed under
- * us: the caller tries once more).
+ * Raise a refusal that report_refusal() filled in: the single calls' error.
+ */
+static void
+raise_refusal(const IdemRefusal *r)
+{
+	ereport(ERROR,
+			(errcode(r->sqlstate),
+			 errmsg("%s", r->message),
+			 errdetail("%s", r->detail),
+			 errhint("%s", r->hint)));
+}
+
+/*
+ * The fenced update of `action` matched nothing: read the record and say
+ * why. Returns REFUSAL_REPEAT when the call is a harmless repeat (the
+ * record is already `done` under this attempt; done < 0: never),
+ * REFUSAL_RETRY when the record is in one of the `allowed` states again (it
+ * changed under us: the caller tries once more), and REFUSAL_REFUSED with
+ * *r filled in when the record refuses the call: the attempt was
+ * superseded (ID003), the record is in the wrong state (ID005) or has gone
+ * (ID004). The caller raises that (the single calls) or reports it on the
+ * key's row (the batch calls).
  *
  * An attempt below the record's is superseded (ID003): a later claim gave
  * the operation a new attempt, after a takeover or after a release. An
- * attempt above it was never issued for this record (22023): a bug in the
- * caller, or an attempt of a record that was purged and claimed anew.
+ * attempt above it was never issued for this record (22023, raised here: a
+ * bug in the caller, or an attempt of a record that was purged and claimed
+ * anew). So are an unknown job type (ID001) and a caller who may not work
+ * it (42501).
  */
-static bool
+static RefusalKind
 explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
-				const char *action, int allowed, int done)
+				const char *action, int allowed, int done, IdemRefusal *r)
 {
 	OperationState state;
 	const char *detail_extra;
 	const char *hint;
 
 	idem_worker_lookup(call, job_type, key, &state);
-	idem_require_record(&state, job_type, key);
+	if (!state.found)
+	{
+		r->sqlstate = ERRCODE_IDEMPOTENCY_OPERATION_NOT_FOUND;
+		r->message = psprintf("operation \"%s\" of job type \"%s\" has no record",
+							  idem_text(key), idem_text(job_type));
+		r->detail = "It was never claimed, or its record was purged after its job type's retention.";
+		r->hint = "Call idempotency.claim_operation() first and use the attempt it returns.";
+		return REFUSAL_REFUSED;
+	}
 
 	if (attempt < state.attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED),
-				 errmsg("attempt %d of operation \"%s\" of job type \"%s\" was superseded",
-						attempt, idem_text(key), idem_text(job_type)),
-				 errdetail("A later claim started attempt %d, and the record is %s now: the operation was taken over after a lease ran out, or claimed again after it was released by its worker or by a person's 'retry' resolution.",
-						   state.attempt, idem_status_name(state.status)),
-				 errhint("Another worker owns this operation now: stop, and record nothing for this attempt.")));
+	{
+		r->sqlstate = ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED;
+		r->message = psprintf("attempt %d of operation \"%s\" of job type \"%s\" was superseded",
+							  attempt, idem_text(key), idem_text(job_type));
+		r->detail = psprintf("A later claim started attempt %d, and the record is %s now: the operation was taken over after a lease ran out, or claimed again after it was released by its worker or by a person's 'retry' resolution.",
+							 state.attempt, idem_status_name(state.status));
+		r->hint = "Another worker owns this operation now: stop, and record nothing for this attempt.";
+		return REFUSAL_REFUSED;
+	}
 	if (attempt > state.attempt)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -93,37 +123,36 @@ explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
 				 errhint("Pass the attempt that claim_operation() returned for this job type and operation key.")));
 
 	if ((int) state.status == done)
-		return true;
+		return REFUSAL_REPEAT;
 	if (allowed & STATUS_BIT(state.status))
-		return false;
+		return REFUSAL_RETRY;
 
 	hint = wrong_state_hint(state.status, &detail_extra);
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEMPOTENCY_WRONG_STATE),
-			 errmsg("cannot %s operation \"%s\" of job type \"%s\": it is %s",
-					action, idem_text(key), idem_text(job_type),
-					idem_status_name(state.status)),
-			 errdetail("Only a %s operation can be given this call.%s",
-					   allowed == CLAIMED_OR_SKIPPED ? "claimed or skipped" : "claimed",
-					   detail_extra),
-			 errhint("%s", hint)));
-	pg_unreachable();
+	r->sqlstate = ERRCODE_IDEMPOTENCY_WRONG_STATE;
+	r->message = psprintf("cannot %s operation \"%s\" of job type \"%s\": it is %s",
+						  action, idem_text(key), idem_text(job_type),
+						  idem_status_name(state.status));
+	r->detail = psprintf("Only a %s operation can be given this call.%s",
+						 allowed == CLAIMED_OR_SKIPPED ? "claimed or skipped" : "claimed",
+						 detail_extra);
+	r->hint = hint;
+	return REFUSAL_REFUSED;
 }
 
 /*
  * Run the fenced UPDATE `st` ($1 job type, $2 key, $3 attempt, $4 now,
  * $5 result), or its _ROLE variant `role_st` ($6 the caller) when the job
- * type's worker_role applies, until it updates the record, or until
- * explain_refusal() says that the call repeats one already done (returns
- * false) or raises the error that says why (42501 first, if the caller may
- * not work the job type). On true, SPI_tuptable holds the RETURNING row, if
- * any.
+ * type's worker_role applies, until it updates the record (returns
+ * REFUSAL_NONE; SPI_tuptable holds the RETURNING row, if any), or until
+ * explain_refusal() says that the call repeats one already done
+ * (REFUSAL_REPEAT) or that the record refuses it (REFUSAL_REFUSED, *r
+ * filled in).
  */
-static bool
+static RefusalKind
 fenced_update(const IdemCall *call, Statement st, Statement role_st,
 			  const char *action, text *job_type, text *key,
 			  int32 attempt, Datum result, bool result_isnull,
-			  int allowed, int done)
+			  int allowed, int done, IdemRefusal *r)
 {
 	int			tries;
 
@@ -133,6 +162,7 @@ fenced_update(const IdemCall *call, Statement st, Statement role_st,
 	{
 		Datum		values[6];
 		char		nulls[6] = "     ";
+		RefusalKind kind;
 
 		values[0] = PointerGetDatum(job_type);
 		values[1] = PointerGetDatum(key);
@@ -143,11 +173,70 @@ fenced_update(const IdemCall *call, Statement st, Statement role_st,
 		values[5] = ObjectIdGetDatum(call->caller);
 
 		if (idem_execute(st, values, nulls, 0) == 1)
-			return true;
-		if (explain_refusal(call, job_type, key, attempt, action, allowed, done))
-			return false;
+			return REFUSAL_NONE;
+		kind = explain_refusal(call, job_type, key, attempt, action, allowed, done, r);
+		if (kind != REFUSAL_RETRY)
+			return kind;
 	}
 	idem_too_many_tries(action, job_type, key);
+}
+
+/*
+ * Move a refusal out of the SPI connection's memory, which idem_end()
+ * frees, into `cxt`.
+ */
+static void
+keep_refusal(IdemRefusal *r, MemoryContext cxt)
+{
+	r->message = MemoryContextStrdup(cxt, r->message);
+	r->detail = MemoryContextStrdup(cxt, r->detail);
+	r->hint = MemoryContextStrdup(cxt, r->hint);
+}
+
+/*
+ * Complete one key (the single call and each key of a batch): the fast
+ * path, else the fenced update. False with *r filled in when the record
+ * refuses (see explain_refusal()).
+ */
+bool
+idem_complete_one(bool worker_roles, text *job_type, text *key, int32 attempt,
+				  Datum result, bool result_isnull, IdemRefusal *r)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	IdemCall	call;
+	RefusalKind kind;
+
+	/* the common case, below SPI; anything else the SPI way */
+	if (idem_fast_complete(worker_roles, job_type, key, attempt, result, result_isnull))
+		return true;
+
+	idem_begin_worker(&call, "complete_operation()", worker_roles);
+	kind = fenced_update(&call, ST_COMPLETE, ST_COMPLETE_ROLE, "complete",
+						 job_type, key, attempt, result, result_isnull,
+						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED, r);
+	if (kind == REFUSAL_REFUSED)
+		keep_refusal(r, cxt);
+	idem_end(&call);
+	return kind != REFUSAL_REFUSED;
+}
+
+/* Release one key; false with *r filled in when the record refuses */
+bool
+idem_release_one(bool worker_roles, text *job_type, text *key, int32 attempt,
+				 IdemRefusal *r)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	IdemCall	call;
+	RefusalKind kind;
+
+	idem_begin_worker(&call, "release_operation()", worker_roles);
+	kind = fenced_update(&call, ST_RELEASE, ST_RELEASE_ROLE, "release",
+						 job_type, key, attempt, (Datum) 0, true,
+						 CLAIMED_OR_SKIPPED, OPERATION_RELEASED, r);
+	if (kind == REFUSAL_REFUSED)
+		keep_refusal(r, cxt);
+	idem_end(&call);
+	return kind != REFUSAL_REFUSED;
 }
 
 /*
@@ -166,19 +255,12 @@ complete_common(FunctionCallInfo fcinfo, bool worker_roles)
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	bool		result_isnull = PG_ARGISNULL(3);
 	Datum		result = result_isnull ? (Datum) 0 : PG_GETARG_DATUM(3);
-	IdemCall	call;
+	IdemRefusal r;
 
-	/* the common case, below SPI; anything else the SPI way */
 	PreventCommandDuringRecovery("complete_operation()");
 	PreventCommandIfReadOnly("complete_operation()");
-	if (idem_fast_complete(worker_roles, job_type, key, attempt, result, result_isnull))
-		PG_RETURN_VOID();
-
-	idem_begin_worker(&call, "complete_operation()", worker_roles);
-	(void) fenced_update(&call, ST_COMPLETE, ST_COMPLETE_ROLE, "complete",
-						 job_type, key, attempt, result, result_isnull,
-						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED);
-	idem_end(&call);
+	if (!idem_complete_one(worker_roles, job_type, key, attempt, result, result_isnull, &r))
+		raise_refusal(&r);
 
 	PG_RETURN_VOID();
 }
@@ -196,13 +278,12 @@ release_common(FunctionCallInfo fcinfo, bool worker_roles)
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
-	IdemCall	call;
+	IdemRefusal r;
 
-	idem_begin_worker(&call, "release_operation()", worker_roles);
-	(void) fenced_update(&call, ST_RELEASE, ST_RELEASE_ROLE, "release",
-						 job_type, key, attempt, (Datum) 0, true,
-						 CLAIMED_OR_SKIPPED, OPERATION_RELEASED);
-	idem_end(&call);
+	PreventCommandDuringRecovery("release_operation()");
+	PreventCommandIfReadOnly("release_operation()");
+	if (!idem_release_one(worker_roles, job_type, key, attempt, &r))
+		raise_refusal(&r);
 
 	PG_RETURN_VOID();
 }
@@ -222,14 +303,16 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
+	IdemRefusal r;
 	bool		isnull;
 	TimestampTz expires_at;
 
 	idem_begin_worker(&call, "extend_lease()", worker_roles);
-	/* there is no repeat of an extension: it either updates or raises */
-	(void) fenced_update(&call, ST_EXTEND, ST_EXTEND_ROLE, "extend the lease of",
-						 job_type, key, attempt, (Datum) 0, true,
-						 STATUS_BIT(OPERATION_CLAIMED), -1);
+	/* there is no repeat of an extension: it either updates or is refused */
+	if (fenced_update(&call, ST_EXTEND, ST_EXTEND_ROLE, "extend the lease of",
+					  job_type, key, attempt, (Datum) 0, true,
+					  STATUS_BIT(OPERATION_CLAIMED), -1, &r) != REFUSAL_NONE)
+		raise_refusal(&r);
 	expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc,
 												   1, &isnull));

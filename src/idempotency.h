@@ -27,6 +27,8 @@
 #define IDEMPOTENCY_MAX_JOB_TYPE_BYTES	128
 #define IDEMPOTENCY_MAX_KEY_BYTES		1024
 #define IDEMPOTENCY_MAX_DELIVERY_BYTES	1024
+/* The most keys one batch call takes */
+#define IDEMPOTENCY_MAX_BATCH			1000
 
 /*
  * How often one call re-reads a record that another session changed under
@@ -125,6 +127,53 @@ typedef struct IdemCall
 	bool		worker_roles;
 	bool		deliveries;		/* 0.3: operations has a delivery column */
 } IdemCall;
+
+/* claim.c: what one claim asks for, and its answer */
+typedef struct ClaimArgs
+{
+	text	   *job_type;
+	text	   *key;
+	text	   *fingerprint;	/* NULL: none */
+	text	   *worker;			/* NULL: none */
+	text	   *delivery;		/* NULL: none (and always before 0.3) */
+	bool		wait;			/* false: in_progress instead of waiting */
+} ClaimArgs;
+
+typedef struct Verdict
+{
+	const char *verdict;
+	int32		attempt;
+	Datum		result;
+	bool		result_isnull;
+} Verdict;
+
+extern void idem_claim_one(const ClaimArgs *a, int version, Verdict *v);
+extern int	idem_nowait_begin(bool wait);
+extern void idem_nowait_end(int level);
+extern bool idem_arg_wait(FunctionCallInfo fcinfo, int argno);
+
+/* complete.c: why a record refused a completion or a release */
+typedef enum RefusalKind
+{
+	REFUSAL_NONE,				/* not refused: done now */
+	REFUSAL_REPEAT,				/* done before, by this attempt: a no-op */
+	REFUSAL_RETRY,				/* the record changed: read it again */
+	REFUSAL_REFUSED				/* ID003, ID004 or ID005, see IdemRefusal */
+} RefusalKind;
+
+typedef struct IdemRefusal
+{
+	int			sqlstate;
+	const char *message;
+	const char *detail;
+	const char *hint;
+} IdemRefusal;
+
+extern bool idem_complete_one(bool worker_roles, text *job_type, text *key,
+							  int32 attempt, Datum result, bool result_isnull,
+							  IdemRefusal *r);
+extern bool idem_release_one(bool worker_roles, text *job_type, text *key,
+							 int32 attempt, IdemRefusal *r);
 
 /* probe.c: the hot paths below SPI */
 typedef enum ProbeResult
