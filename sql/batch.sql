@@ -150,9 +150,14 @@ UPDATE idempotency.job_types SET worker_role = 'pg_monitor' WHERE job_type = 'se
 SET ROLE regress_idem_batch_other;
 SELECT * FROM idempotency.claim_operations('send', ARRAY['K1']);
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.claim_operations('send', ARRAY['NEW-1', 'NEW-2']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.claim_operations('send', ARRAY['NEW-1', 'K1']);
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idempotency.complete_operations('send', ARRAY['K3'], ARRAY[1]);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+SELECT count(*) AS recorded FROM idempotency.operations WHERE operation_key LIKE 'NEW-%';
 UPDATE idempotency.job_types SET worker_role = NULL WHERE job_type = 'send';
 
 -- the transactional mode: claims, effects and completions commit together

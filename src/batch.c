@@ -4,10 +4,12 @@
  *	  claim_operations(), complete_operations() and release_operations():
  *	  many keys of one job type in one call, so in one commit.
  *
- * Each key gets exactly what the single call would give it: the keys go
- * through the very code of claim_operation(), complete_operation() and
- * release_operation(), one after the other, in one transaction. What a
- * batch adds:
+ * Each key gets exactly what the single call would give it: each is
+ * probed like a single claim, a run of keys without a record is inserted by
+ * one INSERT (the single claim's INSERT, over arrays: see
+ * idem_claim_batch()), and every other key goes through the very code of
+ * claim_operation(), complete_operation() and release_operation(), one
+ * after the other, in one transaction. What a batch adds:
  *
  * Order. The keys are taken in one deterministic order (by their bytes),
  * whatever order the caller gives them in, and answered in the caller's
@@ -215,6 +217,9 @@ claim_operations(PG_FUNCTION_ARGS)
 	bool		wait = idem_arg_wait(fcinfo, 5);
 	BatchKey   *order;
 	Verdict    *verdicts;
+	ClaimArgs  *args;
+	bool	   *repeat;
+	Verdict   **out;
 	int			guc_level;
 	int			i;
 
@@ -239,22 +244,26 @@ claim_operations(PG_FUNCTION_ARGS)
 	PreventCommandDuringRecovery("claim_operations()");
 	PreventCommandIfReadOnly("claim_operations()");
 	guc_level = idem_nowait_begin(wait);
+	args = palloc(sizeof(ClaimArgs) * keys.n);
+	repeat = palloc(sizeof(bool) * keys.n);
+	out = palloc(sizeof(Verdict *) * keys.n);
 	for (i = 0; i < keys.n; i++)
 	{
 		int			k = order[i].index;
-		ClaimArgs	a;
+		ClaimArgs  *a = &args[i];
 
-		CHECK_FOR_INTERRUPTS();
-		a.job_type = job_type;
-		a.key = order[i].key;
-		a.fingerprint = have_fingerprints ? text_element(&fingerprints, k, 0, false) : NULL;
-		a.worker = worker;
 		/* a repeat of a key in this batch is another delivery of it */
-		a.delivery = (have_deliveries && !(i > 0 && same_key(&order[i - 1], &order[i]))) ?
+		repeat[i] = i > 0 && same_key(&order[i - 1], &order[i]);
+		a->job_type = job_type;
+		a->key = order[i].key;
+		a->fingerprint = have_fingerprints ? text_element(&fingerprints, k, 0, false) : NULL;
+		a->worker = worker;
+		a->delivery = (have_deliveries && !repeat[i]) ?
 			text_element(&deliveries, k, 0, false) : NULL;
-		a.wait = wait;
-		idem_claim_one(&a, 3, &verdicts[k]);
+		a->wait = wait;
+		out[i] = &verdicts[k];
 	}
+	idem_claim_batch(keys.n, args, repeat, out);
 	idem_nowait_end(guc_level);
 
 	for (i = 0; i < keys.n; i++)

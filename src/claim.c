@@ -11,11 +11,13 @@
 
 #include "commands/async.h"
 #include "executor/spi.h"
+#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/tuplestore.h"
@@ -97,11 +99,11 @@ take_over(const IdemCall *call, const ClaimArgs *a, const OperationState *state,
  * once, where the write would wait for that transaction to end.
  */
 static bool
-busy(const ClaimArgs *a, Verdict *v)
+busy(const ClaimArgs *a, Verdict *v, bool late)
 {
 	int32		attempt = 1;
 
-	if (a->wait || !idem_key_busy(a->job_type, a->key, &attempt))
+	if ((a->wait && !late) || !idem_key_busy(a->job_type, a->key, &attempt))
 		return false;
 	set_verdict(v, "in_progress", attempt);
 	return true;
@@ -112,7 +114,7 @@ busy(const ClaimArgs *a, Verdict *v)
  * "Verdicts" table. Runs inside an SPI connection.
  */
 static void
-claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent)
+claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool late)
 {
 	text	   *job_type = a->job_type;
 	text	   *key = a->key;
@@ -143,7 +145,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent)
 			Datum		values[7];
 			char		nulls[7];
 
-			if (busy(a, v))
+			if (busy(a, v, late))
 				return;
 			memset(nulls, ' ', sizeof(nulls));
 			values[0] = PointerGetDatum(job_type);
@@ -201,7 +203,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent)
 				return;
 
 			case OPERATION_RELEASED:
-				if (busy(a, v))
+				if (busy(a, v, late))
 					return;
 				if (take_over(call, a, &state, now, false))
 				{
@@ -245,7 +247,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent)
 				{
 					Datum		values[5];
 
-					if (busy(a, v))
+					if (busy(a, v, late))
 						return;
 
 					values[0] = PointerGetDatum(job_type);
@@ -265,7 +267,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent)
 			case STALE_LOOKUP:
 				if (state.max_attempts == 0 || state.attempt < state.max_attempts)
 				{
-					if (busy(a, v))
+					if (busy(a, v, late))
 						return;
 					if (take_over(call, a, &state, now, state.policy == STALE_LOOKUP))
 					{
@@ -340,15 +342,170 @@ idem_claim_one(const ClaimArgs *a, int version, Verdict *v)
 
 	/* a duplicate of a completed key is answered by the probe alone */
 	set_verdict(v, "completed", 0);
-	probe = idem_probe(version >= 2, a->job_type, a->key, a->fingerprint,
+	probe = idem_probe(GetUserId(), version >= 2, a->job_type, a->key, a->fingerprint,
 					   &v->attempt, &v->result, &v->result_isnull);
 	if (probe != PROBE_COMPLETED)
 	{
 		idem_begin_worker(&call, "claim_operation()", version >= 2);
 		call.deliveries = version >= 3;
-		claim(&call, v, a, probe == PROBE_ABSENT);
+		claim(&call, v, a, probe == PROBE_ABSENT, false);
 		idem_end(&call);
 	}
+}
+
+/*
+ * Insert the pending keys of a batch (positions into a[] and v[], in the
+ * batch's order), whose probes saw no record, with one INSERT. The keys it
+ * inserted get run, attempt 1. A key it did not insert was claimed by
+ * another transaction that committed after its probe; it goes the single
+ * call's way, after keys later in the order were inserted, so any write it
+ * then needs (a takeover, a skip) must not wait for a lock: a transaction
+ * that changes that record might wait for one of those later keys. So the
+ * dirty check of wait => false applies to it whatever `wait` says: such a
+ * record is in_progress.
+ */
+static void
+flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
+			  int *pending, int *npending)
+{
+	int			n = 0;
+	int			i;
+	int			next;
+	Datum	   *keys;
+	Datum	   *fps;
+	bool	   *fp_nulls;
+	Datum	   *digests;
+	bool	   *digest_nulls;
+	Datum		values[7];
+	char		nulls[7];
+	int			dims[1];
+	int			lbs[1] = {1};
+	uint64		inserted;
+
+	if (*npending == 0)
+		return;
+
+	/* wait => false: a key another transaction is inserting is in_progress */
+	for (i = 0; i < *npending; i++)
+	{
+		int			p = pending[i];
+
+		if (!busy(&a[p], v[p], false))
+			pending[n++] = p;
+	}
+	*npending = 0;
+	if (n == 0)
+		return;
+
+	keys = palloc(sizeof(Datum) * n);
+	fps = palloc(sizeof(Datum) * n);
+	fp_nulls = palloc(sizeof(bool) * n);
+	digests = palloc(sizeof(Datum) * n);
+	digest_nulls = palloc(sizeof(bool) * n);
+	for (i = 0; i < n; i++)
+	{
+		const ClaimArgs *k = &a[pending[i]];
+
+		keys[i] = PointerGetDatum(k->key);
+		fp_nulls[i] = k->fingerprint == NULL;
+		fps[i] = fp_nulls[i] ? (Datum) 0 : PointerGetDatum(k->fingerprint);
+		digest_nulls[i] = k->delivery == NULL;
+		digests[i] = digest_nulls[i] ? (Datum) 0 :
+			Int64GetDatum(idem_delivery_digest(k->delivery, false));
+	}
+	dims[0] = n;
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = PointerGetDatum(a[pending[0]].job_type);
+	values[1] = PointerGetDatum(construct_md_array(keys, NULL, 1, dims, lbs,
+												   TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[3] = PointerGetDatum(a[pending[0]].worker);
+	if (a[pending[0]].worker == NULL)
+		nulls[3] = 'n';
+	values[4] = PointerGetDatum(construct_md_array(fps, fp_nulls, 1, dims, lbs,
+												   TEXTOID, -1, false, TYPALIGN_INT));
+	values[5] = ObjectIdGetDatum(call->caller);
+	values[6] = PointerGetDatum(construct_md_array(digests, digest_nulls, 1, dims, lbs,
+												   INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+
+	/* waits, key by key in this order, for uncommitted claims of the keys */
+	inserted = idem_execute(ST_INSERT_BATCH, values, nulls, 0);
+
+	/* RETURNING lists the inserted keys in the order they were inserted */
+	next = 0;
+	for (i = 0; i < n; i++)
+	{
+		int			p = pending[i];
+
+		if ((uint64) next < inserted)
+		{
+			bool		isnull;
+			text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[next],
+														 SPI_tuptable->tupdesc, 1, &isnull));
+
+			if (idem_same_text(k, a[p].key))
+			{
+				set_verdict(v[p], "run", 1);
+				next++;
+				continue;
+			}
+		}
+		pending[(*npending)++] = p;
+	}
+	if ((uint64) next != inserted)
+		elog(ERROR, "claim_operations(): the INSERT returned keys out of order");
+
+	/* not inserted: claimed meanwhile by a transaction that committed */
+	n = *npending;
+	*npending = 0;
+	for (i = 0; i < n; i++)
+		claim(call, v[pending[i]], &a[pending[i]], false, true);
+}
+
+/*
+ * claim_operations(): the verdicts of n keys, a[] in the batch's order (by
+ * the keys' bytes, see batch.c), into *v[i]. Each key is probed; a run of
+ * keys without a record is inserted with one INSERT (flush_inserts()), in
+ * order, before any later key is touched; every other key goes the single
+ * call's way. repeat[i]: a[i] repeats the key before it, and must see what
+ * that one did. One SPI connection for the whole batch.
+ */
+void
+idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	IdemCall	call;
+	int		   *pending = palloc(sizeof(int) * Max(n, 1));
+	int			npending = 0;
+	int			i;
+
+	idem_begin_worker(&call, "claim_operations()", true);
+	call.deliveries = true;
+	for (i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!repeat[i])
+		{
+			MemoryContext spi = MemoryContextSwitchTo(outer);
+			ProbeResult probe;
+
+			set_verdict(v[i], "completed", 0);
+			probe = idem_probe(call.caller, true, a[i].job_type, a[i].key, a[i].fingerprint,
+							   &v[i]->attempt, &v[i]->result, &v[i]->result_isnull);
+			MemoryContextSwitchTo(spi);
+			if (probe == PROBE_COMPLETED)
+				continue;
+			if (probe == PROBE_ABSENT)
+			{
+				pending[npending++] = i;
+				continue;
+			}
+		}
+		flush_inserts(&call, a, v, pending, &npending);
+		claim(&call, v[i], &a[i], false, false);
+	}
+	flush_inserts(&call, a, v, pending, &npending);
+	idem_end(&call);
 }
 
 /* wait must not be NULL (argument argno) */

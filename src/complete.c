@@ -207,7 +207,7 @@ idem_complete_one(bool worker_roles, text *job_type, text *key, int32 attempt,
 	RefusalKind kind;
 
 	/* the common case, below SPI; anything else the SPI way */
-	if (idem_fast_complete(worker_roles, job_type, key, attempt, result, result_isnull))
+	if (idem_fast_complete(GetUserId(), worker_roles, job_type, key, attempt, result, result_isnull))
 		return true;
 
 	idem_begin_worker(&call, "complete_operation()", worker_roles);

@@ -218,6 +218,25 @@ static const StatementDef statements[ST_COUNT] = {
 	[ST_INSERT_ROLE] = {INSERT_SQL(" AND " ROLE_MAY_WORK_JT), 6, INSERT_ARGS},
 	[ST_INSERT_DELIVERY] = {INSERT_DELIVERY_SQL, 7, INSERT_ARGS},
 	/*
+	 * claim_operations(): $2 the keys, $5 their fingerprints, $7 their
+	 * delivery digests (parallel arrays), inserted in the arrays' order;
+	 * returns the keys it inserted.
+	 */
+	[ST_INSERT_BATCH] = {
+		"INSERT INTO idempotency.operations AS o"
+		" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,"
+		" claimed_by, fingerprint, delivery)"
+		" SELECT jt.job_type, k.key, 'claimed', 1, $3, $3, $4, k.fp, k.delivery"
+		" FROM idempotency.job_types jt,"
+		" ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($5), pg_catalog.unnest($7))"
+		" WITH ORDINALITY AS k(key, fp, delivery, n)"
+		" WHERE jt.job_type" EQ "$1 AND " ROLE_MAY_WORK_JT
+		" ORDER BY k.n"
+		" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING"
+		" RETURNING o.operation_key::pg_catalog.text",
+		7, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, TEXTARRAYOID, OIDOID, INT8ARRAYOID}
+	},
+	/*
 	 * $3 attempt, $4 heartbeat, $5 status read; $6 now, $7 worker,
 	 * $8 fingerprint; since 0.3 $9 the delivery digest
 	 */

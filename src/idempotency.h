@@ -65,6 +65,7 @@ typedef enum Statement
 	ST_INSERT,
 	ST_INSERT_ROLE,
 	ST_INSERT_DELIVERY,
+	ST_INSERT_BATCH,
 	ST_TAKEOVER,
 	ST_TAKEOVER_DELIVERY,
 	ST_SKIP,
@@ -148,6 +149,7 @@ typedef struct Verdict
 } Verdict;
 
 extern void idem_claim_one(const ClaimArgs *a, int version, Verdict *v);
+extern void idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v);
 extern int	idem_nowait_begin(bool wait);
 extern void idem_nowait_end(int level);
 extern bool idem_arg_wait(FunctionCallInfo fcinfo, int argno);
@@ -183,11 +185,11 @@ typedef enum ProbeResult
 	PROBE_OTHER					/* anything else: the SPI path decides */
 } ProbeResult;
 
-extern ProbeResult idem_probe(bool worker_roles, text *job_type, text *key,
+extern ProbeResult idem_probe(Oid caller, bool worker_roles, text *job_type, text *key,
 							  text *fingerprint, int32 *attempt,
 							  Datum *result, bool *result_isnull);
 extern bool idem_key_busy(text *job_type, text *key, int32 *attempt);
-extern bool idem_fast_complete(bool worker_roles, text *job_type, text *key,
+extern bool idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key,
 							   int32 attempt, Datum result, bool result_isnull);
 
 /* idempotency.c */

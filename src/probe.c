@@ -279,13 +279,15 @@ end_lookup(Lookup *l)
 }
 
 /*
- * May the caller work this job type? True when the call does not check
- * worker roles, when the schema has no worker_role (0.1), when it is NULL,
- * and when the caller has the role's privileges. False also when the job
- * type is not there: the SPI path raises the error in every false case.
+ * May `caller` (the user who called the function, not the table owner
+ * whose rights an SPI connection runs with) work this job type? True when
+ * the call does not check worker roles, when the schema has no worker_role
+ * (0.1), when it is NULL, and when the caller has the role's privileges.
+ * False also when the job type is not there: the SPI path raises the error
+ * in every false case.
  */
 static bool
-may_work(bool worker_roles, text *job_type, Snapshot snapshot)
+may_work(Oid caller, bool worker_roles, text *job_type, Snapshot snapshot)
 {
 	Relation	rel;
 	Lookup		l;
@@ -309,7 +311,7 @@ may_work(bool worker_roles, text *job_type, Snapshot snapshot)
 		bool		isnull;
 		Datum		role = slot_getattr(l.slot, cache.att_worker_role, &isnull);
 
-		ok = idem_role_may_work(GetUserId(), isnull ? InvalidOid : DatumGetObjectId(role));
+		ok = idem_role_may_work(caller, isnull ? InvalidOid : DatumGetObjectId(role));
 	}
 	end_lookup(&l);
 	table_close(rel, NoLock);
@@ -396,7 +398,7 @@ end_record_lookup(Lookup *l, Snapshot snapshot, Relation rel)
  * does not know), for the SPI path to decide and explain.
  */
 ProbeResult
-idem_probe(bool worker_roles, text *job_type, text *key, text *fingerprint,
+idem_probe(Oid caller, bool worker_roles, text *job_type, text *key, text *fingerprint,
 		   int32 *attempt, Datum *result, bool *result_isnull)
 {
 	Relation	rel;
@@ -418,7 +420,7 @@ idem_probe(bool worker_roles, text *job_type, text *key, text *fingerprint,
 		r = PROBE_OTHER;
 		if (DatumGetObjectId(status) == cache.completed &&
 			(fingerprint == NULL || isnull || idem_same_text(fingerprint, DatumGetTextPP(fp))) &&
-			may_work(worker_roles, job_type, snapshot))
+			may_work(caller, worker_roles, job_type, snapshot))
 		{
 			Datum		res;
 
@@ -479,7 +481,7 @@ idem_key_busy(text *job_type, text *key, int32 *attempt)
  * SPI path must decide (see the top of this file).
  */
 bool
-idem_fast_complete(bool worker_roles, text *job_type, text *key, int32 attempt,
+idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key, int32 attempt,
 				   Datum result, bool result_isnull)
 {
 	Relation	rel;
@@ -500,7 +502,7 @@ idem_fast_complete(bool worker_roles, text *job_type, text *key, int32 attempt,
 
 		if (current == attempt &&
 			(status == cache.claimed || status == cache.skipped) &&
-			may_work(worker_roles, job_type, snapshot))
+			may_work(caller, worker_roles, job_type, snapshot))
 		{
 			TupleDesc	desc = RelationGetDescr(rel);
 			TupleTableSlot *newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
