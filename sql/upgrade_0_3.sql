@@ -58,8 +58,11 @@ SELECT oid, nspname, nspacl::text FROM pg_namespace WHERE nspname = 'idempotency
 
 -- an object of the user's that depends on the old function stops the
 -- update, which changes nothing
+-- (terse: PostgreSQL 18 adds the extension script's lines to the context)
 CREATE VIEW claim_view AS SELECT * FROM idempotency.claim_operation('send', 'V-1');
+\set VERBOSITY terse
 ALTER EXTENSION idempotency UPDATE;
+\set VERBOSITY default
 \echo :LAST_ERROR_SQLSTATE
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 SELECT pg_get_function_identity_arguments(oid) FROM pg_proc WHERE proname = 'claim_operation';
