@@ -3,7 +3,9 @@ connection strings for the server directly and through the proxy, and a
 small TAP-like reporter. Python 3 standard library only (psycopg is imported
 by the tests themselves)."""
 
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,23 @@ PGPROXY = os.path.join(HERE, 'pgproxy.py')
 # the bound of every wait in these tests: a connection attempt, a call, the
 # proxy's start. Generous: a loaded 2-core machine must never hit it.
 CONNECT_TIMEOUT = 10
+
+
+def _die_with_parent():
+    """In the proxy's child process: SIGTERM when the test process dies, so
+    that no proxy outlives a killed test (prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def exit_on_sigterm():
+    """SIGTERM and SIGHUP end a test like Ctrl-C: the with blocks clean up."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)
 
 
 def server():
@@ -47,7 +66,7 @@ class Proxy:
             [sys.executable, PGPROXY, 'serve', '--listen-port', '0',
              '--upstream-host', str(self.upstream[0]), '--upstream-port', str(self.upstream[1]),
              '--control', self.control],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
+            stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=_die_with_parent)
         line = self.proc.stdout.readline().strip()     # 'ready PORT', or '' if it died
         if not line.startswith('ready '):
             self.stop()

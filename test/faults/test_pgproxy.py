@@ -418,6 +418,7 @@ def t_tcp_upstream(proxy):
 
 
 def main():
+    faultlib.exit_on_sigterm()
     with direct() as c:
         c.execute('CREATE EXTENSION IF NOT EXISTS idempotency')
         c.execute('DELETE FROM idempotency.operations WHERE job_type = %s', (JT,))
