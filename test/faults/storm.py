@@ -268,7 +268,7 @@ def storm(proxy, args, workdir):
         while any(p.is_alive() for p, _ in procs) and time.monotonic() < deadline:
             time.sleep(0.25)
             tick += 1
-            if tick % 8 == 4 and resets < args.resets:
+            if tick % 8 == 2 and resets < args.resets:
                 answer = proxy.ctl('reset')
                 resets += 1
                 tap.note('reset at %.1f s: %s' % (time.monotonic() - t0, answer))
