@@ -180,14 +180,16 @@ def main(dirname):
       "`bench/sql/raw.sql`, `bench/pgbench/raw_*.sql`); **plpgsql** — this project's "
       "contract in PL/pgSQL (same tables, verdicts, fencing, configuration lookup, "
       "SQLSTATEs; `bench/sql/plpgsql.sql`), checked to give the same verdicts as the "
-      "extension before it is timed; **c** — the extension.")
+      "extension before it is timed; **c** — the extension. The batch calls of the "
+      "extension (`claim_operations()`, `complete_operations()`) are measured against its "
+      "single calls and durable Redis in a section of their own (Batches).")
     if "proto" in impls:
         w("**proto** is a prototype of the C code, `probe.patch` in this directory (it applies "
           "to the extension's tree; the benchmark installs it renamed to `idempotency_proto`, "
           "so the installed extension is not touched). What it changes and why: the analysis "
           "in `bench/README.md`.")
     w("")
-    w("Run it: `make bench` (about 13 minutes; `bench/run.sh --help` lists the settings). "
+    w("Run it: `make bench` (about 16 minutes; `bench/run.sh --help` lists the settings). "
       "It builds and installs the extension, starts a throwaway cluster, runs every "
       "phase and rewrites this file, `throughput.png` and the raw data "
       "(`results.tsv`, `kv.tsv`, `machine.txt`). `make bench-smoke` runs every script "
@@ -314,7 +316,7 @@ def main(dirname):
     if "proto" in impls and dref:
         r = cells.paired("matrix", "dup", "proto", "pk", dref)
         tgt("*proto*: duplicate path vs plain PK SELECT (%d clients)" % dref, "%s×" % fmt(r, 2), "≥ 0.8×", None if math.isnan(r) else r >= 0.8)
-    w("## Targets (issue 5)")
+    w("## Targets of the single path (issue 5, measured again for issue 13)")
     w("")
     w("| target | measured | goal | |")
     w("|---|---|---|---|")
@@ -334,6 +336,8 @@ def main(dirname):
               "policies or audit." % (ref_c, fmt(redis_claim), fmt(redis_done), fmt(comp), fmt(c_run),
                                       fmt(ratio(c_run, comp), 2)))
             w("")
+
+    batch_section(cells, kv, machine, w)
 
     w("![throughput vs clients](throughput.png)")
     w("")
@@ -565,6 +569,220 @@ def main(dirname):
     with open(os.path.join(dirname, "README.md"), "w") as f:
         f.write("\n".join(out) + "\n")
     return 0
+
+
+# ------------------------------------------------------------------ batches
+def batch_section(cells, kv, machine, w):
+    """the batch phase: batch calls against the single calls and Redis"""
+    sizes = []
+    for k in cells.groups:
+        if k[0] == "batch" and k[2].startswith("b") and k[2][1:].isdigit():
+            sizes.append(int(k[2][1:]))
+    sizes = sorted(set(sizes))
+    cl = sorted({k[3] for k in cells.groups if k[0] == "batch"})
+    if not sizes or not cl:
+        return
+    c = cl[-1]
+    ncores = fnum(machine.get("cores", "2"))
+    has_redis = bool(cells.get("batch", "redis_claim", "redis", c))
+
+    def rep_vals(path, impl, field="tps"):
+        return {r["rep"]: fnum(r[field]) for r in cells.get("batch", path, impl, c)}
+
+    # the Redis pair per repetition: both writes through one fsync-bound
+    # server, 1 / (1/claim + 1/done) operations/s
+    pair = {}
+    if has_redis:
+        rc, rd = rep_vals("redis_claim", "redis"), rep_vals("redis_done", "redis")
+        pair = {k: 1.0 / (1.0 / rc[k] + 1.0 / rd[k]) for k in rc if k in rd and rc[k] and rd[k]}
+
+    def paired(path, a, b):
+        ra = rep_vals(path, a)
+        rb = pair if b == "pair" else rep_vals(path, b)
+        return med([ra[k] / rb[k] for k in ra if k in rb and rb[k]])
+
+    def cpu_of(path, impl, field):
+        """median over the repetitions of field seconds * 1e6 / ops"""
+        v = [fnum(r[field]) * 1e6 / fnum(r["ops"]) for r in cells.get("batch", path, impl, c)
+             if r.get(field) not in (None, "") and fnum(r["ops"]) > 0]
+        return med(v)
+
+    def redis_pair_cpu(field):
+        v = []
+        for rep, _ in pair.items():
+            s = 0.0
+            for p in ("redis_claim", "redis_done"):
+                rr = [r for r in cells.get("batch", p, "redis", c) if r["rep"] == rep]
+                if not rr or rr[0].get(field) in (None, ""):
+                    return float("nan")
+                s += fnum(rr[0][field]) * 1e6 / fnum(rr[0]["ops"])
+            v.append(s)
+        return med(v)
+
+    def stmt(path, impl, which):
+        return med([fnum(x) for x in kv.get(("batch", "stmt_ms.%s.%s.%s" % (path, impl, which)), [])])
+
+    def label(impl):
+        return "single calls" if impl == "c" else "batches of %s" % impl[1:]
+
+    w("## Batches (issue 13)")
+    w("")
+    w("`claim_operations()` and `complete_operations()` (extension 0.3) against the single calls, "
+      "at %d clients, in one database of this cluster with the same %s completed `DUP-` records; "
+      "%s repetitions, interleaved (the order of the cells rotates). **Batch run path**: claim N "
+      "new keys in one call, then complete those whose verdict is `run` in a second call, two "
+      "transactions per batch as a consumer that holds N messages does "
+      "(`bench/pgbench/batch_run.sql`). **Batch duplicate path**: claim N random keys of the "
+      "completed pool in one call (`batch_dup.sql`). The single calls: `fn_run.sql` and "
+      "`fn_dup.sql`, the matrix's scripts, run again here within the same repetitions. "
+      "Operations/s count keys (a batch of 10 is 10 operations); latency is per pgbench "
+      "transaction, i.e. per batch (claim + complete) against per operation (claim + complete) "
+      "for the single calls. The key arrays are built by the server (`ARRAY(SELECT … FROM "
+      "generate_series(1, N))`), which the CPU figures include. pgbench runs with `-r` in this "
+      "phase (the mean per call below). After the phase every run-path key is checked: "
+      "%s records completed, as many as operations counted, none left claimed." % (
+          c, fmt(fnum(kv1(kv, "batch", "dup_pool", "nan"))) if kv1(kv, "batch", "dup_pool") else "pool of",
+          machine.get("mode", "").split("reps=")[-1].split()[0] if "reps=" in machine.get("mode", "") else "?",
+          fmt(fnum(kv1(kv, "batch", "checked_ops", "nan")))))
+    w("")
+    if has_redis:
+        w("**Redis pair**: durable Redis (the redis phase's server setup: `appendonly yes`, "
+          "`appendfsync always`, redis-benchmark with %d clients) measured in the same repetitions: "
+          "a claim `SET claim:<random> w1 NX PX 600000` and a done `SET claim:<random> done` per "
+          "operation, each measured by redis-benchmark, combined as 1 / (1/claim + 1/done) "
+          "operations/s (both writes of a pair go through the one fsync-bound server); its latency "
+          "is the claim's plus the done's percentile (the last column: the claim's and the done's p50). "
+          "Duplicate: `SET NX` of an existing key." % c)
+        w("")
+
+    # targets
+    single_run = cells.med("batch", "run", "c", c, "tps")
+    single_dup = cells.med("batch", "dup", "c", c, "tps")
+    rows = []
+    for n in sizes:
+        b = "b%d" % n
+        r = paired("run", b, "c")
+        rows.append(("batch run path, %d keys per call, vs the single-call run path" % n,
+                     r, 5.0, cells.med("batch", "run", b, c, "tps"), single_run, "run", b))
+        if has_redis:
+            r = paired("run", b, "pair")
+            rows.append(("batch run path, %d keys per call, vs durable Redis claim+done pairs" % n,
+                         r, 2.0, cells.med("batch", "run", b, c, "tps"), med(list(pair.values())), "run", b))
+        r = paired("dup", b, "c")
+        rows.append(("batch duplicate path, %d keys per call, vs the single duplicate path" % n,
+                     r, 3.0, cells.med("batch", "dup", b, c, "tps"), single_dup, "dup", b))
+    w("| target (%d clients) | measured | goal | |" % c)
+    w("|---|---|---|---|")
+    for name, r, goal, a, bb, _, _ in rows:
+        ok = None if math.isnan(r) else r >= goal
+        miss = ""
+        if ok is False:
+            miss = "; short by %s %% (%s ops/s more needed)" % (fmt(100.0 * (1 - r / goal), 0), fmt(goal * bb - a))
+        w("| %s | %s× (%s vs %s ops/s%s) | ≥ %s× | %s |" % (name, fmt(r, 2), fmt(a), fmt(bb), miss,
+                                                       fmt(goal, 0), verdict(ok)))
+    w("")
+    w("A ratio is the median of the ratios within each repetition (the Redis pair of the same "
+      "repetition); the issue's targets are for batches of 10, those of 100 are shown against the "
+      "same goals.")
+    w("")
+
+    # the table
+    w("| path | cell | ops/s | × single | %sWAL B/op | xids/op | HOT | server CPU µs/op (backends + background) "
+      "| pgbench µs/op | machine busy µs/op | latency per call ms p50 / p99 | claim / complete ms (mean, -r) |" %
+      ("× Redis pair | " if has_redis else ""))
+    w("|---|---|---:|---:|%s---:|---:|---:|---:|---:|---:|---:|---:|" % ("---:|" if has_redis else ""))
+    for path in ("run", "dup"):
+        for impl in ["c"] + ["b%d" % n for n in sizes]:
+            if not cells.get("batch", path, impl, c):
+                continue
+            lo, hi = cells.spread("batch", path, impl, c)
+            xs = paired(path, impl, "c") if impl != "c" else 1.0
+            xr = paired(path, impl, "pair") if path == "run" and has_redis else float("nan")
+            be, bg = cpu_of(path, impl, "backend_cpu_s"), cpu_of(path, impl, "bg_cpu_s")
+            hot = cells.hot("batch", path, impl, c)
+            w("| %s | %s | %s <sub>(%s–%s)</sub> | %s | %s%s | %s | %s | %s (%s + %s) | %s | %s | %s / %s | %s / %s |" % (
+                path, label(impl), fmt(cells.med("batch", path, impl, c, "tps")), fmt(lo), fmt(hi),
+                fmt(xs, 2), (fmt(xr, 2) + " | ") if has_redis else "",
+                fmt(cells.per_op("batch", path, impl, c, "wal_bytes")),
+                fmt(cells.per_op("batch", path, impl, c, "xids"), 2),
+                ("%s %%" % fmt(hot, 1)) if not math.isnan(hot) else "–",
+                fmt(be + bg, 1), fmt(be, 1), fmt(bg, 1),
+                fmt(cpu_of(path, impl, "client_cpu_s"), 1), fmt(cpu_of(path, impl, "machine_cpu_s"), 1),
+                fmt(cells.med("batch", path, impl, c, "p50_ms"), 2), fmt(cells.med("batch", path, impl, c, "p99_ms"), 2),
+                fmt(stmt(path, impl, "claim"), 3), fmt(stmt(path, impl, "complete"), 3) if path == "run" else "–"))
+        if has_redis:
+            if path == "run" and pair:
+                lat = [cells.med("batch", p, "redis", c, f) for p in ("redis_claim", "redis_done") for f in ("p50_ms", "p99_ms")]
+                w("| run | Redis claim+done pair | %s <sub>(%s–%s)</sub> | %s | 1.00 | – | – | – | %s (redis-server) | %s (redis-benchmark) | %s | ≈ %s / %s | %s / %s |" % (
+                    fmt(med(list(pair.values()))), fmt(min(pair.values())), fmt(max(pair.values())),
+                    fmt(ratio(med(list(pair.values())), single_run), 2),
+                    fmt(redis_pair_cpu("backend_cpu_s"), 1), fmt(redis_pair_cpu("client_cpu_s"), 1),
+                    fmt(redis_pair_cpu("machine_cpu_s"), 1),
+                    fmt(lat[0] + lat[2], 2), fmt(lat[1] + lat[3], 2), fmt(lat[0], 2), fmt(lat[2], 2)))
+            if path == "dup" and cells.get("batch", "dup", "redis", c):
+                lo, hi = cells.spread("batch", "dup", "redis", c)
+                w("| dup | Redis `SET NX` of an existing key | %s <sub>(%s–%s)</sub> | %s | – | – | – | – | %s (redis-server) | %s (redis-benchmark) | %s | %s / %s | – |" % (
+                    fmt(cells.med("batch", "dup", "redis", c, "tps")), fmt(lo), fmt(hi),
+                    fmt(paired("dup", "redis", "c"), 2), fmt(cpu_of("dup", "redis", "backend_cpu_s"), 1),
+                    fmt(cpu_of("dup", "redis", "client_cpu_s"), 1), fmt(cpu_of("dup", "redis", "machine_cpu_s"), 1),
+                    fmt(cells.med("batch", "dup", "redis", c, "p50_ms"), 2), fmt(cells.med("batch", "dup", "redis", c, "p99_ms"), 2)))
+    w("")
+    w("How CPU is measured, per run, divided by the operations (median of the repetitions): "
+      "*backends*: user + system time of the sessions' server processes, from the postmaster's "
+      "`cutime` + `cstime` in `/proc/<postmaster>/stat` after the sessions ended (the kernel adds "
+      "a reaped child's time there); *background*: `utime` + `stime` of the postmaster and its "
+      "children alive before and after (WAL writer, checkpointer, background writer, …), from "
+      "`/proc/<pid>/stat`; *pgbench*: bash's `time` of the pgbench process (user + system, all "
+      "its threads); *machine busy*: the whole machine's busy time from `/proc/stat` (user, nice, "
+      "system, irq, softirq, steal, all %d CPUs) over the run: what is left after the three "
+      "above is the kernel's share for them (network, fsync) and other work on the machine. "
+      "The machine has %d cores, so at most %s µs of CPU per second." % (
+          ncores, ncores, fmt(ncores * 1e6)))
+    w("")
+
+    # why: the CPU per key bounds the throughput once the cores are busy
+    notes = []
+    for n in sizes:
+        b = "b%d" % n
+        s_srv = cpu_of("run", "c", "backend_cpu_s") + cpu_of("run", "c", "bg_cpu_s")
+        b_srv = cpu_of("run", b, "backend_cpu_s") + cpu_of("run", b, "bg_cpu_s")
+        s_all, b_all = cpu_of("run", "c", "machine_cpu_s"), cpu_of("run", b, "machine_cpu_s")
+        s_busy = med([fnum(r["machine_cpu_s"]) / fnum(r["secs"]) / ncores for r in cells.get("batch", "run", "c", c)
+                      if r.get("machine_cpu_s") not in (None, "") and fnum(r["secs"]) > 0])
+        b_busy = med([fnum(r["machine_cpu_s"]) / fnum(r["secs"]) / ncores for r in cells.get("batch", "run", b, c)
+                      if r.get("machine_cpu_s") not in (None, "") and fnum(r["secs"]) > 0])
+        notes.append((n, s_srv, b_srv, s_all, b_all, s_busy, b_busy))
+    if notes:
+        w("What bounds the batch run path: the cores. Per operation (run path):")
+        w("")
+        w("| | server CPU µs/op | machine busy µs/op | machine busy share during the runs | ceiling at %d cores (machine busy) |" % ncores)
+        w("|---|---:|---:|---:|---:|")
+        n0 = notes[0]
+        w("| single calls | %s | %s | %s %% | %s ops/s |" % (fmt(n0[1], 1), fmt(n0[3], 1), fmt(100 * n0[5], 0),
+                                                         fmt(ratio(ncores * 1e6, n0[3]))))
+        for n, s_srv, b_srv, s_all, b_all, s_busy, b_busy in notes:
+            w("| batches of %d | %s (%s× less) | %s (%s× less) | %s %% | %s ops/s |" % (
+                n, fmt(b_srv, 1), fmt(ratio(s_srv, b_srv), 1), fmt(b_all, 1), fmt(ratio(s_all, b_all), 1),
+                fmt(100 * b_busy, 0), fmt(ratio(ncores * 1e6, b_all))))
+        w("")
+        w("Once the machine is busy, operations/s is about (%d cores × 10⁶) / (busy µs per operation), "
+          "so the batch's gain over the single calls cannot exceed the ratio of the machine-busy "
+          "columns; the single path is also bounded by commit latency (two WAL flushes per operation), "
+          "which the batch shares among N keys." % ncores)
+        w("")
+    # latency per batch against a single operation's
+    s50, s99 = cells.med("batch", "run", "c", c, "p50_ms"), cells.med("batch", "run", "c", c, "p99_ms")
+    parts = []
+    for n in sizes:
+        b50, b99 = cells.med("batch", "run", "b%d" % n, c, "p50_ms"), cells.med("batch", "run", "b%d" % n, c, "p99_ms")
+        parts.append("a batch of %d takes %s ms at the median and %s ms at p99 (%s× and %s× a single "
+                     "operation's; %s ms per key at the median)" % (
+                         n, fmt(b50, 2), fmt(b99, 2), fmt(ratio(b50, s50), 1), fmt(ratio(b99, s99), 1),
+                         fmt(b50 / n, 3)))
+    if parts and not math.isnan(s50):
+        w("Latency (run path, claim + complete, %d clients): a single operation takes %s ms at the median "
+          "and %s ms at p99; %s." % (c, fmt(s50, 2), fmt(s99, 2), "; ".join(parts)))
+        w("")
 
 
 def plot(dirname, cells, impls):

@@ -16,6 +16,15 @@
 #             clients, tx, stale and mixed at $BENCH_SIDE_CLIENTS; $BENCH_REPS
 #             repetitions, interleaved (the order of the implementations
 #             rotates); plus "pk", a plain primary-key SELECT, on the dup path
+#   batch     c only, at $BENCH_BATCH_CLIENTS clients: the batch calls
+#             claim_operations()/complete_operations() with batches of
+#             $BENCH_BATCH_SIZES keys (bench/pgbench/batch_*.sql; run path:
+#             claim N, complete N, two transactions per batch; duplicate
+#             path: claim N completed keys) against the single calls
+#             (fn_run.sql, fn_dup.sql) and, if redis-server is installed,
+#             durable Redis's claim (SET NX PX) and done (SET) writes, all
+#             interleaved in $BENCH_REPS repetitions; operations/s count
+#             keys, latency is per pgbench transaction (a batch)
 #   scale     c only: run path with $BENCH_SCALE_BIG records present vs
 #             $BENCH_SCALE_SMALL (two databases, interleaved); stale_claims()
 #             on the big table with $BENCH_STALE_ROWS stale claims; the
@@ -49,7 +58,7 @@
 #                       the installed idempotency is not touched
 #   --phases LIST       comma-separated subset of the phases above
 #
-# Settings (environment; defaults for a full run, about 13 minutes on the
+# Settings (environment; defaults for a full run, about 16 minutes on the
 # 2-core machine of the report): BENCH_SECONDS=4 per pgbench run, BENCH_REPS=3,
 # BENCH_CLIENTS="1 4 16 32", BENCH_SIDE_CLIENTS=16, BENCH_DUP_POOL=100000,
 # BENCH_SIZE_OPS=40000, BENCH_SCALE_BIG=10000000, BENCH_SCALE_SMALL=10000,
@@ -58,7 +67,8 @@
 # BENCH_PURGE_RATE (default: a quarter of the c run path's 4-client median),
 # BENCH_REDIS=auto|no, BENCH_SHARED_BUFFERS=1GB; the paced purge that is
 # compared with purge_operations(), CALL idempotency.purge(pages, pause):
-# BENCH_PACED_PAGES=20 pages per transaction, BENCH_PACED_PAUSE_MS=20.
+# BENCH_PACED_PAGES=20 pages per transaction, BENCH_PACED_PAUSE_MS=20;
+# the batch phase: BENCH_BATCH_SIZES="10 100", BENCH_BATCH_CLIENTS=16.
 #
 # Without --existing-cluster: builds and installs the extension like
 # scripts/test (scripts/build.sh; the install is skipped when the installed
@@ -74,7 +84,7 @@ smoke=no
 existing=no
 out=""
 proto_src=""
-phases="verdicts,sizes,matrix,scale,redis,report"
+phases="verdicts,sizes,matrix,batch,scale,redis,report"
 
 die() { echo "bench: error: $*" >&2; exit 1; }
 log() { echo "bench: $*" >&2 || true; }
@@ -97,7 +107,7 @@ if [[ $smoke == yes ]]; then
     : "${BENCH_DUP_POOL:=1000}" "${BENCH_SIZE_OPS:=400}" "${BENCH_SCALE_BIG:=20000}"
     : "${BENCH_SCALE_SMALL:=1000}" "${BENCH_PURGE_ROWS:=5000}" "${BENCH_STALE_ROWS:=30}"
     : "${BENCH_PURGE_CLIENTS:=2}" "${BENCH_PURGE_RATE:=100}" "${BENCH_SHARED_BUFFERS:=128MB}"
-    : "${BENCH_PURGE_BATCH:=1000}"
+    : "${BENCH_PURGE_BATCH:=1000}" "${BENCH_BATCH_CLIENTS:=2}"
 fi
 : "${BENCH_SECONDS:=4}" "${BENCH_REPS:=3}" "${BENCH_CLIENTS:=1 4 16 32}" "${BENCH_SIDE_CLIENTS:=16}"
 : "${BENCH_DUP_POOL:=100000}" "${BENCH_SIZE_OPS:=40000}" "${BENCH_SCALE_BIG:=10000000}"
@@ -105,6 +115,7 @@ fi
 : "${BENCH_PURGE_CLIENTS:=4}" "${BENCH_PURGE_RATE:=}" "${BENCH_REDIS:=auto}"
 : "${BENCH_SHARED_BUFFERS:=1GB}" "${BENCH_PURGE_BATCH:=10000}" "${BENCH_TX:=}"
 : "${BENCH_PACED_PAGES:=20}" "${BENCH_PACED_PAUSE_MS:=20}" "${BENCH_PATHS:=run dup tx stale mixed}"
+: "${BENCH_BATCH_SIZES:=10 100}" "${BENCH_BATCH_CLIENTS:=16}"
 # which PostgreSQL: PG_CONFIG or PG_MAJOR, else the newest supported server installed
 # shellcheck source=scripts/versions.sh
 source "$root/scripts/versions.sh"
@@ -122,7 +133,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 mkdir -p "$out" "$work/scripts" "$work/logs"
 results=$work/results.tsv      # one line per pgbench run
 kv=$work/kv.tsv                # phase, name, value: everything else
-printf 'phase\tpath\timpl\tclients\trep\tops\tsecs\ttps\tlat_mean_ms\tp50_ms\tp95_ms\tp99_ms\twal_bytes\twal_fpi\twal_records\txids\tupd\thot_upd\tbackend_cpu_s\n' >"$results"
+printf 'phase\tpath\timpl\tclients\trep\tops\tsecs\ttps\tlat_mean_ms\tp50_ms\tp95_ms\tp99_ms\twal_bytes\twal_fpi\twal_records\txids\tupd\thot_upd\tbackend_cpu_s\tbg_cpu_s\tclient_cpu_s\tmachine_cpu_s\n' >"$results"
 printf 'phase\tname\tvalue\n' >"$kv"
 kvput() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$kv"; }
 
@@ -245,7 +256,7 @@ ops_table() {
     case $1 in
         raw) echo bench_raw.handled_operations ;;
         plpgsql) echo bench_plpgsql.operations ;;
-        c|pk|c@*) echo idempotency.operations ;;
+        c|pk|c@*|b[0-9]*) echo idempotency.operations ;;
         proto) echo idempotency_proto.operations ;;
     esac
 }
@@ -282,6 +293,10 @@ make_scripts() {
                 -e "s/@SIDE@/$(side_schema "$impl").side_effects/g" \
                 -e "s/@T@/$(ops_table "$impl")/g" "$src" >"$work/scripts/${impl}_$path.sql"
         done
+    done
+    # the batch calls: the extension only
+    for path in run dup; do
+        sed -e "s/@S@/$(fn_schema c)/g" "$here/pgbench/batch_$path.sql" >"$work/scripts/batch_$path.sql"
     done
 }
 
@@ -345,6 +360,28 @@ backend_cpu() {
         awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($14 + $15) / hz }' "/proc/$pid/stat"
     fi
 }
+# bg_ticks: "pid ticks" lines, utime + stime of the postmaster and of its
+# children alive now (the background processes: WAL writer, checkpointer,
+# background writer, ...); bg_cpu_delta BEFORE AFTER: the CPU seconds of the
+# processes in both lists (a backend that exited in between is in
+# backend_cpu's cutime instead)
+bg_ticks() {
+    local pm p
+    pm=$(postmaster_pid)
+    [[ -n $pm && -r /proc/$pm/stat ]] || return 0
+    for p in "$pm" $(ps -o pid= --ppid "$pm" 2>/dev/null); do
+        awk -v p="$p" '{ sub(/^.*\) /, ""); print p, $12 + $13 }' "/proc/$p/stat" 2>/dev/null || true
+    done
+}
+bg_cpu_delta() {
+    [[ -n $1 && -n $2 ]] || return 0
+    awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { t[$1] = $2; next }
+        ($1 in t) { d += $2 - t[$1] } END { printf "%.2f", d / hz }' <(echo "$1") <(echo "$2")
+}
+# machine_ticks: busy ticks of the whole machine (all CPUs: user, nice,
+# system, irq, softirq, steal), from /proc/stat
+machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+ticks_s() { awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz }'; }
 
 # wait until pgbench's backends are gone, so that their statistics are in
 wait_quiet() {
@@ -371,18 +408,29 @@ run_cell() {
     local id="$cell_no-$phase-$path-$impl-c$clients-r$rep"
     local dir=$work/logs/$id
     mkdir -p "$dir"
-    local table threads
+    local table threads script=$work/scripts/${impl%@*}_$path.sql mult=1
+    # bN: the batch scripts with N keys per call; an operation is a key
+    if [[ $impl =~ ^b([0-9]+)$ ]]; then
+        mult=${BASH_REMATCH[1]}
+        script=$work/scripts/batch_$path.sql
+        set -- "$@" -D bs="$mult"
+    fi
     table=$(ops_table "$impl")
     threads=$((clients < 2 ? 1 : 2))
     q "$db" -c CHECKPOINT
-    local b a cpu0 cpu1
+    local b a cpu0 cpu1 bg0 bg1 m0 m1 rc=0
     read -r -a b < <(snap "$db" "$table")
     sleep 0.1
     cpu0=$(backend_cpu)
-    if ! pgbench -n -M prepared -c "$clients" -j "$threads" "${len_args[@]}" \
+    bg0=$(bg_ticks)
+    m0=$(machine_ticks)
+    # bash's time: user + system CPU of pgbench (all its threads)
+    local TIMEFORMAT='%U %S'
+    { time pgbench -n -M prepared -c "$clients" -j "$threads" "${len_args[@]}" \
             -D n=0 -D base=$((cell_no * 100000000)) -D stride=1000000 -D cell="$cell_no" \
             -D dupn="$BENCH_DUP_POOL" -l --log-prefix="$dir/tx" "$@" \
-            -f "$work/scripts/${impl%@*}_$path.sql" "$db" >"$dir/out" 2>&1; then
+            -f "$script" "$db" >"$dir/out" 2>&1; } 2>"$dir/time" || rc=$?
+    if ((rc != 0)); then
         cat "$dir/out" >&2
         die "pgbench failed: $id"
     fi
@@ -390,32 +438,41 @@ run_cell() {
         cat "$dir/out" >&2
         die "pgbench: a client aborted: $id"
     fi
+    m1=$(machine_ticks)
     wait_quiet "$db"
     cpu1=$(backend_cpu)
+    bg1=$(bg_ticks)
     read -r -a a < <(snap "$db" "$table")
-    local ops tps secs lat cpu=""
+    local ops tps secs lat cpu="" bgcpu clcpu mcpu
     [[ -z $cpu0 || -z $cpu1 ]] || cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.2f", b - a }')
+    bgcpu=$(bg_cpu_delta "$bg0" "$bg1")
+    clcpu=$(awk '{ printf "%.2f", $1 + $2 }' "$dir/time")
+    mcpu=$(ticks_s "$m0" "$m1")
     ops=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$dir/out")
     tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$dir/out")
+    ops=$((ops * mult))
+    tps=$(awk -v t="$tps" -v m="$mult" 'BEGIN { printf "%.6f", t * m }')
     secs=$(awk -v o="$ops" -v t="$tps" 'BEGIN { printf "%.3f", (t > 0 ? o / t : 0) }')
     lat=$(/usr/bin/python3 "$here/lat.py" "$dir"/tx.*)
     local n mean p50 p95 p99 max
     read -r n mean p50 p95 p99 max <<<"$lat"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$phase" "$path" "$impl" "$clients" "$rep" "$ops" "$secs" "$tps" "$mean" "$p50" "$p95" "$p99" \
         $((a[0] - b[0])) $((a[2] - b[2])) $((a[3] - b[3])) $((a[1] - b[1])) \
-        $((a[4] - b[4])) $((a[5] - b[5])) "$cpu" >>"$results"
+        $((a[4] - b[4])) $((a[5] - b[5])) "$cpu" "$bgcpu" "$clcpu" "$mcpu" >>"$results"
     printf 'bench: %-44s %9.0f ops/s  p99 %7s ms  WAL %6s B/op  CPU %5s us/op\n' "$id" "$tps" "$p99" \
         "$(awk -v w=$((a[0] - b[0])) -v o="$ops" 'BEGIN { printf "%.0f", (o > 0 ? w / o : 0) }')" \
         "$(awk -v c="$cpu" -v o="$ops" 'BEGIN { if (c == "" || o == 0) print "?"; else printf "%.0f", c * 1e6 / o }')" >&2
     # which WAL records were written during a duplicate-path run of a C
     # implementation (the claims should write none; the background writer
     # logs RUNNING_XACTS every 15 s)
-    if [[ $path == dup && ( $impl == c || $impl == proto ) && $((a[0] - b[0])) -gt 0 && -n ${PGDATA:-} ]]; then
+    # (pg_waldump may stop with an error at the end of what is on disk: what
+    # it printed until then counts, its exit status does not)
+    if [[ $phase == matrix && $path == dup && ( $impl == c || $impl == proto ) && $((a[0] - b[0])) -gt 0 && -n ${PGDATA:-} ]]; then
         local recs
-        recs=$(cd / && cluster_as_owner_or_self "$PG_BINDIR/pg_waldump" -p "$PGDATA/pg_wal" \
+        recs=$( { cd / && cluster_as_owner_or_self "$PG_BINDIR/pg_waldump" -p "$PGDATA/pg_wal" \
                    -s "$(val "$db" "SELECT '0/0'::pg_lsn + ${b[0]}")" -e "$(val "$db" "SELECT '0/0'::pg_lsn + ${a[0]}")" \
-                   2>/dev/null | sed -n 's/^rmgr: \([A-Za-z0-9]*\) .*desc: \([A-Z_0-9]*\).*/\1\/\2/p' | sort | uniq -c |
+                   2>/dev/null || true; } | sed -n 's/^rmgr: \([A-Za-z0-9]*\) .*desc: \([A-Z_0-9]*\).*/\1\/\2/p' | sort | uniq -c |
                awk '{ printf "%s%s:%s", (NR > 1 ? " " : ""), $2, $1 }')
         kvput dupwal "$impl" "${recs:-unknown}"
     fi
@@ -452,7 +509,7 @@ rotate() {
         FROM pg_settings WHERE name IN ('shared_buffers', 'fsync', 'synchronous_commit', 'wal_level',
         'full_page_writes', 'autovacuum', 'max_wal_size', 'checkpoint_timeout', 'wal_compression', 'data_checksums')")"
     echo "load_before: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "mode: $([[ $smoke == yes ]] && echo smoke || echo full) seconds=$BENCH_SECONDS reps=$BENCH_REPS clients=$BENCH_CLIENTS side_clients=$BENCH_SIDE_CLIENTS"
+    echo "mode: $([[ $smoke == yes ]] && echo smoke || echo full) seconds=$BENCH_SECONDS reps=$BENCH_REPS clients=$BENCH_CLIENTS side_clients=$BENCH_SIDE_CLIENTS batch_sizes=$BENCH_BATCH_SIZES batch_clients=$BENCH_BATCH_CLIENTS"
     echo "impls: ${impls[*]}"
     echo "command: bench/run.sh $cmdline"
 } >"$work/machine.txt"
@@ -576,6 +633,144 @@ if want matrix; then
                           AND operation_key NOT LIKE 'STALE-%'")
         [[ $left == 0 ]] || die "matrix: $impl left $left records not completed"
     done
+fi
+
+# --------------------------------------------------------------------- redis
+# redis_ok: redis-server and redis-benchmark can be used (else why, on stderr)
+redis_ok() {
+    if [[ $BENCH_REDIS == no ]]; then
+        log "redis: skipped (BENCH_REDIS=no)"
+        return 1
+    elif ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+        [[ $smoke == yes ]] || die "redis-server/redis-benchmark not found: apt-get install redis-server redis-tools (or BENCH_REDIS=no)"
+        log "redis: skipped (redis-server or redis-benchmark not installed)"
+        return 1
+    fi
+}
+# redis_start: redis-server on 127.0.0.1 and a free port ($rport), durable:
+# appendonly yes, appendfsync always; a key dupkey for the duplicate case
+redis_start() {
+    [[ -z $redis_pid ]] || return 0
+    # a free port, as scripts/cluster.sh picks one (in a subshell: no traps)
+    rport=$(
+        CLUSTER_DIR=""
+        unset CLUSTER_PORT
+        # shellcheck source=scripts/cluster.sh
+        source "$root/scripts/cluster.sh"
+        cluster_pick_port
+    )
+    rdir=$work/redis
+    mkdir -p "$rdir"
+    redis-server --bind 127.0.0.1 --port "$rport" --dir "$rdir" --appendonly yes \
+        --appendfsync always --save '' --daemonize no --protected-mode yes \
+        --logfile "$rdir/redis.log" &
+    redis_pid=$!
+    local i
+    for i in $(seq 1 100); do
+        redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null || die "redis-server did not start ($rdir/redis.log)"
+    redis-cli -h 127.0.0.1 -p "$rport" SET dupkey done >/dev/null
+}
+redis_stop() {
+    [[ -n $redis_pid ]] || return 0
+    kvput redis aof_bytes "$(stat -c %s "$rdir"/appendonlydir/*.incr.aof 2>/dev/null | head -n 1)"
+    redis-cli -h 127.0.0.1 -p "$rport" shutdown nosave >/dev/null 2>&1 || true
+    local i
+    for i in $(seq 1 50); do kill -0 "$redis_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$redis_pid" 2>/dev/null && kill -TERM "$redis_pid"
+    wait "$redis_pid" 2>/dev/null || true
+    redis_pid=""
+}
+# redis_cell PHASE PATH OP CLIENTS REP: one redis-benchmark run of OP (claim:
+# SET NX PX of a new key; done: SET; dup: SET NX of an existing key), one
+# line of results.tsv (backend_cpu_s: redis-server's CPU; client_cpu_s:
+# redis-benchmark's)
+redis_cell() {
+    local phase=$1 path=$2 op=$3 clients=$4 rep=$5 n cmd line rps avg p50 p95 p99
+    if [[ $smoke == yes ]]; then n=200; else n=$((clients * 5000)); ((n <= 60000)) || n=60000; fi
+    case $op in
+        claim) cmd=(SET "claim:__rand_int__" w1 NX PX 600000) ;;
+        done) cmd=(SET "claim:__rand_int__" done) ;;
+        dup) cmd=(SET dupkey w1 NX PX 600000) ;;
+    esac
+    local r0 r1 m0 m1 TIMEFORMAT='%U %S' rc=0
+    r0=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$redis_pid/stat")
+    m0=$(machine_ticks)
+    { time redis-benchmark -h 127.0.0.1 -p "$rport" -c "$clients" -n "$n" \
+          -r 1000000000 --csv "${cmd[@]}" >"$work/redis.out" 2>&1; } 2>"$work/redis.time" || rc=$?
+    m1=$(machine_ticks)
+    r1=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$redis_pid/stat")
+    ((rc == 0)) || { cat "$work/redis.out" >&2; die "redis-benchmark failed ($op)"; }
+    line=$(tail -n 1 "$work/redis.out")
+    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    IFS=, read -r _ rps avg _ p50 p95 p99 _ <<<"$(echo "$line" | tr -d '"')"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t%s\t\t%s\t%s\n' \
+        "$phase" "$path" redis "$clients" "$rep" "$n" "" "$rps" "$avg" "$p50" "$p95" "$p99" \
+        "$(ticks_s "$r0" "$r1")" "$(awk '{ printf "%.2f", $1 + $2 }' "$work/redis.time")" \
+        "$(ticks_s "$m0" "$m1")" >>"$results"
+    log "redis $phase $op c$clients r$rep: $rps ops/s, p99 $p99 ms"
+}
+
+# --------------------------------------------------------------------- batch
+if want batch; then
+    log "phase batch"
+    newdb batch
+    setup_db "$db" c
+    load_completed "$db" c DUP- "$BENCH_DUP_POOL"
+    q "$db" -c 'VACUUM ANALYZE'
+    kvput batch load_before "$(cut -d' ' -f1-3 /proc/loadavg)"
+    kvput batch sizes "$BENCH_BATCH_SIZES"
+    kvput batch dup_pool "$BENCH_DUP_POOL"
+    bsizes=()
+    for n in $BENCH_BATCH_SIZES; do bsizes+=("b$n"); done
+    with_redis=no
+    if redis_ok; then
+        redis_start
+        with_redis=yes
+        kvput redis config "$(redis-cli -h 127.0.0.1 -p "$rport" CONFIG GET appendfsync | tr '\n' ' ')"
+    fi
+    clients=$BENCH_BATCH_CLIENTS
+    for path in run dup; do
+        list=(c "${bsizes[@]}")
+        [[ $with_redis == yes ]] && list+=(redis)
+        for ((rep = 1; rep <= BENCH_REPS; rep++)); do
+            for impl in $(rotate "$rep" "${list[@]}"); do
+                if [[ $impl == redis ]]; then
+                    # the Redis pair: a claim (SET NX PX), then done (SET);
+                    # a duplicate: SET NX of an existing key
+                    if [[ $path == run ]]; then
+                        redis_cell batch redis_claim claim "$clients" "$rep"
+                        redis_cell batch redis_done done "$clients" "$rep"
+                    else
+                        redis_cell batch dup dup "$clients" "$rep"
+                    fi
+                else
+                    # -r: the claim call's and the completion call's mean
+                    # latency (ms per call) in the batch and in the single path
+                    run_cell batch "$path" "$impl" "$clients" "$rep" "$db" -r
+                    for stmt in claim complete; do
+                        ms=$(awk -v s="$stmt" '$0 ~ ("idempotency[.]" s "_operation") && $1 ~ /^[0-9.]+$/ { print $1; exit }' \
+                                 "$work/logs/last.out")
+                        [[ -z $ms ]] || kvput batch "stmt_ms.$path.$impl.$stmt" "$ms"
+                    done
+                fi
+            done
+        done
+        q "$db" -c 'VACUUM ANALYZE' # between paths, not measured
+    done
+    [[ $with_redis == yes ]] && redis_stop
+    kvput batch load_after "$(cut -d' ' -f1-3 /proc/loadavg)"
+    # every run-path key was claimed once (verdict run) and completed: as
+    # many completed ORD- records as operations counted
+    want_ops=$(awk -F'\t' '$1 == "batch" && $2 == "run" && $3 != "redis" { s += $6 } END { print s + 0 }' "$results")
+    IFS='|' read -r got left < <(val "$db" "SELECT count(*) FILTER (WHERE status = 'completed'),
+                                                   count(*) FILTER (WHERE status <> 'completed')
+                                            FROM idempotency.operations WHERE operation_key LIKE 'ORD-%'")
+    [[ $left == 0 && $got == "$want_ops" ]] ||
+        die "batch: $got completed run-path records for $want_ops operations, $left not completed"
+    kvput batch checked_ops "$got"
 fi
 
 # --------------------------------------------------------------------- scale
@@ -724,62 +919,18 @@ if want scale; then
     kvput purge after_rows "$(val "$big" 'SELECT count(*) FROM idempotency.operations')"
 fi
 
-# --------------------------------------------------------------------- redis
-if want redis; then
-    if [[ $BENCH_REDIS == no ]]; then
-        log "redis: skipped (BENCH_REDIS=no)"
-    elif ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-        [[ $smoke == yes ]] || die "redis-server/redis-benchmark not found: apt-get install redis-server redis-tools (or BENCH_REDIS=no)"
-        log "redis: skipped (redis-server or redis-benchmark not installed)"
-    else
-        log "phase redis"
-        # a free port, as scripts/cluster.sh picks one (in a subshell: no traps)
-        rport=$(
-            CLUSTER_DIR=""
-            unset CLUSTER_PORT
-            # shellcheck source=scripts/cluster.sh
-            source "$root/scripts/cluster.sh"
-            cluster_pick_port
-        )
-        rdir=$work/redis
-        mkdir -p "$rdir"
-        redis-server --bind 127.0.0.1 --port "$rport" --dir "$rdir" --appendonly yes \
-            --appendfsync always --save '' --daemonize no --protected-mode yes \
-            --logfile "$rdir/redis.log" &
-        redis_pid=$!
-        for i in $(seq 1 100); do
-            redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null 2>&1 && break
-            sleep 0.1
-        done
-        redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null || die "redis-server did not start ($rdir/redis.log)"
-        redis-cli -h 127.0.0.1 -p "$rport" SET dupkey done >/dev/null
-        kvput redis config "$(redis-cli -h 127.0.0.1 -p "$rport" CONFIG GET appendfsync | tr '\n' ' ')"
-        for clients in $BENCH_CLIENTS; do
-            if [[ $smoke == yes ]]; then n=200; else n=$((clients * 5000)); ((n <= 60000)) || n=60000; fi
-            for ((rep = 1; rep <= BENCH_REPS; rep++)); do
-                for op in $(rotate "$rep" claim done dup); do
-                    case $op in
-                        claim) cmd=(SET "claim:__rand_int__" w1 NX PX 600000) ;;
-                        done) cmd=(SET "claim:__rand_int__" done) ;;
-                        dup) cmd=(SET dupkey w1 NX PX 600000) ;;
-                    esac
-                    line=$(redis-benchmark -h 127.0.0.1 -p "$rport" -c "$clients" -n "$n" \
-                           -r 1000000000 --csv "${cmd[@]}" | tail -n 1)
-                    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-                    IFS=, read -r _ rps avg _ p50 p95 p99 _ <<<"$(echo "$line" | tr -d '"')"
-                    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n' \
-                        redis "$op" redis "$clients" "$rep" "$n" "" "$rps" "$avg" "$p50" "$p95" "$p99" >>"$results"
-                    log "redis $op c$clients r$rep: $rps ops/s, p99 $p99 ms"
-                done
+if want redis && redis_ok; then
+    log "phase redis"
+    redis_start
+    kvput redis config "$(redis-cli -h 127.0.0.1 -p "$rport" CONFIG GET appendfsync | tr '\n' ' ')"
+    for clients in $BENCH_CLIENTS; do
+        for ((rep = 1; rep <= BENCH_REPS; rep++)); do
+            for op in $(rotate "$rep" claim done dup); do
+                redis_cell redis "$op" "$op" "$clients" "$rep"
             done
         done
-        kvput redis aof_bytes "$(stat -c %s "$rdir"/appendonlydir/*.incr.aof 2>/dev/null | head -n 1)"
-        redis-cli -h 127.0.0.1 -p "$rport" shutdown nosave >/dev/null 2>&1 || true
-        for i in $(seq 1 50); do kill -0 "$redis_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$redis_pid" 2>/dev/null && kill -TERM "$redis_pid"
-        wait "$redis_pid" 2>/dev/null || true
-        redis_pid=""
-    fi
+    done
+    redis_stop
 fi
 
 echo "load_after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/machine.txt"
