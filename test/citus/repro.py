@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""The cases of issue 11 against a distributed install (see repro.sh).
+
+Connects with PGHOST/PGPORT/PGDATABASE (the coordinator; CITUS_PORT_W1 and
+CITUS_PORT_W2 name the workers). Every case runs in two modes:
+  delegated      each call is one autocommit statement: Citus pushes the
+                 call down to the worker that holds the key;
+  not delegated  each call inside BEGIN ... COMMIT: the function runs on the
+                 coordinator and its statements are routed by Citus.
+Prints, per case and mode, what a single node answers ("want") and what
+this cluster answered ("got"), and OK or WRONG. Exit status 0 when it ran.
+"""
+import os
+import select
+import sys
+import threading
+import time
+
+import psycopg
+
+MODES = ("delegated", "not delegated")
+rows = []
+
+
+def connect(port=None, user="postgres", autocommit=True):
+    kw = {}
+    if port:
+        kw["port"] = port
+    return psycopg.connect(user=user, autocommit=autocommit, **kw)
+
+
+class Caller:
+    """Calls the worker functions in one mode over one connection."""
+
+    def __init__(self, mode, user="postgres"):
+        self.mode = mode
+        self.conn = connect(user=user)
+
+    def call(self, sql, args=()):
+        if self.mode == "delegated":
+            cur = self.conn.execute(sql, args)
+            return cur.fetchall() if cur.description else None
+        with self.conn.transaction():
+            cur = self.conn.execute(sql, args)
+            return cur.fetchall() if cur.description else None
+
+    def claim(self, jt, key, fp=None):
+        r = self.call("SELECT verdict, attempt FROM idempotency.claim_operation(%s, %s, %s)",
+                      (jt, key, fp))
+        return "%s|%s" % r[0]
+
+    def complete(self, jt, key, attempt):
+        self.call("SELECT idempotency.complete_operation(%s, %s, %s)", (jt, key, attempt))
+
+    def release(self, jt, key, attempt):
+        self.call("SELECT idempotency.release_operation(%s, %s, %s)", (jt, key, attempt))
+
+
+def outcome(fn):
+    """fn's value, or 'ERROR <sqlstate>: <message>'."""
+    try:
+        v = fn()
+        return "ok" if v is None else str(v)
+    except psycopg.Error as e:
+        msg = (e.diag.message_primary or str(e)).splitlines()[0]
+        return "ERROR %s: %s" % (e.sqlstate, msg[:90])
+
+
+def report(case, mode, want, got, ok=None):
+    if ok is None:
+        ok = got == want
+    rows.append((case, mode, want, got, "OK" if ok else "WRONG"))
+    print("%-46s %-14s want %-34s got %-40s %s" % (case, mode, want, got, "OK" if ok else "WRONG"),
+          flush=True)
+
+
+def admin(sql, args=()):
+    with connect() as c:
+        cur = c.execute(sql, args)
+        return cur.fetchall() if cur.description else None
+
+
+def main():
+    admin("""INSERT INTO idempotency.job_types (job_type, lease, stale_policy) VALUES
+             ('email', '10 minutes', 'hold'), ('retry1s', '1 second', 'retry'),
+             ('hold1s', '1 second', 'hold'), ('purge', '10 minutes', 'hold')""")
+    # purge: a retention the records are already past
+    admin("UPDATE idempotency.job_types SET retention = '1 second' WHERE job_type = 'purge'")
+
+    for m, mode in enumerate(MODES):
+        p = "m%d-" % m
+        c = Caller(mode)
+
+        # 1. a completed key claimed again (100 keys)
+        n_run = 0
+        for i in range(100):
+            k = "%sdone-%d" % (p, i)
+            v = c.claim("email", k)
+            c.complete("email", k, int(v.split("|")[1]))
+            if c.claim("email", k).startswith("run"):
+                n_run += 1
+        report("completed key claimed again: run (of 100)", mode, "0", str(n_run))
+
+        # 2. 4 concurrent clients on the same 150 keys
+        keys = ["%srace-%d" % (p, i) for i in range(150)]
+        counts = []
+        lock = threading.Lock()
+
+        def client():
+            cc = Caller(mode)
+            n = 0
+            for k in keys:
+                try:
+                    if cc.claim("email", k).startswith("run"):
+                        n += 1
+                except psycopg.Error:
+                    pass
+            with lock:
+                counts.append(n)
+            cc.conn.close()
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        report("4 clients x 150 keys: run", mode, "150", str(sum(counts)))
+
+        # 3. release, then claim
+        k = p + "rel"
+        c.claim("email", k)
+        c.release("email", k, 1)
+        report("release, then claim", mode, "run|2", outcome(lambda: c.claim("email", k)))
+
+        # 4. another fingerprint
+        k = p + "fp"
+        c.claim("email", k, "sha:a")
+        got = outcome(lambda: c.claim("email", k, "sha:b"))
+        report("claim with another fingerprint", mode, "ERROR ID002", got,
+               got.startswith("ERROR ID002"))
+
+        # 5. a stale claim under retry, and the old attempt's completion
+        k = p + "stale-retry"
+        c.claim("retry1s", k)
+        time.sleep(1.2)
+        report("stale claim under retry", mode, "run|2", outcome(lambda: c.claim("retry1s", k)))
+        got = outcome(lambda: c.complete("retry1s", k, 1))
+        report("completion by the taken-over attempt 1", mode, "ERROR ID003", got,
+               got.startswith("ERROR ID003"))
+
+        # 6. a stale claim under hold, and the NOTIFY a listener on the coordinator hears
+        k = p + "stale-hold"
+        c.claim("hold1s", k)
+        time.sleep(1.2)
+        listener = connect()
+        listener.execute("LISTEN idempotency_held")
+        report("stale claim under hold", mode, "held|1", outcome(lambda: c.claim("hold1s", k)))
+        heard = []
+        listener.add_notify_handler(heard.append)
+        deadline = time.time() + 2
+        while time.time() < deadline and not heard:
+            select.select([listener.fileno()], [], [], 0.2)
+            listener.execute("SELECT 1")    # reads what arrived
+        listener.close()
+        report("idempotency_held NOTIFY heard on coordinator", mode, "1", str(len(heard)))
+
+        # 7. extend_lease
+        k = p + "extend"
+        c.claim("email", k)
+        got = outcome(lambda: c.call("SELECT idempotency.extend_lease('email', %s, 1) IS NOT NULL", (k,))[0][0])
+        report("extend_lease of a young claim", mode, "True", got)
+
+        # 8. transactional mode: a duplicate waits for the first transaction
+        k = p + "tx"
+        a = connect(autocommit=False)
+        a.execute("SELECT * FROM idempotency.claim_operation('email', %s)", (k,))
+        result = {}
+
+        def dup():
+            b = Caller(mode)
+            result["v"] = outcome(lambda: b.claim("email", k))
+            b.conn.close()
+
+        t = threading.Thread(target=dup)
+        t.start()
+        time.sleep(0.5)
+        a.execute("SELECT idempotency.complete_operation('email', %s, 1)", (k,))
+        a.commit()
+        a.close()
+        t.join(timeout=60)
+        report("transactional: duplicate after commit", mode, "completed|1", result.get("v", "timeout"))
+
+        c.conn.close()
+
+    # mode-independent cases (operator functions run on the coordinator)
+    c = Caller("delegated")
+    got = outcome(lambda: c.call("SELECT count(*) FROM idempotency.stale_claims()")[0][0])
+    report("stale_claims() (m0/m1 hold1s claims; retry1s ones taken over)", "-", "2", got)
+    got = outcome(lambda: c.call(
+        "SELECT completed FROM idempotency.job_type_stats WHERE job_type = 'email'")[0][0])
+    report("job_type_stats: completed of email", "-", "200 + 2 tx", got, got == "202")
+    got = outcome(lambda: c.call(
+        "SELECT idempotency.resolve_operation('hold1s', 'm0-stale-hold', 'retry', 'repro')"))
+    report("resolve_operation of a held claim", "-", "ok", got)
+    for i in range(20):
+        k = "purge-%d" % i
+        c.claim("purge", k)
+        c.complete("purge", k, 1)
+    time.sleep(1.2)
+    got = outcome(lambda: c.call("SELECT idempotency.purge_operations()")[0][0])
+    report("purge_operations() of 20 expired records", "-", "20", got)
+    got = outcome(lambda: c.conn.execute("CALL idempotency.purge()").fetchall()[0][0])
+    report("CALL idempotency.purge() (after the above)", "-", "20 or 0 if already purged", got,
+           got in ("0", "20"))
+    left = admin("SELECT count(*) FROM idempotency.operations WHERE job_type = 'purge'")[0][0]
+    report("records of 'purge' left after both purges", "-", "0", str(left))
+    got = outcome(lambda: c.call("DELETE FROM idempotency.job_types WHERE job_type = 'email' RETURNING 1"))
+    report("delete a job type that has records", "-", "ERROR 23503", got, got.startswith("ERROR 23503"))
+    got = outcome(lambda: c.call("DELETE FROM idempotency.job_types WHERE job_type = 'hold1s' AND false RETURNING 1"))
+    report("a DELETE on job_types that matches nothing", "-", "[]", got)
+
+    # records written before distribution: the coordinator's local copy
+    # (not readable through SQL, which Citus routes to the shards: its
+    # tuples on disk, with pageinspect)
+    admin("CREATE EXTENSION IF NOT EXISTS pageinspect")
+    local = admin("""SELECT count(*) FROM generate_series(0,
+                        pg_relation_size('idempotency.operations') / current_setting('block_size')::int - 1) b,
+                     heap_page_items(get_raw_page('idempotency.operations', b::int)) t
+                     WHERE t.t_xmax = 0 AND t.lp_flags = 1""")[0][0]
+    shards = admin("SELECT count(*) FROM idempotency.operations WHERE job_type = 'pre'")[0][0]
+    report("pre-distribution records, through Citus", "-", "3", str(shards))
+    for mode in MODES:
+        cm = Caller(mode)
+        report("claim of a key completed before distribution", mode, "completed|1",
+               outcome(lambda: cm.claim("pre", "done-before")))
+        report("claim of a key released before distribution", mode, "run|2",
+               outcome(lambda: cm.claim("pre", "released-before")))
+        cm.conn.close()
+    admin("DELETE FROM idempotency.operations WHERE operation_key = 'done-before'")
+    for mode in MODES:
+        cm = Caller(mode)
+        report("key completed before distribution, deleted after", mode, "run|1",
+               outcome(lambda: cm.claim("pre", "done-before")))
+        cm.conn.close()
+        admin("DELETE FROM idempotency.operations WHERE operation_key = 'done-before'")
+
+    # per-job-type roles: alice is a member of mailer (job type made before distribution)
+    for mode in MODES:
+        ca = Caller(mode, user="alice")
+        report("claim by a member of worker_role (alice)", mode, "run|1",
+               outcome(lambda: ca.claim("pre_roled", "roled-" + mode)))
+        ca.conn.close()
+    # the grants, replayed on the workers by hand: then the role check itself
+    # (the schema's grant with run_command_on_workers; the delegated
+    # functions' again on the coordinator, which Citus propagates now that
+    # they are distributed: on a worker it is refused)
+    for r in admin("SELECT nodeport, success, result FROM run_command_on_workers("
+                   "$$GRANT USAGE ON SCHEMA idempotency TO mailer$$)"):
+        print("grant on worker %s: %s %s" % r)
+    admin("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idempotency TO mailer")
+    ca = Caller("delegated", user="alice")
+    report("the same, grants replayed (job type made before distribution)", "delegated", "run|1",
+           outcome(lambda: ca.claim("pre_roled", "roled-after-grants")))
+    ca.conn.close()
+    oids = admin("""SELECT 'coordinator: mailer ' || (SELECT oid FROM pg_roles WHERE rolname = 'mailer')
+                    || ', job_types.worker_role ' || (SELECT worker_role::oid FROM idempotency.job_types
+                                                      WHERE job_type = 'pre_roled')""")[0][0]
+    print("role oids: " + oids)
+    for r in admin("""SELECT nodeport, result FROM run_command_on_workers($$SELECT
+                          'mailer ' || (SELECT oid FROM pg_roles WHERE rolname = 'mailer')
+                          || ', job_types.worker_role ' || (SELECT worker_role::oid FROM idempotency.job_types
+                                                            WHERE job_type = 'pre_roled')$$)"""):
+        print("role oids: worker %s: %s" % r)
+
+    # where the data is
+    w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
+    for name, port in (("w1", w1), ("w2", w2)):
+        with connect(port=port) as w:
+            n = w.execute("SELECT count(*) FROM idempotency.operations").fetchone()[0]
+            print("worker %s: idempotency.operations (through Citus) %d rows" % (name, n))
+    with connect() as co:
+        n = co.execute("SELECT count(*) FROM idempotency.operations").fetchone()[0]
+        print("coordinator: idempotency.operations %d rows through Citus; %s rows left in its local relation "
+              "(tuples on disk of the table before distribution, read by the C probe)" % (n, local))
+
+    wrong = [r for r in rows if r[4] == "WRONG"]
+    print("\nsummary: %d cases, %d as on one node, %d WRONG" % (len(rows), len(rows) - len(wrong), len(wrong)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

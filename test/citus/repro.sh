@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# test/citus/repro.sh: reproduce issue 11 ("Correct on Citus") as it stands:
+# the extension installed on a Citus cluster the way a new user would
+# distribute it, and the verdicts it gives. It documents the current state:
+# it is EXPECTED to show wrong verdicts, and exits 0 when it ran to the end
+# (whatever it found); 1 when it could not run.
+#
+#   test/citus/repro.sh            (root: runs `scripts/citus install` first)
+#
+# Steps: a throwaway cluster (test/citus/cluster.sh: coordinator + 2
+# workers); CREATE EXTENSION idempotency on the coordinator (Citus creates it
+# on the workers too); job types and records of every status written BEFORE
+# distribution; then, on the coordinator, what the issue describes:
+#   create_reference_table('idempotency.job_types')   -- refused: triggers;
+#       again with SET citus.enable_unsafe_triggers = on, which is accepted
+#   create_distributed_table('idempotency.operations', 'operation_key')
+#   create_reference_table('idempotency.resolutions')
+#   create_distributed_function(<claim, complete, release, extend>,
+#       'operation_key', colocate_with := 'idempotency.operations')
+# and then test/citus/repro.py, which runs each case twice: delegated (each
+# call in its own autocommit statement: Citus pushes the call down to the
+# worker holding the key) and not delegated (each call inside BEGIN ...
+# COMMIT: without force_delegation Citus runs the function on the
+# coordinator). It prints, per case, what one node answers and what Citus
+# answered. Needs python3-psycopg (apt-get install python3-psycopg).
+# The idempotency build installed is whatever `make install` put in place
+# (scripts/test does it; as root: make install with_llvm=no).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+if ((EUID == 0)); then
+    "$root/scripts/citus" install
+else
+    "$root/scripts/citus" check
+fi
+python=/usr/bin/python3    # Debian's, which sees Debian's modules
+"$python" -c 'import psycopg' 2>/dev/null || {
+    echo "repro: python3-psycopg is missing: apt-get install python3-psycopg" >&2
+    exit 1
+}
+
+# shellcheck source=test/citus/cluster.sh
+source "$here/cluster.sh"
+citus_cluster_start
+
+[[ -f $("$PG_CONFIG" --sharedir)/extension/idempotency.control ]] || {
+    echo "repro: idempotency is not installed: make install with_llvm=no (root)" >&2
+    exit 1
+}
+
+echo "== install, and records written before distribution"
+# roles on one worker only, so that role OIDs differ between the nodes (as they do
+# on any cluster whose nodes did not create the same roles in the same order)
+for i in 1 2 3; do
+    citus_psql w1 -c "SET citus.enable_create_role_propagation = off" -c "CREATE ROLE w1_only_$i" 2>/dev/null
+done
+for i in 1 2 3 4 5 6 7; do
+    citus_psql w2 -c "SET citus.enable_create_role_propagation = off" -c "CREATE ROLE w2_only_$i" 2>/dev/null
+done
+citus_psql coord -e <<'EOF'
+CREATE EXTENSION idempotency;
+SELECT extname, extversion FROM pg_extension WHERE extname = 'idempotency';
+CREATE ROLE mailer;
+CREATE ROLE alice LOGIN IN ROLE mailer;
+GRANT USAGE ON SCHEMA idempotency TO mailer;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idempotency TO mailer;
+INSERT INTO idempotency.job_types (job_type, lease, stale_policy, worker_role)
+VALUES ('pre', '10 minutes', 'hold', NULL), ('pre_roled', '10 minutes', 'hold', 'mailer');
+SELECT * FROM idempotency.claim_operation('pre', 'done-before');
+SELECT idempotency.complete_operation('pre', 'done-before', 1, '{"before": true}');
+SELECT * FROM idempotency.claim_operation('pre', 'released-before');
+SELECT idempotency.release_operation('pre', 'released-before', 1);
+SELECT * FROM idempotency.claim_operation('pre', 'claimed-before');
+EOF
+
+echo "== distribute as the issue describes"
+citus_psql coord -e -c "SELECT create_reference_table('idempotency.job_types')" 2>&1 || true
+citus_psql coord -e <<'EOF'
+SET citus.enable_unsafe_triggers = on;
+SELECT create_reference_table('idempotency.job_types');
+SELECT create_distributed_table('idempotency.operations', 'operation_key');
+SELECT create_reference_table('idempotency.resolutions');
+SELECT create_distributed_function('idempotency.claim_operation(text,text,text,text,text,boolean)',
+                                   'operation_key', colocate_with := 'idempotency.operations');
+SELECT create_distributed_function('idempotency.complete_operation(text,text,integer,jsonb)',
+                                   'operation_key', colocate_with := 'idempotency.operations');
+SELECT create_distributed_function('idempotency.release_operation(text,text,integer)',
+                                   'operation_key', colocate_with := 'idempotency.operations');
+SELECT create_distributed_function('idempotency.extend_lease(text,text,integer)',
+                                   'operation_key', colocate_with := 'idempotency.operations');
+SELECT logicalrelid, partmethod, partkey IS NOT NULL AS has_key, colocationid FROM pg_dist_partition ORDER BY 1;
+EOF
+
+"$python" "$here/repro.py"
