@@ -739,6 +739,27 @@ def batch_section(cells, kv, machine, w):
       "The machine has %d cores, so at most %s µs of CPU per second." % (
           ncores, ncores, fmt(ncores * 1e6)))
     w("")
+    shot = cells.hot("batch", "run", "c", c)
+    for n in sizes:
+        bhot = cells.hot("batch", "run", "b%d" % n, c)
+        if not math.isnan(bhot) and bhot < 50:
+            w("The completions of batches of %d were HOT updates only %s %% of the time (single calls: %s %%): "
+              "the %d records one claim inserts fill the heap pages they land on, so the completions' new "
+              "versions do not fit on the same page, and each completion adds a primary-key entry "
+              "(WAL: %s B/op against %s B/op with batches of %s)." % (
+                  n, fmt(bhot, 1), fmt(shot, 1), n, fmt(cells.per_op("batch", "run", "b%d" % n, c, "wal_bytes")),
+                  fmt(cells.per_op("batch", "run", "b%d" % sizes[0], c, "wal_bytes")), sizes[0]))
+            w("")
+    others = [fnum(v) for (ph, name), vs in kv.items() if ph == "batch" and name.startswith("others.") for v in vs]
+    others = [x for x in others if not math.isnan(x)]
+    if others:
+        busy = sorted(others)
+        w("Other work on the machine: its busy share over half a second before each run of this "
+          "phase, while the suite was idle, was %s %% of the %d cores at the median, %s %% at the "
+          "most (%d samples); load average %s before the phase, %s after." % (
+              fmt(100 * med(busy), 0), ncores, fmt(100 * busy[-1], 0), len(busy),
+              kv1(kv, "batch", "load_before", "?"), kv1(kv, "batch", "load_after", "?")))
+        w("")
 
     # why: the CPU per key bounds the throughput once the cores are busy
     notes = []

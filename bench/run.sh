@@ -381,6 +381,16 @@ bg_cpu_delta() {
 # machine_ticks: busy ticks of the whole machine (all CPUs: user, nice,
 # system, irq, softirq, steal), from /proc/stat
 machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+# others_share: the machine's busy share (0..1 of all CPUs) over half a
+# second while this suite is idle: the other work on a shared machine
+others_share() {
+    local m0 m1
+    m0=$(machine_ticks)
+    sleep 0.5
+    m1=$(machine_ticks)
+    awk -v a="$m0" -v b="$m1" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
+        'BEGIN { printf "%.2f", (b - a) / hz / 0.5 / n }'
+}
 ticks_s() { awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz }'; }
 
 # wait until pgbench's backends are gone, so that their statistics are in
@@ -737,6 +747,7 @@ if want batch; then
         [[ $with_redis == yes ]] && list+=(redis)
         for ((rep = 1; rep <= BENCH_REPS; rep++)); do
             for impl in $(rotate "$rep" "${list[@]}"); do
+                kvput batch "others.$path.$impl" "$(others_share)"
                 if [[ $impl == redis ]]; then
                     # the Redis pair: a claim (SET NX PX), then done (SET);
                     # a duplicate: SET NX of an existing key

@@ -4,10 +4,11 @@
 -- Variables: n (per-client counter, -D n=0), base and stride (keys
 -- base + client_id * stride + n * bs + 1 .. + bs, unique per cell), bs (the
 -- batch size). The key array is built by the server (generate_series), as
--- a client would send it as one array parameter.
+-- a client would send it as one array parameter. (The claim is in a WITH
+-- so that its name is in the first 128 characters pgbench -r shows.)
 \set n :n + 1
 \set k :base + :client_id * :stride + :n * :bs
-SELECT count(*) AS nrun, coalesce(array_agg(operation_key), '{}') AS ks, coalesce(array_agg(attempt), '{}') AS ats FROM @S@.claim_operations('send_confirmation', ARRAY(SELECT 'ORD-' || (:k::bigint + g)::text FROM generate_series(1, :bs) g)) WHERE verdict IN ('run', 'verify') \gset
+WITH c AS (SELECT * FROM @S@.claim_operations('send_confirmation', ARRAY(SELECT 'ORD-' || (:k::bigint + g)::text FROM generate_series(1, :bs) g))) SELECT count(*) AS nrun, coalesce(array_agg(operation_key), '{}') AS ks, coalesce(array_agg(attempt), '{}') AS ats FROM c WHERE verdict IN ('run', 'verify') \gset
 \if :nrun
 SELECT count(*) FILTER (WHERE done) AS ndone FROM @S@.complete_operations('send_confirmation', :ks::text[], :ats::int[]) \gset
 \endif
