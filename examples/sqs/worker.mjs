@@ -7,12 +7,17 @@
 // confirmation of this order"), not the SQS message id.
 import pg from 'pg';
 import { Consumer } from 'sqs-consumer';
-import { idempotent, KnownFailure } from './idempotency.mjs';
+import { idempotent, idempotentBatch, KnownFailure } from './idempotency.mjs';
 import { sendEmail, Refused } from './mail-provider.mjs';
 import { sqs, queueUrl } from './sqs-client.mjs';
 import { appendFileSync } from 'node:fs';
 
 const lease = Number(process.env.LEASE_SECONDS ?? 600);          // as in idempotency.job_types
+// SQS_BATCH=1: sqs-consumer's handleMessageBatch with idempotentBatch (one
+// claim_operations and one complete_operations per receive of up to
+// SQS_BATCH_SIZE messages, default 10); otherwise handleMessage, one at a time
+const batch = process.env.SQS_BATCH === '1';
+const batchSize = Number(process.env.SQS_BATCH_SIZE ?? 10);
 const pool = new pg.Pool({ max: 2 });                             // PG* environment
 // an idle client whose connection was lost: the pool drops it (without a
 // listener the pool's 'error' event would end the process)
@@ -29,30 +34,34 @@ async function sendConfirmation(order) {
   }
 }
 
+// the same options for both forms
+const options = {
+  pool, sqs, queueUrl,
+  jobType: process.env.JOB_TYPE ?? 'send_confirmation',
+  key: (order) => order.order,
+  heartbeat: Number(process.env.HEARTBEAT_SECONDS ?? lease / 4) * 1000,   // extend_lease
+  retryAfter: Math.ceil(lease),
+  // s a claim may wait for another transaction's uncommitted claim of the
+  // key (default 0: in_progress at once)
+  claimWait: Number(process.env.CLAIM_WAIT_SECONDS ?? 0),
+  onVerdict: (e) => {
+    console.log(`send_confirmation ${e.key}: ${e.verdict} #${e.attempt} -> ${e.action}`);
+    if (process.env.E2E_EVENTS) {
+      appendFileSync(process.env.E2E_EVENTS, JSON.stringify({ ...e, pid: process.pid, t: Date.now() / 1000 }) + '\n');
+    }
+  },
+};
+
 const consumer = Consumer.create({
   queueUrl,
   sqs,
-  batchSize: 1,
+  batchSize: batch ? batchSize : 1,
   waitTimeSeconds: 1,
   visibilityTimeout: Math.ceil(lease) + 2,  // longer than the lease: a crash's redelivery meets a stale claim
   heartbeatInterval: Math.max(1, Math.floor(lease / 2)),
   attributeNames: ['ApproximateReceiveCount'],
-  handleMessage: idempotent(sendConfirmation, {
-    pool, sqs, queueUrl,
-    jobType: process.env.JOB_TYPE ?? 'send_confirmation',
-    key: (order) => order.order,
-    heartbeat: Number(process.env.HEARTBEAT_SECONDS ?? lease / 4) * 1000,   // extend_lease
-    retryAfter: Math.ceil(lease),
-    // s a claim may wait for another transaction's uncommitted claim of the
-    // key (default 0: in_progress at once)
-    claimWait: Number(process.env.CLAIM_WAIT_SECONDS ?? 0),
-    onVerdict: (e) => {
-      console.log(`send_confirmation ${e.key}: ${e.verdict} #${e.attempt} -> ${e.action}`);
-      if (process.env.E2E_EVENTS) {
-        appendFileSync(process.env.E2E_EVENTS, JSON.stringify({ ...e, pid: process.pid, t: Date.now() / 1000 }) + '\n');
-      }
-    },
-  }),
+  ...(batch ? { handleMessageBatch: idempotentBatch(sendConfirmation, options) }
+            : { handleMessage: idempotent(sendConfirmation, options) }),
 });
 consumer.on('error', (err) => console.error('consumer:', err.message));
 consumer.on('processing_error', (err) => console.error('processing:', err.message));
