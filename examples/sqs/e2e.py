@@ -2,13 +2,21 @@
 """The seed's replay matrix through SQS: a local fauxqs on 127.0.0.1 (random
 port), two sqs-consumer workers (node worker.mjs), kill -9 at exact points.
 
-    /usr/bin/python3 examples/sqs/e2e.py [--policy hold,retry,skip] [--keep]
+    /usr/bin/python3 examples/sqs/e2e.py [--batch] [--policy hold,retry,skip] [--keep]
+
+--batch: the workers use sqs-consumer's handleMessageBatch with
+idempotentBatch (SQS_BATCH=1: receives of up to 10 messages, one
+claim_operations and one complete_operations per receive); the same cases,
+job types send_confirmation_e2e_sqs_batch_<policy>, and case B1 (a receive
+of 10 messages with mixed verdicts).
 
 Needs `npm ci` in examples/sqs, Debian's python3-psycopg, and a PostgreSQL
 with the extension installed, from libpq's environment (PGHOST, PGPORT, ...).
 The last line is "N passed, N failed".
 """
+import collections
 import os
+import re
 import subprocess
 import sys
 import time
@@ -32,10 +40,27 @@ class Sqs(replay.Adapter):
         f"(ChangeMessageVisibility).",
     ]
 
+    def __init__(self, batch=False):
+        self.batch = batch
+        if batch:
+            self.name = "sqs_batch"
+            self.title = "SQS (fauxqs 1.9.2, sqs-consumer 14 handleMessageBatch, Node.js)"
+            self.notes = self.notes + [
+                "SQS batch: the workers receive up to 10 messages at once (sqs-consumer's "
+                "handleMessageBatch with idempotentBatch): one claim_operations and one "
+                "complete_operations per receive; postponements in one ChangeMessageVisibilityBatch.",
+            ]
+            self.extra_cases = [
+                ("B1", "a receive of 10: 8 new orders, one of them twice, one sent before",
+                 "one receive: run ×8, in_progress, completed; the copy later: completed", ("hold",)),
+            ]
+
     def _env(self, env=None):
         e = dict(env or os.environ)
         e.update(QUEUE_URL=self.queue_url, SQS_ENDPOINT=self.endpoint,
                  AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED="true")
+        if self.batch:
+            e["SQS_BATCH"] = "1"
         return e
 
     def start_broker(self, tmp):
@@ -122,5 +147,57 @@ class Sqs(replay.Adapter):
                               stdout=subprocess.PIPE, text=True).stdout
 
 
+    # case B1 (--batch): ten messages in one SendMessageBatch, so that one
+    # receive of a batch worker gets them all: ORD-B1-01..08 (new; 08 twice,
+    # byte for byte) and ORD-B1-09 (sent before). One claim_operations
+    # answers run ×8, in_progress (08's second copy: two deliveries of one
+    # key), completed (09); one complete_operations; the in_progress copy is
+    # postponed and answered completed later.
+    B1_NEW = [f"ORD-B1-{i:02d}" for i in range(1, 9)]
+    B1_DONE = "ORD-B1-09"
+
+    def run_extra(self, r, case):
+        if case != "B1":
+            raise NotImplementedError(case)
+        keys = self.B1_NEW + [self.B1_DONE]
+        self.publish(self.B1_DONE)
+        r.settle([self.B1_DONE], 1)
+        before = len(r.events(keys))
+        subprocess.run(["node", "publish-batch.mjs", *self.B1_NEW, self.B1_NEW[-1], self.B1_DONE],
+                       cwd=HERE, env=self._env(), check=True)
+        # 1 (09 before) + 8 completed + 09 acknowledged + the copy, completed later
+        r.settle(keys, 11)
+        evs = r.events(keys)[before:]
+        receives = collections.defaultdict(list)   # (pid, first t) of a receive's claim events
+        first = [e for e in evs if e["action"] in ("work", "ack", "retry")]
+        big = [e for e in first if e.get("batch") == 10]
+        if len(big) != 10 or len({e["pid"] for e in big}) != 1:
+            raise replay.Failed("B1: the ten messages were not claimed in one receive of 10: batch sizes "
+                                + ", ".join(str(e.get("batch")) for e in first))
+        for e in big:
+            receives[e["verdict"]].append(e["key"])
+        counts = ", ".join(f"{v} ×{len(receives[v])}" if len(receives[v]) > 1 else v
+                           for v in ("run", "in_progress", "completed") if receives[v])
+        later = [e for e in first if e not in big]
+        plain = f"one receive: {counts}; the copy later: " + ", ".join(e["verdict"] for e in later)
+        if receives["in_progress"] != [self.B1_NEW[-1]] or receives["completed"] != [self.B1_DONE]:
+            raise replay.Failed(f"B1: in_progress {receives['in_progress']}, completed {receives['completed']}")
+        records = [r.record(k) for k in keys]
+        rec = f"{len(keys)} × {records[0]}" if len(set(records)) == 1 else ", ".join(records)
+        emails = sum(r.emails(k) for k in keys)
+        if later:
+            r.note_text = (f"one receive of 10 (one worker): {counts}; the postponed copy answered "
+                           f"{later[0]['verdict']} {later[0]['t'] - big[0]['t']:.1f} s later")
+        return emails, rec, plain, plain
+
+    def expected_extra(self, case, policy):
+        if case != "B1":
+            raise NotImplementedError(case)
+        text = "one receive: run ×8, in_progress, completed; the copy later: completed"
+        return 9, "9 × completed #1", re.escape(text), text
+
+
 if __name__ == "__main__":
-    sys.exit(replay.main(Sqs()))
+    argv = sys.argv[1:]
+    batch = "--batch" in argv
+    sys.exit(replay.main(Sqs(batch=batch), [a for a in argv if a != "--batch"]))
