@@ -14,7 +14,13 @@
 # transaction's uncommitted claim: in_progress at once, sent once after the
 # rollback). First the wrapper's focused tests (test-helper.mjs, node --test:
 # the verdict mapping run, verify, completed, in_progress, held, skipped with
-# a fake SQS client, a lost reply, a stuck transaction, claimWait; no broker).
+# a fake SQS client, a lost reply, a stuck transaction, claimWait, and the
+# batch handler idempotentBatch's: mixed verdicts in one receive, a key twice,
+# a lost reply to the batch claim, a fenced key, ID002's fallback; no broker).
+# The e2e cases run twice: with the single handler (handleMessage), then with
+# the workers on handleMessageBatch (e2e.py --batch: one claim_operations and
+# one complete_operations per receive of up to 10, plus case B1, a receive of
+# 10 with mixed verdicts). SQS_E2E_MODES=single or =batch runs one of them.
 # Needs extension 0.3 (delivery, wait). Installs
 # when missing: python3-psycopg (root); Node.js 20 (the npm packages need it;
 # Debian 12 packages 18): a node 20+ on PATH is used, else Debian's npm
@@ -31,4 +37,16 @@ e2e_node examples/sqs || needs=1
 ((needs == 0)) || exit 1
 e2e_npm examples/sqs
 (cd examples/sqs && node --test test-helper.mjs)
-exec /usr/bin/python3 examples/sqs/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"
+rc=0
+for mode in ${SQS_E2E_MODES:-single batch}; do
+    case $mode in
+        single) args=() ;;
+        batch) args=(--batch) ;;
+        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch)" >&2; exit 2 ;;
+    esac
+    t0=$SECONDS
+    echo "== 80-sqs: the e2e cases, $mode handler"
+    /usr/bin/python3 examples/sqs/e2e.py "${args[@]}" --policy "${E2E_POLICIES:-hold,retry,skip}" || rc=1
+    echo "== 80-sqs: $mode handler: $((SECONDS - t0)) s"
+done
+exit $rc
