@@ -35,6 +35,11 @@
 // seconds (wait => true under SET LOCAL lock_timeout), and a claim that timed
 // out (55P03, or 57014 from a statement_timeout) is postponed like
 // in_progress. No handler is held by someone else's transaction.
+//
+// Batches: idempotentBatch(handler, opts), the same handler and options, for
+// sqs-consumer's handleMessageBatch: one claim_operations, one
+// complete_operations (and one release_operations) per receive, each message
+// handled as above (see idempotentBatch below).
 import { createHash, randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityBatchCommand, ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
