@@ -337,7 +337,7 @@ def main(dirname):
                                       fmt(ratio(c_run, comp), 2)))
             w("")
 
-    batch_section(cells, kv, machine, w)
+    batch_section(dirname, cells, kv, machine, w)
 
     w("![throughput vs clients](throughput.png)")
     w("")
@@ -572,7 +572,7 @@ def main(dirname):
 
 
 # ------------------------------------------------------------------ batches
-def batch_section(cells, kv, machine, w):
+def batch_section(dirname, cells, kv, machine, w):
     """the batch phase: batch calls against the single calls and Redis"""
     sizes = []
     for k in cells.groups:
@@ -627,6 +627,9 @@ def batch_section(cells, kv, machine, w):
 
     w("## Batches (issue 13)")
     w("")
+    if plot_batch(dirname, cells):
+        w("![batches against single calls and Redis](batch.png)")
+        w("")
     w("`claim_operations()` and `complete_operations()` (extension 0.3) against the single calls, "
       "at %d clients, in one database of this cluster with the same %s completed `DUP-` records; "
       "%s repetitions, interleaved (the order of the cells rotates). **Batch run path**: claim N "
@@ -791,6 +794,22 @@ def batch_section(cells, kv, machine, w):
           "columns; the single path is also bounded by commit latency (two WAL flushes per operation), "
           "which the batch shares among N keys." % ncores)
         w("")
+        if len(notes) >= 2:
+            # server CPU per batch = fixed + per_key * N, from the two smallest sizes
+            (n1, _, c1, _, _, _, _), (n2, _, c2, _, _, _, _) = notes[0], notes[1]
+            per_key = (c2 * n2 - c1 * n1) / (n2 - n1)
+            fixed = c1 * n1 - per_key * n1
+            s_srv = notes[0][1]
+            w("Server CPU per batch, fitted to batches of %d and %d: about %s µs per batch (two calls, two "
+              "commits) plus %s µs per key. A single operation (two calls, two commits, one key) costs %s µs, "
+              "so per key a batch of %d costs %s× less server CPU than single calls. For 5× in server CPU "
+              "alone, a batch of %d would have to cost at most %s µs, i.e. at most %s µs per key next to "
+              "the fixed %s µs." % (
+                  n1, n2, fmt(fixed, 0), fmt(per_key, 1), fmt(s_srv, 1), n1, fmt(ratio(s_srv, c1), 1),
+                  n1, fmt(s_srv / 5 * n1, 0),
+                  fmt((s_srv / 5 * n1 - fixed) / n1, 1) if fixed < s_srv / 5 * n1 else "0 (the fixed part alone is above it)",
+                  fmt(fixed, 0)))
+            w("")
     # latency per batch against a single operation's
     s50, s99 = cells.med("batch", "run", "c", c, "p50_ms"), cells.med("batch", "run", "c", c, "p99_ms")
     parts = []
@@ -804,6 +823,60 @@ def batch_section(cells, kv, machine, w):
         w("Latency (run path, claim + complete, %d clients): a single operation takes %s ms at the median "
           "and %s ms at p99; %s." % (c, fmt(s50, 2), fmt(s99, 2), "; ".join(parts)))
         w("")
+
+
+def plot_batch(dirname, cells):
+    """batch.png: the batch phase's medians, run and duplicate paths"""
+    cl = sorted({k[3] for k in cells.groups if k[0] == "batch"})
+    sizes = sorted({int(k[2][1:]) for k in cells.groups
+                    if k[0] == "batch" and k[2].startswith("b") and k[2][1:].isdigit()})
+    if not cl or not sizes:
+        return False
+    c = cl[-1]
+    rc = {r["rep"]: fnum(r["tps"]) for r in cells.get("batch", "redis_claim", "redis", c)}
+    rd = {r["rep"]: fnum(r["tps"]) for r in cells.get("batch", "redis_done", "redis", c)}
+    pair = med([1.0 / (1.0 / rc[k] + 1.0 / rd[k]) for k in rc if k in rd and rc[k] and rd[k]])
+    data = os.path.join(dirname, "batch.dat")
+    panels = []
+    for path in ("run", "dup"):
+        rows = [("single calls", cells.med("batch", path, "c", c, "tps"))]
+        rows += [("batches of %d" % n, cells.med("batch", path, "b%d" % n, c, "tps")) for n in sizes]
+        if path == "run":
+            rows.append(("Redis claim+done", pair))
+        else:
+            rows.append(("Redis SET NX (dup)", cells.med("batch", "dup", "redis", c, "tps")))
+        panels.append(rows)
+    with open(data, "w") as f:
+        for k, rows in enumerate(panels):
+            if k:
+                f.write("\n\n")
+            for label, v in rows:
+                f.write("\"%s\" %s\n" % (label, "NaN" if math.isnan(v) else "%.0f" % v))
+    try:
+        subprocess.run(["gnuplot", "--version"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    script = """
+set terminal pngcairo size 1200,450 font 'sans,10'
+set output '%s'
+set multiplot layout 1,2
+set style fill solid 0.8 border -1
+set boxwidth 0.6
+set ylabel 'operations/s (median)'
+set yrange [0:*]
+set grid y
+unset key
+set title 'Run path at %d clients: claim, then complete'
+plot '%s' index 0 using 0:2:xtic(1) with boxes lc rgb '#2ca02c', '' index 0 using 0:2:(sprintf('%%.0f', $2)) with labels offset 0,0.7
+set title 'Duplicate path at %d clients: claim of completed keys'
+plot '%s' index 1 using 0:2:xtic(1) with boxes lc rgb '#1f77b4', '' index 1 using 0:2:(sprintf('%%.0f', $2)) with labels offset 0,0.7
+unset multiplot
+""" % (os.path.join(dirname, "batch.png"), c, data, c, data)
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    if r.returncode != 0:
+        sys.stderr.write("report: gnuplot failed (batch.png):\n" + r.stderr)
+        return False
+    return True
 
 
 def plot(dirname, cells, impls):
