@@ -35,10 +35,23 @@ invocation, never stored in the message: a redelivered copy of the message
 is another delivery). When the claim's connection is lost (the reply may be
 lost after the server committed the claim), the claim is sent once more on a
 new connection with the same token, and the server gives the claim back:
-the same verdict and attempt, instead of in_progress for a whole lease. Only
-when the database stays unreachable does the task fall back to self.retry
-(a new message, a new token). complete_operation and release_operation are
-sent once more too after a lost connection (they are no-ops when repeated).
+the same verdict and attempt, instead of in_progress for a whole lease.
+While the database cannot be reached (a PgBouncer or PostgreSQL restart,
+PgBouncer refusing logins for server_login_retry after one) the claim is
+tried again, with the same token, after 0, 0.1, 0.2 ... 2 s, for up to
+reconnect_for seconds (30; at most half the lease); only then does the task
+fall back to self.retry (a new message, a new token). complete_operation and
+release_operation are sent again the same way (they are no-ops when
+repeated). A connection error is one without a SQLSTATE on a connection
+psycopg marks closed, or SQLSTATE class 08 (PgBouncer reports its own
+failures as 08P01 and closes the connection) or 57P01-57P03 (the server is
+shutting down, e.g. a backend terminated by pg_ctl restart -m fast, or
+starting up).
+
+No prepared statements (prepare_threshold=None): behind PgBouncer in
+transaction pooling mode every transaction may run on another server
+connection, where the statements psycopg prepares by itself (after 5
+executions of a query) do not exist (26000) or exist already (42P05).
 
 The bound: a claim never waits for another transaction's uncommitted claim
 of the same key (a worker stuck or idle in a transaction, the transactional
@@ -60,6 +73,7 @@ import os
 import random
 import socket
 import threading
+import time
 import uuid
 
 import psycopg
@@ -78,12 +92,28 @@ _db_lock = threading.Lock()
 
 def connection(dsn=""):
     """one autocommit connection per worker process (made after the fork);
-    replaced when it was closed or broken (psycopg marks it closed)"""
+    replaced when it was closed or broken (psycopg marks it closed, or
+    discard() dropped it). prepare_threshold=None: no prepared statements,
+    which a pooler in transaction mode would lend to other clients' sessions"""
     with _db_lock:
         if _db["pid"] != os.getpid() or _db["conn"] is None or _db["conn"].closed:
-            _db["conn"] = psycopg.connect(dsn, autocommit=True)
+            _db["conn"] = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
             _db["pid"] = os.getpid()
         return _db["conn"]
+
+
+def discard(conn):
+    """close a connection that failed with a connection error (it may still
+    look open: PgBouncer's 08P01), so that connection() opens a new one"""
+    if conn is None:
+        return
+    with _db_lock:
+        if _db["conn"] is conn:
+            _db["conn"] = None
+    try:
+        conn.close()
+    except Exception:   # noqa: BLE001 -- it is being thrown away
+        pass
 
 
 CLAIM_SQL = ("SELECT verdict, attempt, result FROM idempotency.claim_operation("
@@ -91,9 +121,20 @@ CLAIM_SQL = ("SELECT verdict, attempt, result FROM idempotency.claim_operation("
 BUSY = ("55P03", "57014")   # lock_timeout, statement_timeout: the claim hit its bound
 
 
+# the server is going away or not there yet: admin_shutdown (a fast
+# shutdown or restart terminates the backend, even in the middle of a call),
+# crash_shutdown, cannot_connect_now (starting up, shutting down)
+SERVER_GONE = ("57P01", "57P02", "57P03")
+
+
 def connection_lost(err, conn):
-    """the error is the connection's (lost, closed by the server), not the
-    statement's: psycopg marks the connection closed"""
+    """the error is the connection's (lost, closed by the server, refused,
+    or PgBouncer's own: class 08), not the statement's"""
+    if not isinstance(err, psycopg.Error):
+        return False
+    code = err.sqlstate
+    if code is not None and (code.startswith("08") or code in SERVER_GONE):
+        return True
     return isinstance(err, (psycopg.OperationalError, psycopg.InterfaceError)) and \
         (conn is None or conn.closed)
 
@@ -119,6 +160,9 @@ class IdempotentTask(Task):
     claim_max_retries = None   # None: retry a failing claim until it works
     claim_wait = 0.0       # seconds a claim may wait for another transaction's
                            # uncommitted claim of the key (0: not at all, wait => false)
+    reconnect_for = 30.0   # seconds to keep trying a call whose connection was lost
+                           # (the claim with its delivery token, complete, release);
+                           # at most half the lease, at least one try more
 
     # -- override these as needed ---------------------------------------
     def bound_arguments(self, args, kwargs):
@@ -233,6 +277,8 @@ class IdempotentTask(Task):
             self._write("complete_operation", job_type, key, attempt, json.dumps(value))
         except psycopg.Error as err:
             if err.sqlstate != "ID003":
+                # the database stayed unreachable: the claim is left to its lease
+                self.on_verdict({**event, "action": "failed", "sqlstate": err.sqlstate or "connection"})
                 raise
             # taken over after the lease ran out: the new owner records it
             self.on_verdict({**event, "action": "superseded"})
@@ -240,37 +286,57 @@ class IdempotentTask(Task):
         self.on_verdict({**event, "action": "completed"})
         return value
 
-    def _claim(self, params, event):
-        """claim_operation(..., delivery, wait); once more on a new connection
-        with the same delivery token if the connection was lost: the server
-        answers the same verdict and attempt if the first call was recorded"""
-        for tries in (1, 2):
-            conn = connection(self.dsn)
+    def _reconnecting(self, call, on_lost):
+        """call(conn) on the process's connection; after a connection error
+        on a new connection, after 0, 0.1, 0.2 ... 2 s, until reconnect_for
+        seconds (at most half the lease) have passed since the first error
+        (at least once more); on_lost(err) before each new try"""
+        deadline = None
+        pause = 0.0
+        while True:
+            conn = None
             try:
-                if self.claim_wait and self.claim_wait > 0:
-                    with conn.transaction():
-                        conn.execute("SELECT set_config('lock_timeout', %s, true)",
-                                     (f"{max(1, round(self.claim_wait * 1000))}ms",))
-                        return conn.execute(CLAIM_SQL, params + (True,)).fetchone()
-                return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
+                conn = connection(self.dsn)
+                return call(conn)
             except psycopg.Error as err:
-                if tries == 2 or not connection_lost(err, conn):
+                if not connection_lost(err, conn):
                     raise
-                log.warning("%s %s: claim_operation: %s; once more on a new connection, same delivery",
-                            self.name, params[1], err)
-                self.on_verdict({**event, "verdict": "claim error", "attempt": None,
-                                 "sqlstate": "connection", "action": "again"})
+                discard(conn)
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + max(0.0, min(self.reconnect_for, self.lease / 2))
+                elif now + pause > deadline:
+                    raise
+                on_lost(err)
+                time.sleep(pause)
+                pause = min(2.0, max(0.1, pause * 2))
+
+    def _claim(self, params, event):
+        """claim_operation(..., delivery, wait); again on a new connection
+        with the same delivery token while the connection is lost: the server
+        answers the same verdict and attempt if an earlier try was recorded"""
+        def claim(conn):
+            if self.claim_wait and self.claim_wait > 0:
+                with conn.transaction():
+                    conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                                 (f"{max(1, round(self.claim_wait * 1000))}ms",))
+                    return conn.execute(CLAIM_SQL, params + (True,)).fetchone()
+            return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
+
+        def lost(err):
+            log.warning("%s %s: claim_operation: %s; once more on a new connection, same delivery",
+                        self.name, params[1], err)
+            self.on_verdict({**event, "verdict": "claim error", "attempt": None,
+                             "sqlstate": "connection", "action": "again"})
+
+        return self._reconnecting(claim, lost)
 
     def _write(self, function, *params):
         """complete_operation or release_operation (both no-ops when repeated):
-        once more on a new connection if the connection was lost"""
+        again on a new connection while the connection is lost"""
         sql = f"SELECT idempotency.{function}({', '.join(['%s'] * len(params))})"
-        for tries in (1, 2):
-            conn = connection(self.dsn)
-            try:
-                conn.execute(sql, params)
-                return
-            except (psycopg.OperationalError, psycopg.InterfaceError) as err:
-                if tries == 2 or not conn.closed:
-                    raise
-                log.warning("%s: %s; once more on a new connection", function, err)
+
+        def lost(err):
+            log.warning("%s: %s; once more on a new connection", function, err)
+
+        self._reconnecting(lambda conn: conn.execute(sql, params), lost)

@@ -14,7 +14,9 @@ celery.exceptions.Retry with countdown = the lease.
 
 Extension 0.3: a claim whose reply is lost with its connection (the server
 recorded it) is sent once more on a new connection with the same delivery
-token and gets its own claim back (run #1, not in_progress); another
+token and gets its own claim back (run #1, not in_progress), also when the
+database then stays unreachable for a while (refused connections,
+PgBouncer's 08P01); another
 transaction's uncommitted claim of the key answers in_progress at once
 (wait => false), and with claim_wait > 0 the claim's lock_timeout (55P03) is
 retried like in_progress.
@@ -178,6 +180,60 @@ class VerdictMappingTest(unittest.TestCase):
         self.assertEqual(verdicts, ["claim error:again", "run:work", "run:completed"])
         self.assertEqual(calls, [{"attempt": 1, "verify": False}])
         self.assertEqual(self.record(task, "K-lost"), "completed #1")
+
+    def test_unreachable_database_is_waited_out_with_the_same_token(self):
+        # the claim is recorded and its reply lost; then the database cannot
+        # be reached for a while (a PgBouncer restart; PgBouncer refusing
+        # logins after a PostgreSQL restart, with its own SQLSTATE 08P01 on a
+        # connection that still looks open): the helper keeps trying with the
+        # same token and gets its claim back, instead of self.retry (a new
+        # token: in_progress for a lease)
+        task, calls, verdicts = self.task("hold")
+        real = idempotency_celery.connection()
+        failures = []
+
+        class LosesTheReply:
+            closed = False
+
+            def execute(self, sql, params=None):
+                real.execute(sql, params)
+                real.close()
+                self.closed = True
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        class PoolerError(psycopg.errors.ProtocolViolation):
+            sqlstate = "08P01"
+
+        class StillOpen:
+            closed = False
+
+            def execute(self, sql, params=None):
+                raise PoolerError("server login has been failing, try again later (server_login_retry)")
+
+            def close(self):
+                pass
+
+        connect = idempotency_celery.connection
+
+        def flaky(dsn=""):
+            failures.append(1)
+            if len(failures) == 1:
+                return LosesTheReply()
+            if len(failures) == 2:
+                raise psycopg.OperationalError("connection refused")
+            if len(failures) == 3:
+                return StillOpen()
+            return connect(dsn)
+
+        idempotency_celery.connection = flaky
+        try:
+            self.assertEqual(self.call_eagerly(task, "K-away"), {"sent": "K-away"})
+        finally:
+            idempotency_celery.connection = connect
+        # tries after 0, 0.1, 0.2 s: within reconnect_for, here half the 1 s lease
+        self.assertEqual(verdicts, ["claim error:again"] * 3 + ["run:work", "run:completed"])
+        self.assertEqual(calls, [{"attempt": 1, "verify": False}])
+        self.assertEqual(self.record(task, "K-away"), "completed #1")
 
     def test_stuck_transaction_answers_in_progress_at_once(self):
         task, calls, verdicts = self.task("hold")
