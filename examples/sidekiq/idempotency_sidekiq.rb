@@ -12,7 +12,9 @@
 #                     # optional: "heartbeat" (s between extend_lease calls,
 #                     # default lease / 4), "backoff", "backoff_max",
 #                     # "claim_wait" (s a claim may wait for another
-#                     # transaction's uncommitted claim of the key; default 0)
+#                     # transaction's uncommitted claim of the key; default 0),
+#                     # "reconnect_for" (s to keep trying a call whose
+#                     # connection was lost; default 30, at most lease / 2)
 #     def self.idempotency_key(order, _email) = order   # names the effect
 #     def perform(order, email) ... end
 #   end
@@ -44,6 +46,15 @@
 # repeated; the claim carries a delivery token, a uuid made for this one
 # call of the middleware, so a claim repeated after a lost reply gets its
 # own claim back, the same verdict and attempt, not in_progress for a lease).
+# While the database cannot be reached (a PgBouncer or PostgreSQL restart,
+# PgBouncer refusing logins for server_login_retry after one) the claim, the
+# completion and the release are tried again after 0, 0.1, 0.2 ... 2 s for
+# up to "reconnect_for" seconds (default 30, at most half the lease) before
+# the job goes to Sidekiq's retries (a new token). A connection error is one
+# on a connection that is no longer OK, or SQLSTATE class 08 (PgBouncer
+# reports its own failures as 08P01 and closes the connection) or
+# 57P01-57P03 (the server is shutting down, e.g. a backend terminated by
+# pg_ctl restart -m fast, or starting up).
 #
 # The bound: the claim does not wait for another transaction's uncommitted
 # claim of the key (a worker stuck or idle in a transaction, the
@@ -108,6 +119,18 @@ module Idempotency
     err.respond_to?(:result) && err.result&.error_field(PG::Result::PG_DIAG_SQLSTATE)
   end
 
+  # the server is going away or not there yet: admin_shutdown (a fast
+  # shutdown terminates the backend, even in the middle of a call),
+  # crash_shutdown, cannot_connect_now
+  SERVER_GONE = %w[57P01 57P02 57P03].freeze
+
+  # an error of the connection although it may still look OK: class 08
+  # (PgBouncer's own errors, 08P01, before it closes) or the server going away
+  def self.connection_error?(err)
+    code = sqlstate(err)
+    !!code && (code.start_with?("08") || SERVER_GONE.include?(code))
+  end
+
   # a connection that opens on first use and is replaced when it broke
   class Connection
     def initialize(dsn)
@@ -115,21 +138,31 @@ module Idempotency
       @conn = nil
     end
 
-    def exec_params(sql, params, on_reconnect: nil)
-      run(on_reconnect: on_reconnect) { |c| c.exec_params(sql, params) }
+    def exec_params(sql, params, on_reconnect: nil, within: 0)
+      run(on_reconnect: on_reconnect, within: within) { |c| c.exec_params(sql, params) }
     end
 
-    # the block with the PG::Connection; once more on a new connection if
-    # the connection broke (on_reconnect is called with the error first)
-    def run(on_reconnect: nil)
-      tries = 0
+    # the block with the PG::Connection; again on a new connection while the
+    # connection is broken (on_reconnect is called with the error first): at
+    # once, then after 0.1, 0.2 ... 2 s, until `within` seconds have passed
+    # since the first error (at least once more)
+    def run(on_reconnect: nil, within: 0)
+      deadline = nil
+      pause = 0.0
       begin
-        tries += 1
         yield pg
       rescue PG::Error => e
-        raise if tries > 1 || healthy?   # an error of the statement itself
-        close                            # the connection broke: once more
+        raise if healthy? && !Idempotency.connection_error?(e)   # an error of the statement itself
+        close                                                    # the connection broke
+        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        if deadline.nil?
+          deadline = now + within
+        elsif now + pause > deadline
+          raise
+        end
         on_reconnect&.call(e)
+        sleep pause
+        pause = [[pause * 2, 0.1].max, 2.0].min
         retry
       end
     end
@@ -206,6 +239,8 @@ module Idempotency
 
       job_type = opts["job_type"] || worker.class.name
       lease = (opts["lease"] || 600).to_f
+      # seconds to keep trying a call whose connection was lost
+      reconnect = [(opts["reconnect_for"] || 30).to_f, lease / 2].min
       args = job["args"]
       key = (worker.class.respond_to?(:idempotency_key) ? worker.class.idempotency_key(*args) : args.first).to_s
       db = connection(:idempotency_pg)
@@ -221,7 +256,7 @@ module Idempotency
                  "sqlstate" => "connection" }, "again")
       end
       begin
-        row = db.run(on_reconnect: lost) do |c|
+        row = db.run(on_reconnect: lost, within: reconnect) do |c|
           if wait.positive?
             c.transaction do
               c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
@@ -273,7 +308,8 @@ module Idempotency
         yield
       rescue KnownFailure
         beat.stop
-        db.exec_params("SELECT idempotency.release_operation($1, $2, $3)", [job_type, key, attempt])
+        db.exec_params("SELECT idempotency.release_operation($1, $2, $3)", [job_type, key, attempt],
+                       within: reconnect, on_reconnect: written_again(key, "release_operation"))
         # a later job claims attempt + 1; within half the lease, so that the
         # sweeper (a released record nobody claimed for a lease) does not
         # re-enqueue it too
@@ -288,15 +324,24 @@ module Idempotency
       end
       begin
         db.exec_params("SELECT idempotency.complete_operation($1, $2, $3, $4)",
-                       [job_type, key, attempt, JSON.generate({ "jid" => job["jid"] })])
+                       [job_type, key, attempt, JSON.generate({ "jid" => job["jid"] })],
+                       within: reconnect, on_reconnect: written_again(key, "complete_operation"))
       rescue PG::Error => e
-        raise unless Idempotency.sqlstate(e) == "ID003"
+        unless Idempotency.sqlstate(e) == "ID003"
+          # the database stayed unreachable: the claim is left to its lease
+          notify(event.merge("sqlstate" => Idempotency.sqlstate(e) || "connection"), "failed")
+          raise
+        end
         return notify(event, "superseded")   # taken over after the lease: the new owner records it
       end
       notify(event, "completed")
     end
 
     private
+
+    def written_again(key, function)
+      ->(e) { Sidekiq.logger.warn("#{key}: #{function}: #{e.message.strip}; once more on a new connection") }
+    end
 
     def fingerprint(klass, args)
       "sha256:" + Digest::SHA256.hexdigest(JSON.generate([klass, args]))

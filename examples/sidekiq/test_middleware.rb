@@ -11,7 +11,9 @@
 # - under verdict verify (lookup policy) the job sees idempotency_verify?;
 # - extension 0.3: a claim whose reply is lost with its connection (the
 #   server recorded it) is sent once more with the same delivery token and
-#   gets its own claim back (run #1, not in_progress); another transaction's
+#   gets its own claim back (run #1, not in_progress), also when the
+#   database then stays unreachable for a while (refused connections,
+#   PgBouncer's 08P01 on a connection that looks OK); another transaction's
 #   uncommitted claim of the key answers in_progress at once (wait => false),
 #   and with "claim_wait" the claim's lock_timeout (55P03) is re-enqueued like
 #   in_progress (perform_in(lease); stubbed here: no Redis).
@@ -85,6 +87,57 @@ class IdempotencyMiddlewareTest < Minitest::Test
         end
       end
     end
+  end
+
+  # the claim is recorded and its reply lost; then the database cannot be
+  # reached for a while: a refused connection, then PgBouncer's own error
+  # (08P01) on a connection that still looks OK (a PgBouncer or PostgreSQL
+  # restart). The claim is tried again with the same token until it works.
+  class AwayForAWhile < Idempotency::Connection
+    def initialize(dsn)
+      super
+      @tries = 0
+    end
+
+    private
+
+    def pg
+      @tries += 1
+      case @tries
+      when 1
+        real = Idempotency.connect(nil)
+        fake { |sql, params| real.exec_params(sql, params); real.close; raise PG::ConnectionBad, "server closed the connection unexpectedly" }
+      when 2
+        raise PG::ConnectionBad, "connection to server failed: Connection refused"
+      when 3
+        result = Object.new.tap { |r| r.define_singleton_method(:error_field) { |_f| "08P01" } }
+        err = PG::ProtocolViolation.new("server login has been failing, try again later (server_login_retry)")
+        err.define_singleton_method(:result) { result }
+        @conn = fake { |_sql, _params| raise err }
+      else
+        super
+      end
+    end
+
+    def fake(&exec)
+      Object.new.tap do |o|
+        o.define_singleton_method(:exec_params) { |sql, params| exec.call(sql, params) }
+        o.define_singleton_method(:finished?) { false }
+        o.define_singleton_method(:status) { PG::CONNECTION_OK }
+        o.define_singleton_method(:close) { nil }
+      end
+    end
+  end
+
+  def test_unreachable_database_is_waited_out_with_the_same_token
+    type = job_type("hold")
+    Thread.current[:idempotency_pg] = AwayForAWhile.new(nil)
+    seen, ran, scheduled = verdicts_of(type, "K7")
+    assert ran
+    # tries after 0, 0.1, 0.2 s: within "reconnect_for", here half the 1 s lease
+    assert_equal ["claim error:again"] * 3 + ["run:work", "run:completed"], seen
+    assert_equal [], scheduled
+    assert_equal "completed #1", record(type, "K7")
   end
 
   def verdicts_of(type, key, **extra)
