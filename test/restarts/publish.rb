@@ -1,0 +1,16 @@
+# test/restarts/publish.rb: a publisher for test/restarts/run.py that stays
+# up for the whole run (one ruby process instead of one per message). Reads
+# lines "ORDER COPIES" on stdin, enqueues the send_confirmation job of each
+# order COPIES times exactly as examples/sidekiq/publish.rb does (the same
+# worker.rb, the same arguments), and answers "ok" per line.
+#
+#   REDIS_URL=... SIDEKIQ_QUEUE=... JOB_TYPE=... ruby test/restarts/publish.rb
+require_relative "../../examples/sidekiq/worker"
+
+$stdout.sync = true
+$stdin.each_line do |line|
+  order, copies = line.split
+  args = SendConfirmation.args_for(order)
+  Integer(copies).times { SendConfirmation.perform_async(*args) }
+  puts "ok"
+end
