@@ -50,19 +50,34 @@ const CLAIM_SQL = 'SELECT verdict, attempt, result FROM idempotency.claim_operat
 const BUSY = ['55P03', '57014'];   // lock_timeout, statement_timeout: the claim hit its bound
 
 // an error of the connection (lost, closed, refused), not of the statement:
-// the server's errors are pg.DatabaseError with a SQLSTATE
-const connectionLost = (err) => !(err instanceof pg.DatabaseError);
+// no SQLSTATE at all, class 08 (PgBouncer's own errors are 08P01, and it
+// closes the connection after them), or 57P01-57P03 (the backend was
+// terminated: pg_ctl restart, a failover)
+const connectionLost = (err) => !(err instanceof pg.DatabaseError) ||
+  /^08/.test(err.code ?? '') || ['57P01', '57P02', '57P03'].includes(err.code);
 
-// run(client) on a client of the pool; once more on a new client if the
-// connection was lost (onLost(err) first). A broken client is discarded.
+// how long a call whose connection was lost is tried again (same arguments,
+// so a claim keeps its delivery token): 0, 0.1, 0.2 ... 2 s apart, for up to
+// IDEMPOTENCY_RECONNECT_FOR ms (default 30 s; keep it under half the lease).
+// PgBouncer refuses logins for server_login_retry (15 s) after the server
+// was down.
+const RECONNECT_FOR = Number(process.env.IDEMPOTENCY_RECONNECT_FOR ?? 30000);
+const pauseFor = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// run(client) on a client of the pool; again on a new client while the
+// connection is lost (onLost(err) first), for up to RECONNECT_FOR ms. A
+// broken client is discarded.
 async function withRetry(pool, run, onLost) {
+  const deadline = Date.now() + RECONNECT_FOR;
   for (let tries = 1; ; tries++) {
+    const pause = Math.min(2000, 100 * (tries - 1));
     let client;
     try {
       client = await pool.connect();
     } catch (err) {
-      if (tries >= 2) throw err;
+      if (Date.now() + pause > deadline) throw err;
       onLost?.(err);
+      await pauseFor(pause);
       continue;
     }
     // a checked-out client that loses its connection also emits 'error'
@@ -78,8 +93,9 @@ async function withRetry(pool, run, onLost) {
       const lost = connectionLost(err);
       client.removeListener('error', ignore);
       client.release(lost ? err : undefined);   // an error: the pool drops that client
-      if (!lost || tries >= 2) throw err;
+      if (!lost || Date.now() + pause > deadline) throw err;
       onLost?.(err);
+      await pauseFor(pause);
     }
   }
 }
