@@ -669,7 +669,10 @@ redis_start() {
         source "$root/scripts/cluster.sh"
         cluster_pick_port
     )
-    rdir=$work/redis
+    # a fresh directory per start: an AOF left by an earlier start would be
+    # loaded first (and the server answer LOADING meanwhile)
+    redis_starts=$((${redis_starts:-0} + 1))
+    rdir=$work/redis.$redis_starts
     mkdir -p "$rdir"
     redis-server --bind 127.0.0.1 --port "$rport" --dir "$rdir" --appendonly yes \
         --appendfsync always --save '' --daemonize no --protected-mode yes \
@@ -677,10 +680,10 @@ redis_start() {
     redis_pid=$!
     local i
     for i in $(seq 1 100); do
-        redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null 2>&1 && break
+        [[ $(redis-cli -h 127.0.0.1 -p "$rport" ping 2>/dev/null) == PONG ]] && break
         sleep 0.1
     done
-    redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null || die "redis-server did not start ($rdir/redis.log)"
+    [[ $(redis-cli -h 127.0.0.1 -p "$rport" ping 2>/dev/null) == PONG ]] || die "redis-server did not start ($rdir/redis.log)"
     redis-cli -h 127.0.0.1 -p "$rport" SET dupkey done >/dev/null
 }
 redis_stop() {
@@ -692,6 +695,7 @@ redis_stop() {
     kill -0 "$redis_pid" 2>/dev/null && kill -TERM "$redis_pid"
     wait "$redis_pid" 2>/dev/null || true
     redis_pid=""
+    rm -rf "$rdir"
 }
 # redis_cell PHASE PATH OP CLIENTS REP: one redis-benchmark run of OP (claim:
 # SET NX PX of a new key; done: SET; dup: SET NX of an existing key), one
