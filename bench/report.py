@@ -680,7 +680,7 @@ def batch_section(dirname, cells, kv, machine, w):
         ok = None if math.isnan(r) else r >= goal
         miss = ""
         if ok is False:
-            miss = "; short by %s %% (%s ops/s more needed)" % (fmt(100.0 * (1 - r / goal), 0), fmt(goal * bb - a))
+            miss = "; short of the goal by %s %%" % fmt(100.0 * (1 - r / goal), 0)
         w("| %s | %s× (%s vs %s ops/s%s) | ≥ %s× | %s |" % (name, fmt(r, 2), fmt(a), fmt(bb), miss,
                                                        fmt(goal, 0), verdict(ok)))
     w("")
