@@ -5,12 +5,17 @@
 # worker.rb, the same arguments), and answers "ok" per line.
 #
 #   REDIS_URL=... SIDEKIQ_QUEUE=... JOB_TYPE=... ruby test/restarts/publish.rb
+# The answers go to the original stdout; everything else written to stdout
+# (Sidekiq 7 logs "connecting to Redis" there) goes to stderr, so it cannot
+# be read as an answer.
+answers = $stdout.dup
+answers.sync = true
+$stdout.reopen($stderr)
 require_relative "../../examples/sidekiq/worker"
 
-$stdout.sync = true
 $stdin.each_line do |line|
   order, copies = line.split
   args = SendConfirmation.args_for(order)
   Integer(copies).times { SendConfirmation.perform_async(*args) }
-  puts "ok"
+  answers.puts "ok"
 end
