@@ -129,7 +129,9 @@ snapshot() {
     port=$(port_of "$1" "$2")
     runuser -u postgres -- psql -XAtq -v ON_ERROR_STOP=1 -h /var/run/postgresql -p "$port" -d "$3" <<'EOF'
 \echo -- operations
-COPY (SELECT * FROM idempotency.operations ORDER BY job_type, operation_key) TO STDOUT;
+COPY (SELECT job_type, operation_key, status, attempt, claimed_at, heartbeat_at, completed_at,
+             claimed_by, fingerprint, result
+      FROM idempotency.operations ORDER BY job_type, operation_key) TO STDOUT;
 \echo -- job_types
 COPY (SELECT * FROM idempotency.job_types ORDER BY job_type) TO STDOUT;
 \echo -- resolutions
@@ -373,6 +375,10 @@ for c in main viadump; do
             "$(l '' "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
         check "[$c] legacy: ALTER EXTENSION UPDATE then changes nothing" "$DEFAULT_VERSION" \
             "$(l '' "ALTER EXTENSION idempotency UPDATE; SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
+        # the dump's GRANT on 0.1's claim_operation(text, text, text, text)
+        # finds no such function in 0.3 (its signature changed): the README's
+        # upgrade note says to grant on the new signature after such a restore
+        l '' "GRANT EXECUTE ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean) TO upg_worker" >/dev/null
     fi
     # after the update: the same records; job_types gains worker_role (NULL)
     snapshot "$NEW" "$c" legacy >"$work/$c-legacy.updated"
