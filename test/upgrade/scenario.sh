@@ -22,14 +22,16 @@
 #     leave the 15 cluster working;
 #  3. make install for NEW_MAJOR; pg_upgradecluster -m upgrade 15 main
 #     (pg_upgrade) and pg_upgradecluster -m dump 15 viadump (pg_dump and
-#     restore, Debian's default method);
+#     restore, Debian's default method), "legacy" in viadump first updated
+#     to the default version on 15, as the README says to;
 #  4. on each upgraded cluster: the snapshot is unchanged, completed keys
 #     answer completed with their result, the held claim is still held, the
 #     young claim is in progress, takeovers get the next attempt and the old
 #     attempt is refused with ID003, the worker_role is enforced (42501),
 #     released keys run; in "legacy", the 0.1 definitions work on the new
 #     library, ALTER EXTENSION idempotency UPDATE goes to the default version
-#     and the protocol goes on.
+#     and the protocol goes on; a dump of "legacy" taken at 0.1 does not
+#     restore where 0.3 is installed (why the README says to update first).
 # Every check prints "ok" or "FAIL" with what was expected and what came; the
 # exit status is 1 if any failed.
 set -euo pipefail
@@ -234,6 +236,21 @@ make -C "$BUILD_DIR" --no-print-directory -s install with_llvm=no \
     PG_CONFIG="/usr/lib/postgresql/$NEW/bin/pg_config" >"$work/install.log" 2>&1 ||
     { cat "$work/install.log"; echo "FAIL make install for $NEW"; exit 1; }
 
+# The dump method creates the extension at the newest version installed for
+# the new major (pg_dump writes CREATE EXTENSION without VERSION), so a
+# database on an older extension version is updated on the old cluster first
+# (README, "Major-version upgrade"): 0.3 changed claim_operation's
+# signature, and an old dump's GRANT on claim_operation(text, text, text,
+# text) names a function 0.3 does not have. Keep such a dump to show that.
+port=$(port_of "$OLD" viadump)
+runuser -u postgres -- "/usr/lib/postgresql/$OLD/bin/pg_dump" -h /var/run/postgresql -p "$port" \
+    -d legacy -f "$work/legacy-0.1.sql"
+check "viadump: legacy on $OLD updated first (ALTER EXTENSION idempotency UPDATE)" "$DEFAULT_VERSION" \
+    "$(q "$OLD" viadump legacy '' "ALTER EXTENSION idempotency UPDATE; SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
+snapshot "$OLD" viadump legacy >"$work/viadump-legacy.updated-before"
+check "viadump: ... the worker's grant moved to the new signature" "1" \
+    "$(grep -c '^function idempotency.claim_operation(text,text,text,text,text,boolean) | upg_worker EXECUTE$' "$work/viadump-legacy.updated-before")"
+
 declare -A took=()
 for c in main viadump; do
     method=upgrade
@@ -371,14 +388,24 @@ for c in main viadump; do
         check "[$c] legacy: ALTER EXTENSION idempotency UPDATE from 0.1" "$DEFAULT_VERSION" \
             "$(l '' "ALTER EXTENSION idempotency UPDATE; SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
     else
-        check "[$c] legacy (0.1 on $OLD): restored at $DEFAULT_VERSION, the version installed for $NEW" "$DEFAULT_VERSION" \
+        check "[$c] legacy (updated to $DEFAULT_VERSION on $OLD): restored at $DEFAULT_VERSION" "$DEFAULT_VERSION" \
             "$(l '' "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
+        snapshot "$NEW" "$c" legacy >"$work/$c-legacy.after"
+        compare "[$c] legacy: records, job types, audit, members, grants as on $OLD after its update" \
+            "$work/$c-legacy.updated-before" "$work/$c-legacy.after"
         check "[$c] legacy: ALTER EXTENSION UPDATE then changes nothing" "$DEFAULT_VERSION" \
             "$(l '' "ALTER EXTENSION idempotency UPDATE; SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
-        # the dump's GRANT on 0.1's claim_operation(text, text, text, text)
-        # finds no such function in 0.3 (its signature changed): the README's
-        # upgrade note says to grant on the new signature after such a restore
-        l '' "GRANT EXECUTE ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean) TO upg_worker" >/dev/null
+        # what the README warns of: the dump taken at 0.1, restored here,
+        # stops at its GRANT on the old signature (psql -v ON_ERROR_STOP=1,
+        # as postgresql-common's pg_dumpcluster runs it)
+        q "$NEW" "$c" postgres '' "CREATE DATABASE legacy_at_01" >/dev/null
+        rc=0
+        out=$(cd "$work" && runuser -u postgres -- psql -XAtq -v ON_ERROR_STOP=1 -h /var/run/postgresql \
+            -p "$(port_of "$NEW" "$c")" -d legacy_at_01 -f "$work/legacy-0.1.sql" 2>&1) || rc=$?
+        check "[$c] a dump taken at 0.1, restored where $DEFAULT_VERSION is installed: stops at the old GRANT" \
+            "stopped: function idempotency.claim_operation(text, text, text, text) does not exist" \
+            "$( ((rc)) && echo "stopped: $(grep -o 'function idempotency.claim_operation([^)]*) does not exist' <<<"$out" | head -n 1)" || echo "exit 0")"
+        q "$NEW" "$c" postgres '' "DROP DATABASE legacy_at_01" >/dev/null
     fi
     # after the update: the same records; job_types gains worker_role (NULL)
     snapshot "$NEW" "$c" legacy >"$work/$c-legacy.updated"
