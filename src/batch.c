@@ -161,14 +161,10 @@ batch_key_cmp(const void *a, const void *b)
 {
 	const BatchKey *x = (const BatchKey *) a;
 	const BatchKey *y = (const BatchKey *) b;
-	int			lx = VARSIZE_ANY_EXHDR(x->key);
-	int			ly = VARSIZE_ANY_EXHDR(y->key);
-	int			c = memcmp(VARDATA_ANY(x->key), VARDATA_ANY(y->key), Min(lx, ly));
+	int			c = idem_text_cmp(x->key, y->key);
 
 	if (c != 0)
 		return c;
-	if (lx != ly)
-		return lx < ly ? -1 : 1;
 	return x->index - y->index;
 }
 

@@ -370,7 +370,8 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 {
 	int			n = 0;
 	int			i;
-	int			next;
+	uint64		r;
+	bool	   *was_inserted;
 	Datum	   *keys;
 	Datum	   *fps;
 	bool	   *fp_nulls;
@@ -431,29 +432,46 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 	/* waits, key by key in this order, for uncommitted claims of the keys */
 	inserted = idem_execute(ST_INSERT_BATCH, values, nulls, 0);
 
-	/* RETURNING lists the inserted keys in the order they were inserted */
-	next = 0;
+	/*
+	 * RETURNING lists the keys inserted, each once. Found by their bytes
+	 * among the pending keys, which are distinct and in the batch's order
+	 * (idem_text_cmp()), whatever order the rows come back in.
+	 */
+	was_inserted = palloc0(sizeof(bool) * n);
+	for (r = 0; r < inserted; r++)
+	{
+		bool		isnull;
+		text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+		int			lo = 0;
+		int			hi = n - 1;
+
+		while (lo <= hi)
+		{
+			int			mid = lo + (hi - lo) / 2;
+			int			c = idem_text_cmp(k, a[pending[mid]].key);
+
+			if (c == 0)
+			{
+				was_inserted[mid] = true;
+				break;
+			}
+			if (c < 0)
+				hi = mid - 1;
+			else
+				lo = mid + 1;
+		}
+		Assert(lo <= hi);
+	}
 	for (i = 0; i < n; i++)
 	{
 		int			p = pending[i];
 
-		if ((uint64) next < inserted)
-		{
-			bool		isnull;
-			text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[next],
-														 SPI_tuptable->tupdesc, 1, &isnull));
-
-			if (idem_same_text(k, a[p].key))
-			{
-				set_verdict(v[p], "run", 1);
-				next++;
-				continue;
-			}
-		}
-		pending[(*npending)++] = p;
+		if (was_inserted[i])
+			set_verdict(v[p], "run", 1);
+		else
+			pending[(*npending)++] = p;
 	}
-	if ((uint64) next != inserted)
-		elog(ERROR, "claim_operations(): the INSERT returned keys out of order");
 
 	/* not inserted: claimed meanwhile by a transaction that committed */
 	n = *npending;

@@ -650,6 +650,19 @@ idem_same_text(text *a, text *b)
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
+/* Byte order, a prefix first: the order a batch takes its keys in */
+int
+idem_text_cmp(text *a, text *b)
+{
+	int			la = VARSIZE_ANY_EXHDR(a);
+	int			lb = VARSIZE_ANY_EXHDR(b);
+	int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+	if (c != 0)
+		return c;
+	return la < lb ? -1 : la > lb ? 1 : 0;
+}
+
 char *
 idem_text(text *t)
 {

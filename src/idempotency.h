@@ -215,5 +215,6 @@ extern const char *idem_status_name(OperationStatus status);
 pg_noreturn extern void idem_too_many_tries(const char *action, text *job_type, text *key);
 extern char *idem_text(text *t);
 extern bool idem_same_text(text *a, text *b);
+extern int	idem_text_cmp(text *a, text *b);
 
 #endif							/* IDEMPOTENCY_H */
