@@ -304,7 +304,7 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
 	IdemCall	call;
 	IdemRefusal r;
-	bool		isnull;
+	OperationState state;
 	TimestampTz expires_at;
 
 	idem_begin_worker(&call, "extend_lease()", worker_roles);
@@ -313,9 +313,9 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 					  job_type, key, attempt, (Datum) 0, true,
 					  STATUS_BIT(OPERATION_CLAIMED), -1, &r) != REFUSAL_NONE)
 		raise_refusal(&r);
-	expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
-												   SPI_tuptable->tupdesc,
-												   1, &isnull));
+	/* the new heartbeat plus the lease, as this transaction now sees them */
+	idem_lookup(job_type, key, &state);
+	expires_at = state.expires_at;
 	idem_end(&call);
 
 	PG_RETURN_TIMESTAMPTZ(expires_at);

@@ -36,6 +36,10 @@
  * definition; a caller who may not work the job type goes the SPI way,
  * whose lookup raises the error.
  *
+ * A table that Citus manages is an empty shell on the node where the call
+ * runs (its rows live in shards): then neither path is used, and every
+ * call goes through SPI, whose statements Citus routes (citus_managed()).
+ *
  * No privilege is checked here, as none is in the SPI path (which runs as
  * the table owner): EXECUTE on the function is the permission. The
  * relations' and attributes' numbers and the enum labels' OIDs are cached
@@ -59,6 +63,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -165,6 +170,33 @@ unique_index_on(Oid indexid, AttrNumber first, AttrNumber second)
 }
 
 /*
+ * Does Citus manage `relid` (a row in pg_dist_partition, whatever its
+ * distribution method)? False where Citus is not installed. Citus sends a
+ * relcache invalidation of a table when it changes the table's metadata,
+ * so the cache is rebuilt after distribution (probe_invalidate()).
+ */
+static bool
+citus_managed(Oid relid)
+{
+	Oid			dist = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	bool		found;
+
+	if (!OidIsValid(dist))
+		return false;
+	rel = table_open(dist, AccessShareLock);
+	/* logicalrelid, its first column; a small table, scanned whole */
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
  * Fill the cache; false if the schema is not what this code expects (then
  * every call goes the SPI way, which works with whatever a superuser made
  * of the tables, or says why not). The catalogs are read without locks:
@@ -197,6 +229,14 @@ probe_load(void)
 	cache.jt_pkey = get_relname_relid("job_types_pkey", nspid);
 	if (!OidIsValid(cache.ops_relid) || !OidIsValid(cache.ops_pkey) ||
 		!OidIsValid(cache.jt_relid) || !OidIsValid(cache.jt_pkey))
+		return false;
+
+	/*
+	 * A table that Citus manages (distributed, reference or Citus local) is
+	 * an empty shell here: its records are in shards, which SPI's
+	 * statements reach and these scans would not.
+	 */
+	if (citus_managed(cache.ops_relid) || citus_managed(cache.jt_relid))
 		return false;
 
 	/* the columns the fast paths read or write, with the types they assume */
