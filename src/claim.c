@@ -133,9 +133,10 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 		/*
 		 * The probe saw no record: insert at once. The INSERT selects the
 		 * job type (and checks the caller's role), so when it inserts
-		 * nothing the lookup of the next round says why.
+		 * nothing the lookup of the next round says why. (No probe runs
+		 * where Citus manages the tables: the lookup comes first there.)
 		 */
-		if (tries == 0 && absent)
+		if (tries == 0 && absent && !call->citus)
 			state.found = false;
 		else
 			idem_worker_lookup(call, job_type, key, &state);
@@ -167,7 +168,9 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 			 * Waits for a concurrent uncommitted claim of the same key; does
 			 * nothing if that one committed, and we read it again.
 			 */
-			if (idem_execute(call->deliveries ? ST_INSERT_DELIVERY :
+			if (idem_execute(call->citus ?
+							 (call->deliveries ? ST_INSERT_VALUES_DELIVERY : ST_INSERT_VALUES) :
+							 call->deliveries ? ST_INSERT_DELIVERY :
 							 call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
 							 values, nulls, 0) == 1)
 			{

@@ -239,6 +239,30 @@ static const StatementDef statements[ST_COUNT] = {
 		7, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, TEXTARRAYOID, OIDOID, INT8ARRAYOID}
 	},
 	/*
+	 * Where Citus manages the tables: the same insert as one row of VALUES,
+	 * which Citus routes to the key's shard and counts (INSERT ... SELECT
+	 * from the reference table is collected on the coordinator, whose count
+	 * SPI cannot reconcile with RETURNING). The lookup before it checked
+	 * the job type and the caller's role; the foreign key that distribute()
+	 * adds keeps the job type from going away meanwhile.
+	 */
+	[ST_INSERT_VALUES] = {
+		"INSERT INTO idempotency.operations AS o"
+		" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,"
+		" claimed_by, fingerprint)"
+		" VALUES ($1, $2, 'claimed', 1, $3, $3, $4, $5)"
+		" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING",
+		5, INSERT_ARGS
+	},
+	[ST_INSERT_VALUES_DELIVERY] = {
+		"INSERT INTO idempotency.operations AS o"
+		" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,"
+		" claimed_by, fingerprint, delivery)"
+		" VALUES ($1, $2, 'claimed', 1, $3, $3, $4, $5, $7)"
+		" ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING",
+		7, INSERT_ARGS
+	},
+	/*
 	 * $3 attempt, $4 heartbeat, $5 status read; $6 now, $7 worker,
 	 * $8 fingerprint; since 0.3 $9 the delivery digest
 	 */
@@ -384,6 +408,7 @@ idem_begin(IdemCall *call, const char *fname, bool writes)
 	GetUserIdAndSecContext(&call->caller, &call->save_sec_context);
 	call->worker_roles = false;
 	call->deliveries = false;
+	call->citus = idem_citus();
 	SetUserIdAndSecContext(owner,
 						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 

@@ -66,6 +66,8 @@ typedef enum Statement
 	ST_INSERT_ROLE,
 	ST_INSERT_DELIVERY,
 	ST_INSERT_BATCH,
+	ST_INSERT_VALUES,
+	ST_INSERT_VALUES_DELIVERY,
 	ST_TAKEOVER,
 	ST_TAKEOVER_DELIVERY,
 	ST_SKIP,
@@ -127,6 +129,7 @@ typedef struct IdemCall
 	int			save_sec_context;
 	bool		worker_roles;
 	bool		deliveries;		/* 0.3: operations has a delivery column */
+	bool		citus;			/* Citus manages the tables: see probe.c */
 } IdemCall;
 
 /* claim.c: what one claim asks for, and its answer */
@@ -189,6 +192,7 @@ extern ProbeResult idem_probe(Oid caller, bool worker_roles, text *job_type, tex
 							  text *fingerprint, int32 *attempt,
 							  Datum *result, bool *result_isnull);
 extern bool idem_key_busy(text *job_type, text *key, int32 *attempt);
+extern bool idem_citus(void);
 extern bool idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key,
 							   int32 attempt, Datum result, bool result_isnull);
 

@@ -96,6 +96,7 @@ typedef struct ProbeCache
 	Oid			claimed;		/* pg_enum OIDs of the statuses */
 	Oid			completed;
 	Oid			skipped;
+	bool		citus;			/* Citus manages a table: no fast path */
 } ProbeCache;
 
 static ProbeCache cache;
@@ -236,7 +237,8 @@ probe_load(void)
 	 * an empty shell here: its records are in shards, which SPI's
 	 * statements reach and these scans would not.
 	 */
-	if (citus_managed(cache.ops_relid) || citus_managed(cache.jt_relid))
+	cache.citus = citus_managed(cache.ops_relid) || citus_managed(cache.jt_relid);
+	if (cache.citus)
 		return false;
 
 	/* the columns the fast paths read or write, with the types they assume */
@@ -474,6 +476,18 @@ idem_probe(Oid caller, bool worker_roles, text *job_type, text *key, text *finge
 
 	end_record_lookup(&l, snapshot, rel);
 	return r;
+}
+
+/*
+ * Does Citus manage the extension's tables? Then the claim inserts with
+ * INSERT ... VALUES, which Citus routes to one shard (see claim.c).
+ */
+bool
+idem_citus(void)
+{
+	if (!cache.valid)
+		probe_load();
+	return cache.citus;
 }
 
 /*
