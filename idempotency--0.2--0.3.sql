@@ -138,3 +138,189 @@ COMMENT ON FUNCTION idempotency.release_operations(text, text[], integer[]) IS
 REVOKE ALL ON FUNCTION idempotency.claim_operations(text, text[], text[], text, text[], boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idempotency.complete_operations(text, text[], integer[], jsonb[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idempotency.release_operations(text, text[], integer[]) FROM PUBLIC;
+
+-- Citus (issue 11, not supported yet): where Citus manages the tables, the
+-- local relation is an empty shell. purge_block_range() then takes block 0
+-- for the whole table, and purge() always makes at least one batch
+-- (GREATEST(..., 1), a construct, not a function the search_path could
+-- capture). The rest of the procedure is 0.2's, line for line (errors'
+-- CONTEXT lines stay the same). CREATE OR REPLACE keeps its grants.
+CREATE OR REPLACE PROCEDURE idempotency.purge(
+    pages_per_batch integer DEFAULT 20,
+    pause interval DEFAULT '20 milliseconds',
+    INOUT purged bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    blocks        pg_catalog.int8;  -- the table's size when the walk starts
+    next_block    pg_catalog.int8 := 0;
+    deleted       pg_catalog.int8;
+    pause_seconds pg_catalog.float8;
+BEGIN
+    IF pages_per_batch IS NULL THEN
+        RAISE EXCEPTION 'pages_per_batch must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF pages_per_batch OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'pages_per_batch must be positive, not %', pages_per_batch
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The default, 20 pages per transaction, keeps the purge''s WAL from slowing concurrent commits.';
+    END IF;
+    IF pause IS NULL THEN
+        RAISE EXCEPTION 'pause must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass interval ''0'' for no pause.';
+    END IF;
+    IF pause OPERATOR(pg_catalog.<) '0'::pg_catalog.interval THEN
+        RAISE EXCEPTION 'pause must not be negative, not %', pause
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM idempotency.purge_refuse_transaction_block();
+
+    pause_seconds := pg_catalog.date_part('epoch', pause);
+    blocks := GREATEST(pg_catalog.pg_relation_size('idempotency.operations'::pg_catalog.regclass)
+              OPERATOR(pg_catalog./) pg_catalog.current_setting('block_size')::pg_catalog.int8, 1);
+    purged := 0;
+    WHILE next_block OPERATOR(pg_catalog.<) blocks LOOP
+        deleted := idempotency.purge_block_range(next_block, pages_per_batch);
+        COMMIT;
+        purged := purged OPERATOR(pg_catalog.+) deleted;
+        next_block := next_block OPERATOR(pg_catalog.+) pages_per_batch;
+        -- a batch that deleted nothing wrote (next to) no WAL: no pause
+        IF deleted OPERATOR(pg_catalog.>) 0 AND pause_seconds OPERATOR(pg_catalog.>) 0::pg_catalog.float8
+           AND next_block OPERATOR(pg_catalog.<) blocks THEN
+            PERFORM pg_catalog.pg_sleep(pause_seconds);
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION idempotency.purge_block_range(bigint, integer) IS
+'Delete the completed and skipped records older than their job type''s retention whose tuples lie in heap blocks first_block .. first_block + blocks - 1 of idempotency.operations (one DELETE, a TID range scan); returns how many. The unit of idempotency.purge(). Where Citus manages the tables, a range from block 0 purges every shard and any other range nothing';
+
+--
+-- distribute(): make this install a Citus one (issue 11, in progress: see
+-- the README, "Citus"). Run once, on the coordinator, by a superuser; one
+-- transaction, so an error anywhere leaves the install as it was.
+--
+--  * job_types and resolutions become reference tables, operations a table
+--    distributed by operation_key in a colocation group of its own (which
+--    an application's side-effect tables join with colocate_with);
+--  * the job-type guard triggers give way to a foreign key from operations
+--    to job_types (Citus cannot run a trigger that queries a distributed
+--    table on a shard); deleting or renaming a job type that has records
+--    still fails with 23503;
+--  * the records are copied into the shards and the local copies emptied
+--    (truncate_local_data_after_distributing_table);
+--  * each job type's worker_role is written again by name, so that every
+--    node stores its own role OID (a copy carries the coordinator's);
+--  * claim_operation, complete_operation, release_operation and
+--    extend_lease are delegated to the node that holds the key
+--    (create_distributed_function, by operation_key);
+--  * the grants on the schema, the tables and the functions are made on
+--    every worker too (GRANT on the coordinator for the delegated
+--    functions, which Citus propagates; run_command_on_workers for the rest).
+--
+CREATE FUNCTION idempotency.distribute()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    delegated pg_catalog.regprocedure[];
+    f         pg_catalog.regprocedure;
+    r         record;
+    cmd       pg_catalog.text;
+    failed    pg_catalog.text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'Citus is not installed in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'idempotency.distribute() makes the extension''s tables Citus tables.',
+                  HINT = 'CREATE EXTENSION citus, add the worker nodes (citus_add_node), then call it again on the coordinator.';
+    END IF;
+    IF NOT pg_catalog.citus_is_coordinator() THEN
+        RAISE EXCEPTION 'idempotency.distribute() runs on the coordinator'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Connect to the coordinator and call it there.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+               WHERE logicalrelid OPERATOR(pg_catalog.=) 'idempotency.operations'::pg_catalog.regclass
+                  OR logicalrelid OPERATOR(pg_catalog.=) 'idempotency.job_types'::pg_catalog.regclass
+                  OR logicalrelid OPERATOR(pg_catalog.=) 'idempotency.resolutions'::pg_catalog.regclass) THEN
+        RAISE EXCEPTION 'the idempotency install is already distributed'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Citus already manages idempotency.operations, job_types or resolutions (pg_dist_partition).';
+    END IF;
+
+    -- the foreign key after the distribution, in the same transaction
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    DROP TRIGGER IF EXISTS job_types_guard ON idempotency.job_types;
+    DROP TRIGGER IF EXISTS job_types_truncate_guard ON idempotency.job_types;
+    PERFORM pg_catalog.create_reference_table('idempotency.job_types');
+    PERFORM pg_catalog.create_reference_table('idempotency.resolutions');
+    PERFORM pg_catalog.create_distributed_table('idempotency.operations', 'operation_key',
+                                                colocate_with => 'none');
+    ALTER TABLE idempotency.operations ADD CONSTRAINT operations_job_type_fkey
+        FOREIGN KEY (job_type) REFERENCES idempotency.job_types (job_type);
+    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.operations');
+    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.resolutions');
+    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.job_types');
+
+    -- by name: each node resolves the literal to its own OID
+    FOR r IN SELECT jt.job_type, jt.worker_role::pg_catalog.text AS role
+             FROM idempotency.job_types jt WHERE jt.worker_role IS NOT NULL LOOP
+        EXECUTE pg_catalog.format(
+            'UPDATE idempotency.job_types SET worker_role = %L::pg_catalog.regrole'
+            ' WHERE job_type OPERATOR(pg_catalog.=) %L', r.role, r.job_type);
+    END LOOP;
+
+    delegated := ARRAY[
+        'idempotency.claim_operation(text, text, text, text, text, boolean)',
+        'idempotency.complete_operation(text, text, integer, jsonb)',
+        'idempotency.release_operation(text, text, integer)',
+        'idempotency.extend_lease(text, text, integer)']::pg_catalog.regprocedure[];
+    FOREACH f IN ARRAY delegated LOOP
+        PERFORM pg_catalog.create_distributed_function(f, 'operation_key',
+                                                       colocate_with => 'idempotency.operations');
+    END LOOP;
+
+    -- the grants, on every node; grants to the owner are the owner's own
+    FOR r IN
+        SELECT 'SCHEMA idempotency' AS object, a.privilege_type, a.grantee, a.is_grantable, false AS distributed
+        FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+        WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency' AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+        UNION ALL
+        SELECT 'TABLE ' || c.oid::pg_catalog.regclass::pg_catalog.text, a.privilege_type, a.grantee, a.is_grantable, false
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.relnamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
+          AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S}') AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+        UNION ALL
+        SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE ' ELSE 'FUNCTION ' END || p.oid::pg_catalog.regprocedure::pg_catalog.text,
+               a.privilege_type, a.grantee, a.is_grantable, p.oid OPERATOR(pg_catalog.=) ANY (delegated::pg_catalog.oid[])
+        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
+          AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+    LOOP
+        cmd := pg_catalog.format('GRANT %s ON %s TO %s%s', r.privilege_type, r.object,
+                                 CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE r.grantee::pg_catalog.regrole::pg_catalog.text END,
+                                 CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        IF r.distributed THEN
+            EXECUTE cmd;
+        ELSE
+            SELECT pg_catalog.string_agg(w.nodename || ':' || w.nodeport || ': ' || w.result, '; ')
+            INTO failed
+            FROM pg_catalog.run_command_on_workers(cmd) w WHERE NOT w.success;
+            IF failed IS NOT NULL THEN
+                RAISE EXCEPTION 'idempotency.distribute(): % failed on a worker', cmd
+                    USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = failed;
+            END IF;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION idempotency.distribute() IS
+'Citus: on the coordinator, make job_types and resolutions reference tables and distribute operations by operation_key (the records moved into the shards, the job-type guards replaced by a foreign key), delegate the four worker functions to the node holding the key, and make the grants on every node. Once; 55000 without Citus, off the coordinator, or when already distributed';
+REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;

@@ -175,6 +175,35 @@ resolve_operation(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The purge where Citus manages the tables: each job type's cutoff, then
+ * one DELETE per job type, which Citus runs on every shard. No batches:
+ * ctids are per shard. Inside the caller's SPI connection.
+ */
+static int64
+purge_distributed(Datum now)
+{
+	SPITupleTable *cutoffs;
+	uint64		n;
+	uint64		i;
+	int64		deleted = 0;
+
+	idem_execute(ST_PURGE_CUTOFFS, &now, NULL, 0);
+	cutoffs = SPI_tuptable;
+	n = SPI_processed;
+	for (i = 0; i < n; i++)
+	{
+		Datum		args[2];
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		args[0] = SPI_getbinval(cutoffs->vals[i], cutoffs->tupdesc, 1, &isnull);
+		args[1] = SPI_getbinval(cutoffs->vals[i], cutoffs->tupdesc, 2, &isnull);
+		deleted += idem_execute(ST_PURGE_JOB_TYPE, args, NULL, 0);
+	}
+	return deleted;
+}
+
+/*
  * purge_operations(batch_size integer DEFAULT 10000) RETURNS bigint
  *
  * Deletes completed and skipped records older than their job type's
@@ -202,6 +231,13 @@ purge_operations(PG_FUNCTION_ARGS)
 									  ALLOCSET_DEFAULT_SIZES);
 
 	idem_begin(&call, "purge_operations()", true);
+	if (call.citus)
+	{
+		deleted = purge_distributed(now);
+		idem_end(&call);
+		MemoryContextDelete(batch_cxt);
+		PG_RETURN_INT64(deleted);
+	}
 	portal = idem_cursor(ST_PURGE_SCAN, &now, NULL);
 	for (;;)
 	{
@@ -259,7 +295,9 @@ purge_operations(PG_FUNCTION_ARGS)
  *
  * A range past the end of the table deletes nothing. Records that a
  * concurrent update moves to another block during the walk are left for
- * the next purge.
+ * the next purge. Where Citus manages the tables, the local relation is an
+ * empty shell: a range from block 0 deletes what purge_operations() would
+ * (every shard), any other range nothing.
  */
 Datum
 purge_block_range(PG_FUNCTION_ARGS)
@@ -305,7 +343,11 @@ purge_block_range(PG_FUNCTION_ARGS)
 	args[2] = PointerGetDatum(&end_tid);
 
 	idem_begin(&call, "purge_block_range()", true);
-	deleted = idem_execute(ST_PURGE_RANGE, args, NULL, 0);
+	if (call.citus)
+		/* no heap blocks to walk here: block 0 stands for the whole table */
+		deleted = first_block == 0 ? purge_distributed(args[0]) : 0;
+	else
+		deleted = idem_execute(ST_PURGE_RANGE, args, NULL, 0);
 	idem_end(&call);
 
 	PG_RETURN_INT64(deleted);

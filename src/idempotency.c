@@ -347,6 +347,26 @@ static const StatementDef statements[ST_COUNT] = {
 		" WHERE o.ctid" EQ "ANY ($2) AND" PURGEABLE,
 		2, {TIMESTAMPTZOID, TIDARRAYOID}
 	},
+	/*
+	 * Where Citus manages the tables (ctids are per shard, and Citus cannot
+	 * route a STABLE expression over a column in a DELETE): the cutoff of
+	 * each job type first, from the reference table ...
+	 */
+	[ST_PURGE_CUTOFFS] = {
+		"SELECT jt.job_type::pg_catalog.text,"
+		" ($1" MINUS "jt.retention)::pg_catalog.timestamptz"
+		" FROM idempotency.job_types jt WHERE jt.retention IS NOT NULL"
+		" ORDER BY 1",
+		1, {TIMESTAMPTZOID}
+	},
+	/* ... then one DELETE per job type ($1), on every shard ($2 its cutoff) */
+	[ST_PURGE_JOB_TYPE] = {
+		"DELETE FROM idempotency.operations o"
+		" WHERE o.job_type" EQ "$1"
+		" AND (o.status" EQ "'completed' OR o.status" EQ "'skipped')"
+		" AND o.completed_at" LE "$2",
+		2, {TEXTOID, TIMESTAMPTZOID}
+	},
 	/* $2, $3: the first tid of the range and the first one after it */
 	[ST_PURGE_RANGE] = {
 		"DELETE FROM idempotency.operations o USING idempotency.job_types jt"

@@ -85,6 +85,8 @@ typedef enum Statement
 	ST_PURGE_SCAN,
 	ST_PURGE_DELETE,
 	ST_PURGE_RANGE,
+	ST_PURGE_CUTOFFS,
+	ST_PURGE_JOB_TYPE,
 	ST_COUNT
 } Statement;
 

@@ -6,6 +6,10 @@
 # (whatever it found); 1 when it could not run.
 #
 #   test/citus/repro.sh            (root: runs `scripts/citus install` first)
+#   REPRO_DISTRIBUTE=function test/citus/repro.sh
+#                                  (idempotency.distribute() instead of the
+#                                  steps by hand; checks that a second call
+#                                  refuses with 55000)
 #
 # Steps: a throwaway cluster (test/citus/cluster.sh: coordinator + 2
 # workers); CREATE EXTENSION idempotency on the coordinator (Citus creates it
@@ -74,6 +78,17 @@ SELECT * FROM idempotency.claim_operation('pre', 'released-before');
 SELECT idempotency.release_operation('pre', 'released-before', 1);
 SELECT * FROM idempotency.claim_operation('pre', 'claimed-before');
 EOF
+
+if [[ ${REPRO_DISTRIBUTE:-by-hand} == function ]]; then
+    echo "== distribute with idempotency.distribute()"
+    citus_psql coord -e -v ON_ERROR_STOP=1 -c "SELECT idempotency.distribute()"
+    out=$(citus_psql coord -v VERBOSITY=sqlstate -c "\\set VERBOSITY sqlstate" -c "SELECT idempotency.distribute()" 2>&1 || true)
+    echo "again: $out"
+    [[ $out == *55000* ]] || { echo "repro: a second distribute() did not refuse with 55000" >&2; exit 1; }
+    citus_psql coord -c "SELECT logicalrelid, partmethod, partkey IS NOT NULL AS has_key, colocationid FROM pg_dist_partition ORDER BY 1"
+    REPRO_DISTRIBUTE=function "$python" "$here/repro.py"
+    exit
+fi
 
 echo "== distribute as the issue describes"
 citus_psql coord -e -c "SELECT create_reference_table('idempotency.job_types')" 2>&1 || true
