@@ -19,6 +19,7 @@
 
 #include "access/genam.h"
 #include "access/tableam.h"
+#include "utils/regproc.h"
 
 /*
  * InitMaterializedSRF() (claim_operation(), stale_claims()) appeared in
@@ -76,6 +77,20 @@ idem_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
 	return index_beginscan(heap, index, snapshot, NULL, nkeys, norderbys);
 #else
 	return index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+/*
+ * stringToQualifiedNameList() takes an error-saving context since 16 (NULL:
+ * errors are raised, as before).
+ */
+static inline List *
+idem_string_to_names(const char *string)
+{
+#if PG_VERSION_NUM >= 160000
+	return stringToQualifiedNameList(string, NULL);
+#else
+	return stringToQualifiedNameList(string);
 #endif
 }
 

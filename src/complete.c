@@ -156,7 +156,18 @@ fenced_update(const IdemCall *call, Statement st, Statement role_st,
 {
 	int			tries;
 
-	if (call->worker_roles)
+	if (call->worker_roles && call->citus)
+	{
+		/*
+		 * The statement may run on another node, whose role OIDs differ
+		 * from the caller's here: the lookup checks the role by name
+		 * (42501), and the update goes without the check.
+		 */
+		OperationState state;
+
+		idem_worker_lookup(call, job_type, key, &state);
+	}
+	else if (call->worker_roles)
 		st = role_st;
 	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
 	{

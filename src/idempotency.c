@@ -204,6 +204,16 @@ static const StatementDef statements[ST_COUNT] = {
 		2, {TEXTOID, TEXTOID}
 	},
 	/* since 0.3: and the record's delivery digest as a tenth */
+	/*
+	 * Where Citus manages the tables, the statement may run on another node
+	 * than the call, whose role OIDs differ: the worker_role by name there
+	 * (a numeric OID if that node has no such role), resolved here.
+	 */
+	[ST_LOOKUP_CITUS] = {
+		LOOKUP_SQL(", jt.worker_role::pg_catalog.regrole::pg_catalog.text,"
+				   " o.delivery::pg_catalog.int8"),
+		2, {TEXTOID, TEXTOID}
+	},
 	[ST_LOOKUP_DELIVERY] = {
 		LOOKUP_SQL(", jt.worker_role::pg_catalog.regrole::pg_catalog.oid,"
 				   " o.delivery::pg_catalog.int8"),
@@ -577,7 +587,20 @@ lookup(Statement st, text *job_type, text *key, OperationState *state)
 
 		state->worker_role = isnull ? InvalidOid : DatumGetObjectId(role);
 	}
-	if (st == ST_LOOKUP_DELIVERY)
+	if (st == ST_LOOKUP_CITUS)
+	{
+		char	   *name = SPI_getvalue(tuple, desc, 9);
+
+		if (name != NULL)
+		{
+			List	   *names = idem_string_to_names(name);
+
+			if (list_length(names) == 1)
+				state->worker_role = get_role_oid(strVal(linitial(names)), true);
+			state->worker_role_missing = !OidIsValid(state->worker_role);
+		}
+	}
+	if (st == ST_LOOKUP_DELIVERY || st == ST_LOOKUP_CITUS)
 	{
 		Datum		d = SPI_getbinval(tuple, desc, 10, &isnull);
 
@@ -630,12 +653,14 @@ void
 idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 				   OperationState *state)
 {
-	lookup(call->deliveries ? ST_LOOKUP_DELIVERY :
+	lookup(call->citus && call->deliveries ? ST_LOOKUP_CITUS :
+		   call->deliveries ? ST_LOOKUP_DELIVERY :
 		   call->worker_roles ? ST_LOOKUP_ROLE : ST_LOOKUP,
 		   job_type, key, state);
 	idem_require_job_type(state, job_type);
 
-	if (!idem_role_may_work(call->caller, state->worker_role))
+	if (state->worker_role_missing ? !superuser_arg(call->caller) :
+		!idem_role_may_work(call->caller, state->worker_role))
 	{
 		const char *role = GetUserNameFromId(state->worker_role, true);
 

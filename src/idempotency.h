@@ -62,6 +62,7 @@ typedef enum Statement
 	ST_LOOKUP,
 	ST_LOOKUP_ROLE,
 	ST_LOOKUP_DELIVERY,
+	ST_LOOKUP_CITUS,
 	ST_INSERT,
 	ST_INSERT_ROLE,
 	ST_INSERT_DELIVERY,
@@ -101,6 +102,7 @@ typedef struct OperationState
 	StalePolicy policy;
 	int32		max_attempts;	/* 0: no limit */
 	Oid			worker_role;	/* InvalidOid: any role with EXECUTE */
+	bool		worker_role_missing;	/* names no role here (Citus) */
 
 	bool		found;
 	OperationStatus status;

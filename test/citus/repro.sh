@@ -2,8 +2,10 @@
 # test/citus/repro.sh: reproduce issue 11 ("Correct on Citus") as it stands:
 # the extension installed on a Citus cluster the way a new user would
 # distribute it, and the verdicts it gives. It documents the current state:
-# it is EXPECTED to show wrong verdicts, and exits 0 when it ran to the end
-# (whatever it found); 1 when it could not run.
+# by hand it is EXPECTED to show wrong verdicts, and exits 0 when it ran to
+# the end (whatever it found); 1 when it could not run. REPRO_STRICT=1: exit
+# 1 also when a case answers otherwise than one node would (hook 93, with
+# REPRO_DISTRIBUTE=function).
 #
 #   test/citus/repro.sh            (root: runs `scripts/citus install` first)
 #   REPRO_DISTRIBUTE=function test/citus/repro.sh
