@@ -97,6 +97,8 @@ typedef struct ProbeCache
 	Oid			completed;
 	Oid			skipped;
 	bool		citus;			/* Citus manages a table: no fast path */
+	bool		settled;		/* not valid, but for a reason that stays:
+								 * Citus; reloaded after an invalidation */
 } ProbeCache;
 
 static ProbeCache cache;
@@ -112,7 +114,7 @@ probe_invalidate(Datum arg pg_attribute_unused(), Oid relid)
 	if (relid == InvalidOid ||
 		relid == cache.ops_relid || relid == cache.ops_pkey ||
 		relid == cache.jt_relid || relid == cache.jt_pkey)
-		cache.valid = false;
+		cache.valid = cache.settled = false;
 }
 
 static Oid
@@ -239,7 +241,15 @@ probe_load(void)
 	 */
 	cache.citus = citus_managed(cache.ops_relid) || citus_managed(cache.jt_relid);
 	if (cache.citus)
+	{
+		/*
+		 * Kept until the tables change (Citus sends their relcache
+		 * invalidation when it changes their metadata): every call on a
+		 * distributed install would otherwise load the cache again.
+		 */
+		cache.settled = (invalidations == start);
 		return false;
+	}
 
 	/* the columns the fast paths read or write, with the types they assume */
 	att_job_type = column(cache.ops_relid, "job_type", TEXTOID);
@@ -278,6 +288,18 @@ probe_load(void)
 		return false;
 
 	cache.valid = (invalidations == start);
+	return cache.valid;
+}
+
+/*
+ * Are the fast paths usable? Loads the cache unless it is current (valid,
+ * or settled on "no").
+ */
+static bool
+probe_ready(void)
+{
+	if (!cache.valid && !cache.settled)
+		probe_load();
 	return cache.valid;
 }
 
@@ -390,7 +412,7 @@ open_operations(LOCKMODE lockmode, bool for_update)
 {
 	Relation	rel;
 
-	if (!cache.valid && !probe_load())
+	if (!probe_ready())
 		return NULL;
 	/* gone (a concurrent DROP EXTENSION): the SPI way says why */
 	rel = try_relation_open(cache.ops_relid, lockmode);
@@ -485,8 +507,7 @@ idem_probe(Oid caller, bool worker_roles, text *job_type, text *key, text *finge
 bool
 idem_citus(void)
 {
-	if (!cache.valid)
-		probe_load();
+	probe_ready();
 	return cache.citus;
 }
 
