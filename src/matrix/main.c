@@ -353,7 +353,34 @@ create_effects_table(matrix_ctx *ctx)
 		snprintf(ctx->effects_error, sizeof(ctx->effects_error), "CREATE TABLE %s: %s",
 				 ctx->effects_table, one_line(PQresultErrorMessage(res)));
 		ctx->effects_table[0] = '\0';
+		PQclear(res);
+		return;
 	}
+	PQclear(res);
+
+	/*
+	 * Where Citus manages the records (idempotency.distribute()), the table
+	 * is distributed by the key in their colocation group, as the README
+	 * tells an application to do: claim, effect row and completion of one
+	 * key then commit on one node, without two-phase commit.
+	 */
+	if (!query_value(ctx,
+					 "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+					 schema, sizeof(schema), err, sizeof(err)) || strcmp(schema, "t") != 0)
+		return;
+	qt = PQescapeLiteral(ctx->conn, ctx->effects_table, strlen(ctx->effects_table));
+	snprintf(sql, sizeof(sql),
+			 "SELECT pg_catalog.create_distributed_table(%s, 'operation_key', "
+			 "colocate_with => 'idempotency.operations') "
+			 "WHERE EXISTS (SELECT FROM pg_catalog.pg_dist_partition "
+			 "WHERE logicalrelid OPERATOR(pg_catalog.=) 'idempotency.operations'::pg_catalog.regclass)",
+			 qt);
+	PQfreemem(qt);
+	res = PQexec(ctx->conn, sql);
+	/* the table stays named for the cleanup; case 8 fails with the error */
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		snprintf(ctx->effects_error, sizeof(ctx->effects_error), "create_distributed_table(%s): %s",
+				 ctx->effects_table, one_line(PQresultErrorMessage(res)));
 	PQclear(res);
 }
 

@@ -211,7 +211,8 @@ def main():
 
     # mode-independent cases (operator functions run on the coordinator)
     c = Caller("delegated")
-    got = outcome(lambda: c.call("SELECT count(*) FROM idempotency.stale_claims()")[0][0])
+    got = outcome(lambda: c.call("SELECT count(*) FROM idempotency.stale_claims() "
+                                 "WHERE job_type IN ('hold1s', 'retry1s')")[0][0])
     # the held claims of both modes, and the attempts 2 that took the
     # retry1s claims over and were never completed (lease 1 s: stale by now)
     report("stale_claims() (m0/m1: hold1s claims, retry1s attempts 2)", "-", "4", got)
@@ -238,6 +239,47 @@ def main():
     report("delete a job type that has records", "-", "ERROR 23503", got, got.startswith("ERROR 23503"))
     got = outcome(lambda: c.call("DELETE FROM idempotency.job_types WHERE job_type = 'hold1s' AND false RETURNING 1"))
     report("a DELETE on job_types that matches nothing", "-", "[]", got)
+
+    # the transactional mode on one shard group: claim, a side-effect row in
+    # a table distributed by the key in the records' colocation group, and
+    # the completion, in one transaction: Citus's log of the commands it
+    # sends (citus.log_remote_commands) shows one worker, and no PREPARE
+    # TRANSACTION (two-phase commit); a transaction that writes keys on two
+    # workers shows it, so the check can fail
+    admin("CREATE TABLE public.emails (operation_key text NOT NULL, body text NOT NULL)")
+    admin("SELECT create_distributed_table('public.emails', 'operation_key', "
+          "colocate_with => 'idempotency.operations')")
+
+    def remote_log(keys):
+        notices = []
+        with connect(autocommit=False) as t:
+            t.add_notice_handler(lambda d: notices.append((d.message_primary or "", d.message_detail or "")))
+            t.execute("SET LOCAL citus.log_remote_commands = on")
+            t.execute("SET LOCAL client_min_messages = notice")
+            for k in keys:
+                t.execute("SELECT * FROM idempotency.claim_operation('email', %s)", (k,))
+                t.execute("INSERT INTO public.emails VALUES (%s, 'hello')", (k,))
+                t.execute("SELECT idempotency.complete_operation('email', %s, 1)", (k,))
+            t.commit()
+        servers = {d for m, d in notices if m.startswith("issuing ") and d.startswith("on server ")}
+        prepared = sum(m.startswith("issuing PREPARE TRANSACTION") for m, d in notices)
+        committed = sum(m == "issuing COMMIT" for m, d in notices)
+        return "%d node(s), %d PREPARE, %d COMMIT" % (len(servers), prepared, committed)
+
+    got = outcome(lambda: remote_log(["tx-2pc-one"]))
+    report("transactional: claim + effect row + complete", "-", "1 node(s), 0 PREPARE, 1 COMMIT", got)
+    # two keys whose shards are on different workers
+    by_group = {}
+    for i in range(1, 51):
+        k = "tx-2pc-%d" % i
+        g = admin("SELECT groupid FROM pg_dist_placement WHERE shardid = "
+                  "get_shard_id_for_distribution_column('idempotency.operations', %s::text)", (k,))[0][0]
+        by_group.setdefault(g, k)
+    got = outcome(lambda: remote_log(sorted(by_group.values())[:2]))
+    report("the check can fail: two keys on two workers", "-", "2 node(s), 2 PREPARE, 0 COMMIT", got)
+    got = outcome(lambda: c.call("SELECT count(*) FROM public.emails e JOIN idempotency.operations o "
+                                 "USING (operation_key) WHERE o.status = 'completed'")[0][0])
+    report("effect rows of completed records (colocated join)", "-", "3", got)
 
     # records written before distribution: the coordinator's local copy
     # (not readable through SQL, which Citus routes to the shards: its
@@ -266,6 +308,22 @@ def main():
                outcome(lambda: cm.claim("pre", "done-before")))
         cm.conn.close()
         admin("DELETE FROM idempotency.operations WHERE operation_key = 'done-before'")
+
+    # the other statuses made before distribution: skipped, held, resolved
+    for mode in MODES:
+        cm = Caller(mode)
+        report("claim of a key skipped before distribution", mode, "skipped|1",
+               outcome(lambda: cm.claim("pre_skip", "skipped-before")))
+        report("claim of a claim held before distribution", mode, "held|1",
+               outcome(lambda: cm.claim("pre_hold", "held-before")))
+        report("claim of a key resolved before distribution", mode, "completed|1",
+               outcome(lambda: cm.claim("pre_hold", "resolved-before")))
+        cm.conn.close()
+    got = outcome(lambda: c.call("SELECT string_agg(operation_key || ':' || resolution, ',') "
+                                 "FROM idempotency.resolutions WHERE job_type = 'pre_hold'")[0][0])
+    report("audit row made before distribution", "-", "resolved-before:completed", got)
+    got = outcome(lambda: c.call("SELECT string_agg(operation_key, ',') FROM idempotency.stale_claims('pre_hold')")[0][0])
+    report("stale_claims() of a claim held before distribution", "-", "held-before", got)
 
     # per-job-type roles: alice is a member of mailer (job type made before distribution)
     for mode in MODES:

@@ -79,6 +79,17 @@ SELECT idempotency.complete_operation('pre', 'done-before', 1, '{"before": true}
 SELECT * FROM idempotency.claim_operation('pre', 'released-before');
 SELECT idempotency.release_operation('pre', 'released-before', 1);
 SELECT * FROM idempotency.claim_operation('pre', 'claimed-before');
+-- the other statuses: skipped, a held (stale) claim, a resolved one (an audit row)
+INSERT INTO idempotency.job_types (job_type, lease, stale_policy)
+VALUES ('pre_skip', '1 second', 'skip'), ('pre_hold', '1 second', 'hold');
+SELECT * FROM idempotency.claim_operation('pre_skip', 'skipped-before');
+SELECT * FROM idempotency.claim_operation('pre_hold', 'held-before');
+SELECT * FROM idempotency.claim_operation('pre_hold', 'resolved-before');
+SELECT pg_sleep(1.2);
+SELECT * FROM idempotency.claim_operation('pre_skip', 'skipped-before');
+SELECT * FROM idempotency.claim_operation('pre_hold', 'held-before');
+SELECT idempotency.resolve_operation('pre_hold', 'resolved-before', 'completed', 'repro: before distribution');
+SELECT status, count(*) FROM idempotency.operations GROUP BY 1 ORDER BY 1;
 EOF
 
 if [[ ${REPRO_DISTRIBUTE:-by-hand} == function ]]; then
