@@ -199,6 +199,138 @@ COMMENT ON FUNCTION idempotency.purge_block_range(bigint, integer) IS
 'Delete the completed and skipped records older than their job type''s retention whose tuples lie in heap blocks first_block .. first_block + blocks - 1 of idempotency.operations (one DELETE, a TID range scan); returns how many. The unit of idempotency.purge(). Where Citus manages the tables, a range from block 0 purges every shard and any other range nothing';
 
 --
+-- The four worker functions that distribute() delegates to the node holding
+-- the key (one list, read by distribute() and distribute_grants()).
+--
+CREATE FUNCTION idempotency.delegated_functions()
+RETURNS pg_catalog.regprocedure[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT ARRAY[
+    'idempotency.claim_operation(text, text, text, text, text, boolean)',
+    'idempotency.complete_operation(text, text, integer, jsonb)',
+    'idempotency.release_operation(text, text, integer)',
+    'idempotency.extend_lease(text, text, integer)']::pg_catalog.regprocedure[]
+$$;
+COMMENT ON FUNCTION idempotency.delegated_functions() IS
+'Citus: the worker functions idempotency.distribute() delegates to the node that holds the key';
+REVOKE ALL ON FUNCTION idempotency.delegated_functions() FROM PUBLIC;
+
+--
+-- object_grants(): the privileges granted on the extension's schema, tables,
+-- sequences, functions and procedures, one row per privilege and grantee
+-- (the owner's own left out; an object without an ACL shows its default,
+-- e.g. EXECUTE to PUBLIC). What distribute_grants() copies to the workers.
+--
+CREATE FUNCTION idempotency.object_grants()
+RETURNS TABLE (object pg_catalog.text, privilege pg_catalog.text, grantee pg_catalog.text,
+               grantable boolean, delegated boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT 'SCHEMA idempotency', a.privilege_type,
+       CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,
+       a.is_grantable, false
+FROM pg_catalog.pg_namespace n,
+     pg_catalog.aclexplode(COALESCE(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
+WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency' AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+UNION ALL
+SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE ' ELSE 'TABLE ' END
+           || c.oid::pg_catalog.regclass::pg_catalog.text,
+       a.privilege_type,
+       CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,
+       a.is_grantable, false
+FROM pg_catalog.pg_class c,
+     pg_catalog.aclexplode(COALESCE(c.relacl, pg_catalog.acldefault(
+         CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
+WHERE c.relnamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
+  AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S,p}') AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+UNION ALL
+SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE ' ELSE 'FUNCTION ' END || p.oid::pg_catalog.regprocedure::pg_catalog.text,
+       a.privilege_type,
+       CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,
+       a.is_grantable, p.oid OPERATOR(pg_catalog.=) ANY (idempotency.delegated_functions()::pg_catalog.oid[])
+FROM pg_catalog.pg_proc p,
+     pg_catalog.aclexplode(COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
+  AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+ORDER BY 1, 3, 2
+$$;
+COMMENT ON FUNCTION idempotency.object_grants() IS
+'The privileges granted on the extension''s schema, tables, sequences and functions (one row per privilege and grantee, the owner''s left out, an object without an ACL shown with its default); what idempotency.distribute_grants() copies to the Citus workers';
+REVOKE ALL ON FUNCTION idempotency.object_grants() FROM PUBLIC;
+
+--
+-- distribute_grants(): on a distributed install (after distribute()), make
+-- every worker grant exactly what the coordinator grants on the extension's
+-- objects. Citus propagates GRANT and REVOKE on the delegated functions
+-- itself (they are distributed objects), but not on the schema, the tables
+-- or the other functions (they belong to the extension). Run after a GRANT
+-- or REVOKE on them; safe to run again. On each worker one transaction
+-- (a DO block): what it grants that the coordinator does not is revoked,
+-- then the coordinator's grants are made. Workers are not one transaction
+-- with the coordinator or each other: a failure on one (a role it does not
+-- know) leaves it unchanged and is reported with 55000; run again once
+-- fixed.
+--
+CREATE FUNCTION idempotency.distribute_grants()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r       record;
+    grants  pg_catalog.text := '';
+    cmd     pg_catalog.text;
+    failed  pg_catalog.text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'Citus is not installed in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'idempotency.distribute_grants() is for an install that idempotency.distribute() made a Citus one.';
+    END IF;
+    IF NOT pg_catalog.citus_is_coordinator() THEN
+        RAISE EXCEPTION 'idempotency.distribute_grants() runs on the coordinator'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Connect to the coordinator and call it there.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+                   WHERE logicalrelid OPERATOR(pg_catalog.=) 'idempotency.operations'::pg_catalog.regclass) THEN
+        RAISE EXCEPTION 'the idempotency install is not distributed'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'SELECT idempotency.distribute() first.';
+    END IF;
+
+    FOR r IN SELECT * FROM idempotency.object_grants() LOOP
+        cmd := pg_catalog.format('GRANT %s ON %s TO %s%s', r.privilege, r.object, r.grantee,
+                                 CASE WHEN r.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        IF r.delegated THEN
+            EXECUTE cmd;        -- Citus propagates it to the workers
+        ELSE
+            grants := grants || pg_catalog.format('EXECUTE %L; ', cmd);
+        END IF;
+    END LOOP;
+
+    cmd := 'DO $grants$ DECLARE r record; BEGIN '
+        || 'FOR r IN SELECT * FROM idempotency.object_grants() WHERE NOT delegated LOOP '
+        || 'EXECUTE pg_catalog.format(''REVOKE %s ON %s FROM %s CASCADE'', r.privilege, r.object, r.grantee); '
+        || 'END LOOP; ' || grants || 'END $grants$';
+    SELECT pg_catalog.string_agg(w.nodename || ':' || w.nodeport || ': ' || w.result, '; ')
+    INTO failed
+    FROM pg_catalog.run_command_on_workers(cmd) w WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'idempotency.distribute_grants(): the grants could not be made on a worker'
+            USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = failed,
+                  HINT = 'Nothing changed on that worker; fix the cause (a role it does not know?) and run it again.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION idempotency.distribute_grants() IS
+'Citus: on the coordinator of a distributed install, make every worker grant exactly what the coordinator grants on the extension''s schema, tables and functions (Citus propagates only the delegated functions'' grants). Run after GRANT or REVOKE on them; safe to run again; 55000 without Citus, off the coordinator, before distribute(), or when a worker refuses';
+REVOKE ALL ON FUNCTION idempotency.distribute_grants() FROM PUBLIC;
+
+--
 -- distribute(): make this install a Citus one (issue 11, in progress: see
 -- the README, "Citus"). Run once, on the coordinator, by a superuser; one
 -- transaction, so an error anywhere leaves the install as it was.
@@ -227,11 +359,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    delegated pg_catalog.regprocedure[];
     f         pg_catalog.regprocedure;
     r         record;
-    cmd       pg_catalog.text;
-    failed    pg_catalog.text;
+    msg       pg_catalog.text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         RAISE EXCEPTION 'Citus is not installed in this database'
@@ -253,74 +383,52 @@ BEGIN
                   DETAIL = 'Citus already manages idempotency.operations, job_types or resolutions (pg_dist_partition).';
     END IF;
 
-    -- the foreign key after the distribution, in the same transaction
-    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    -- Citus raises XX000 for what it cannot do here; the block (a
+    -- subtransaction, which Citus supports) turns that into a clear error
+    BEGIN
+        -- the foreign key after the distribution, in the same transaction
+        PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
 
-    DROP TRIGGER IF EXISTS job_types_guard ON idempotency.job_types;
-    DROP TRIGGER IF EXISTS job_types_truncate_guard ON idempotency.job_types;
-    PERFORM pg_catalog.create_reference_table('idempotency.job_types');
-    PERFORM pg_catalog.create_reference_table('idempotency.resolutions');
-    PERFORM pg_catalog.create_distributed_table('idempotency.operations', 'operation_key',
-                                                colocate_with => 'none');
-    ALTER TABLE idempotency.operations ADD CONSTRAINT operations_job_type_fkey
-        FOREIGN KEY (job_type) REFERENCES idempotency.job_types (job_type);
-    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.operations');
-    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.resolutions');
-    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.job_types');
+        DROP TRIGGER IF EXISTS job_types_guard ON idempotency.job_types;
+        DROP TRIGGER IF EXISTS job_types_truncate_guard ON idempotency.job_types;
+        PERFORM pg_catalog.create_reference_table('idempotency.job_types');
+        PERFORM pg_catalog.create_reference_table('idempotency.resolutions');
+        PERFORM pg_catalog.create_distributed_table('idempotency.operations', 'operation_key',
+                                                    colocate_with => 'none');
+        ALTER TABLE idempotency.operations ADD CONSTRAINT operations_job_type_fkey
+            FOREIGN KEY (job_type) REFERENCES idempotency.job_types (job_type);
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.operations');
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.resolutions');
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.job_types');
 
-    -- by name: each node resolves the literal to its own OID
-    FOR r IN SELECT jt.job_type, jt.worker_role::pg_catalog.text AS role
-             FROM idempotency.job_types jt WHERE jt.worker_role IS NOT NULL LOOP
-        EXECUTE pg_catalog.format(
-            'UPDATE idempotency.job_types SET worker_role = %L::pg_catalog.regrole'
-            ' WHERE job_type OPERATOR(pg_catalog.=) %L', r.role, r.job_type);
-    END LOOP;
+        -- by name: each node resolves the literal to its own OID
+        FOR r IN SELECT jt.job_type, jt.worker_role::pg_catalog.text AS role
+                 FROM idempotency.job_types jt WHERE jt.worker_role IS NOT NULL LOOP
+            EXECUTE pg_catalog.format(
+                'UPDATE idempotency.job_types SET worker_role = %L::pg_catalog.regrole'
+                ' WHERE job_type OPERATOR(pg_catalog.=) %L', r.role, r.job_type);
+        END LOOP;
 
-    delegated := ARRAY[
-        'idempotency.claim_operation(text, text, text, text, text, boolean)',
-        'idempotency.complete_operation(text, text, integer, jsonb)',
-        'idempotency.release_operation(text, text, integer)',
-        'idempotency.extend_lease(text, text, integer)']::pg_catalog.regprocedure[];
-    FOREACH f IN ARRAY delegated LOOP
-        PERFORM pg_catalog.create_distributed_function(f, 'operation_key',
-                                                       colocate_with => 'idempotency.operations');
-    END LOOP;
+        FOREACH f IN ARRAY idempotency.delegated_functions() LOOP
+            PERFORM pg_catalog.create_distributed_function(f, 'operation_key',
+                                                           colocate_with => 'idempotency.operations');
+        END LOOP;
 
-    -- the grants, on every node; grants to the owner are the owner's own
-    FOR r IN
-        SELECT 'SCHEMA idempotency' AS object, a.privilege_type, a.grantee, a.is_grantable, false AS distributed
-        FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
-        WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency' AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
-        UNION ALL
-        SELECT 'TABLE ' || c.oid::pg_catalog.regclass::pg_catalog.text, a.privilege_type, a.grantee, a.is_grantable, false
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-        WHERE c.relnamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
-          AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S}') AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
-        UNION ALL
-        SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE ' ELSE 'FUNCTION ' END || p.oid::pg_catalog.regprocedure::pg_catalog.text,
-               a.privilege_type, a.grantee, a.is_grantable, p.oid OPERATOR(pg_catalog.=) ANY (delegated::pg_catalog.oid[])
-        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
-          AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-    LOOP
-        cmd := pg_catalog.format('GRANT %s ON %s TO %s%s', r.privilege_type, r.object,
-                                 CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                                      ELSE r.grantee::pg_catalog.regrole::pg_catalog.text END,
-                                 CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        IF r.distributed THEN
-            EXECUTE cmd;
-        ELSE
-            SELECT pg_catalog.string_agg(w.nodename || ':' || w.nodeport || ': ' || w.result, '; ')
-            INTO failed
-            FROM pg_catalog.run_command_on_workers(cmd) w WHERE NOT w.success;
-            IF failed IS NOT NULL THEN
-                RAISE EXCEPTION 'idempotency.distribute(): % failed on a worker', cmd
-                    USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = failed;
-            END IF;
+        -- the grants, on every node
+        PERFORM idempotency.distribute_grants();
+    EXCEPTION WHEN internal_error THEN
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+        IF pg_catalog.strpos(msg, 'parallel') OPERATOR(pg_catalog.>) 0 THEN
+            RAISE EXCEPTION 'idempotency.distribute() cannot run in this transaction'
+                USING ERRCODE = 'active_sql_transaction', DETAIL = 'Citus: ' || msg,
+                      HINT = 'Nothing changed. Call it as a transaction of its own, or first in its transaction block.';
         END IF;
-    END LOOP;
+        RAISE EXCEPTION 'Citus could not distribute the idempotency install'
+            USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = 'Citus: ' || msg,
+                  HINT = 'Nothing changed.';
+    END;
 END
 $$;
 COMMENT ON FUNCTION idempotency.distribute() IS
-'Citus: on the coordinator, make job_types and resolutions reference tables and distribute operations by operation_key (the records moved into the shards, the job-type guards replaced by a foreign key), delegate the four worker functions to the node holding the key, and make the grants on every node. Once; 55000 without Citus, off the coordinator, or when already distributed';
+'Citus: on the coordinator, make job_types and resolutions reference tables and distribute operations by operation_key (the records moved into the shards, the job-type guards replaced by a foreign key), delegate the four worker functions to the node holding the key, and make the grants on every node (distribute_grants()). Once; 55000 without Citus, off the coordinator, when already distributed or when Citus refuses a step; 25001 in a transaction that already ran a parallel query on a distributed table; nothing changed by a refusal';
 REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;

@@ -93,6 +93,23 @@ SELECT status, count(*) FROM idempotency.operations GROUP BY 1 ORDER BY 1;
 EOF
 
 if [[ ${REPRO_DISTRIBUTE:-by-hand} == function ]]; then
+    echo "== distribute() in a transaction that ran a parallel query: 25001, nothing changed"
+    snapshot() {
+        citus_psql coord -At -c "SELECT string_agg(status || ':' || n, ' ') FROM (SELECT status, count(*) n FROM idempotency.operations GROUP BY 1 ORDER BY 1) s" \
+            -c "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'idempotency.%'" \
+            -c "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'idempotency.job_types'::regclass AND NOT tgisinternal" | paste -sd'|'
+    }
+    before=$(snapshot)
+    out=$(printf '%s\n' "CREATE TABLE public.parallel_probe (k text, v int);" \
+                "SELECT create_distributed_table('public.parallel_probe', 'k');" \
+                "\\set VERBOSITY sqlstate" "BEGIN;" "SELECT count(*) FROM public.parallel_probe;" \
+                "SELECT idempotency.distribute();" | citus_psql coord -At -v ON_ERROR_STOP=1 2>&1 || true)
+    echo "$out"
+    [[ $out == *25001* ]] || { echo "repro: distribute() after a parallel query did not refuse with 25001" >&2; exit 1; }
+    after=$(snapshot)
+    echo "records | Citus tables of the extension | guard triggers: before $before, after $after"
+    [[ $before == "$after" && $after == *"|0|2" ]] || { echo "repro: the refused distribute() changed something" >&2; exit 1; }
+    citus_psql coord -q -c "DROP TABLE public.parallel_probe"
     echo "== distribute with idempotency.distribute()"
     citus_psql coord -e -v ON_ERROR_STOP=1 -c "SELECT idempotency.distribute()"
     out=$(citus_psql coord -v VERBOSITY=sqlstate -c "\\set VERBOSITY sqlstate" -c "SELECT idempotency.distribute()" 2>&1 || true)
