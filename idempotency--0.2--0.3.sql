@@ -225,13 +225,13 @@ REVOKE ALL ON FUNCTION idempotency.delegated_functions() FROM PUBLIC;
 --
 CREATE FUNCTION idempotency.object_grants()
 RETURNS TABLE (object pg_catalog.text, privilege pg_catalog.text, grantee pg_catalog.text,
-               grantable boolean, delegated boolean)
+               grantable boolean, classid pg_catalog.regclass, objid pg_catalog.oid)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT 'SCHEMA idempotency', a.privilege_type,
        CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,
-       a.is_grantable, false
+       a.is_grantable, 'pg_catalog.pg_namespace'::pg_catalog.regclass, n.oid
 FROM pg_catalog.pg_namespace n,
      pg_catalog.aclexplode(COALESCE(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
 WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency' AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
@@ -240,7 +240,7 @@ SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE ' ELSE 'TAB
            || c.oid::pg_catalog.regclass::pg_catalog.text,
        a.privilege_type,
        CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,
-       a.is_grantable, false
+       a.is_grantable, 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid
 FROM pg_catalog.pg_class c,
      pg_catalog.aclexplode(COALESCE(c.relacl, pg_catalog.acldefault(
          CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
@@ -250,7 +250,7 @@ UNION ALL
 SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE ' ELSE 'FUNCTION ' END || p.oid::pg_catalog.regprocedure::pg_catalog.text,
        a.privilege_type,
        CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,
-       a.is_grantable, p.oid OPERATOR(pg_catalog.=) ANY (idempotency.delegated_functions()::pg_catalog.oid[])
+       a.is_grantable, 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid
 FROM pg_catalog.pg_proc p,
      pg_catalog.aclexplode(COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
 WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
@@ -264,9 +264,10 @@ REVOKE ALL ON FUNCTION idempotency.object_grants() FROM PUBLIC;
 --
 -- distribute_grants(): on a distributed install (after distribute()), make
 -- every worker grant exactly what the coordinator grants on the extension's
--- objects. Citus propagates GRANT and REVOKE on the delegated functions
--- itself (they are distributed objects), but not on the schema, the tables
--- or the other functions (they belong to the extension). Run after a GRANT
+-- objects. Citus propagates GRANT and REVOKE on the tables and the
+-- delegated functions itself (they are Citus tables and distributed
+-- objects), but not on the schema, the sequence or the other functions
+-- (they belong to the extension). Run after a GRANT
 -- or REVOKE on them; safe to run again. On each worker one transaction
 -- (a DO block): what it grants that the coordinator does not is revoked,
 -- then the coordinator's grants are made. Workers are not one transaction
@@ -280,10 +281,6 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r       record;
-    grants  pg_catalog.text := '';
-    cmd     pg_catalog.text;
-    failed  pg_catalog.text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         RAISE EXCEPTION 'Citus is not installed in this database'
@@ -302,33 +299,107 @@ BEGIN
                   HINT = 'SELECT idempotency.distribute() first.';
     END IF;
 
-    FOR r IN SELECT * FROM idempotency.object_grants() LOOP
-        cmd := pg_catalog.format('GRANT %s ON %s TO %s%s', r.privilege, r.object, r.grantee,
-                                 CASE WHEN r.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        IF r.delegated THEN
-            EXECUTE cmd;        -- Citus propagates it to the workers
-        ELSE
-            grants := grants || pg_catalog.format('EXECUTE %L; ', cmd);
-        END IF;
-    END LOOP;
+    -- the workers first, in connections of their own (one transaction per
+    -- worker), before this transaction changes anything there: a GRANT that
+    -- Citus propagates holds its locks on the workers until this
+    -- transaction ends, and the workers' transactions would wait for it
+    PERFORM idempotency.grants_on_workers();
+    PERFORM idempotency.grants_propagated();
+END
+$$;
+COMMENT ON FUNCTION idempotency.distribute_grants() IS
+'Citus: on the coordinator of a distributed install, make every worker grant exactly what the coordinator grants on the extension''s schema, tables and functions (Citus propagates only those on the tables and the delegated functions). Run after GRANT or REVOKE on them, as a transaction of its own; safe to run again; 55000 without Citus, off the coordinator, before distribute(), or when a worker refuses';
+REVOKE ALL ON FUNCTION idempotency.distribute_grants() FROM PUBLIC;
 
+--
+-- The two halves of distribute_grants(), also called by distribute().
+-- grants_on_workers(): on each worker, one DO block (one transaction): what
+-- the worker grants on the objects whose grants Citus does not propagate is
+-- revoked, then the coordinator's grants on them are made. Citus itself
+-- propagates GRANT and REVOKE on its tables and on the delegated functions
+-- (distributed objects; on a worker they are refused): grants_propagated()
+-- makes those again on the coordinator, which Citus sends to the workers in
+-- this transaction.
+--
+CREATE FUNCTION idempotency.grants_on_workers()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r       record;
+    grants  pg_catalog.text := '';
+    cmd     pg_catalog.text;
+    failed  pg_catalog.text;
+BEGIN
+    FOR r IN SELECT g.* FROM idempotency.object_grants() g
+             WHERE NOT idempotency.grant_propagated(g.classid, g.objid) LOOP
+        grants := grants || pg_catalog.format('EXECUTE %L; ',
+            pg_catalog.format('GRANT %s ON %s TO %s%s', r.privilege, r.object, r.grantee,
+                              CASE WHEN r.grantable THEN ' WITH GRANT OPTION' ELSE '' END));
+    END LOOP;
     cmd := 'DO $grants$ DECLARE r record; BEGIN '
-        || 'FOR r IN SELECT * FROM idempotency.object_grants() WHERE NOT delegated LOOP '
+        || 'FOR r IN SELECT g.* FROM idempotency.object_grants() g '
+        || 'WHERE NOT idempotency.grant_propagated(g.classid, g.objid) LOOP '
         || 'EXECUTE pg_catalog.format(''REVOKE %s ON %s FROM %s CASCADE'', r.privilege, r.object, r.grantee); '
         || 'END LOOP; ' || grants || 'END $grants$';
     SELECT pg_catalog.string_agg(w.nodename || ':' || w.nodeport || ': ' || w.result, '; ')
     INTO failed
     FROM pg_catalog.run_command_on_workers(cmd) w WHERE NOT w.success;
     IF failed IS NOT NULL THEN
-        RAISE EXCEPTION 'idempotency.distribute_grants(): the grants could not be made on a worker'
+        RAISE EXCEPTION 'idempotency: the grants could not be made on a worker'
             USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = failed,
-                  HINT = 'Nothing changed on that worker; fix the cause (a role it does not know?) and run it again.';
+                  HINT = 'Nothing changed on that worker; fix the cause (a role it does not know?) and run idempotency.distribute_grants() again.';
     END IF;
 END
 $$;
-COMMENT ON FUNCTION idempotency.distribute_grants() IS
-'Citus: on the coordinator of a distributed install, make every worker grant exactly what the coordinator grants on the extension''s schema, tables and functions (Citus propagates only the delegated functions'' grants). Run after GRANT or REVOKE on them; safe to run again; 55000 without Citus, off the coordinator, before distribute(), or when a worker refuses';
-REVOKE ALL ON FUNCTION idempotency.distribute_grants() FROM PUBLIC;
+COMMENT ON FUNCTION idempotency.grants_on_workers() IS
+'Citus, internal to distribute() and distribute_grants(): on each worker, in one transaction, the grants on the extension''s objects whose grants Citus does not propagate made equal to the coordinator''s';
+REVOKE ALL ON FUNCTION idempotency.grants_on_workers() FROM PUBLIC;
+
+CREATE FUNCTION idempotency.grants_propagated()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r       record;
+BEGIN
+    FOR r IN SELECT g.* FROM idempotency.object_grants() g
+             WHERE idempotency.grant_propagated(g.classid, g.objid) LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', r.privilege, r.object, r.grantee,
+                                  CASE WHEN r.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION idempotency.grants_propagated() IS
+'Citus, internal to distribute() and distribute_grants(): the grants on the Citus tables and the delegated functions made again on the coordinator, which Citus propagates to the workers';
+REVOKE ALL ON FUNCTION idempotency.grants_propagated() FROM PUBLIC;
+
+-- Does Citus propagate GRANT and REVOKE on this object itself (a Citus
+-- table, or a delegated function once distributed)? plpgsql: pg_dist_* are
+-- read only when called, on a node that has Citus.
+CREATE FUNCTION idempotency.grant_propagated(classid pg_catalog.regclass, objid pg_catalog.oid)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass THEN
+        RETURN EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                       WHERE p.logicalrelid OPERATOR(pg_catalog.=) objid);
+    END IF;
+    IF classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass THEN
+        RETURN EXISTS (SELECT FROM pg_catalog.pg_dist_object d
+                       WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                         AND d.objid OPERATOR(pg_catalog.=) grant_propagated.objid);
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION idempotency.grant_propagated(pg_catalog.regclass, pg_catalog.oid) IS
+'Citus, internal to distribute_grants(): does Citus propagate GRANT and REVOKE on this object itself (a Citus table, or a distributed function)?';
+REVOKE ALL ON FUNCTION idempotency.grant_propagated(pg_catalog.regclass, pg_catalog.oid) FROM PUBLIC;
 
 --
 -- distribute(): make this install a Citus one (issue 11, in progress: see
@@ -348,10 +419,15 @@ REVOKE ALL ON FUNCTION idempotency.distribute_grants() FROM PUBLIC;
 --    node stores its own role OID (a copy carries the coordinator's);
 --  * claim_operation, complete_operation, release_operation and
 --    extend_lease are delegated to the node that holds the key
---    (create_distributed_function, by operation_key);
+--    (create_distributed_function, by operation_key), also inside a
+--    transaction block (force_delegation): there the call runs on that
+--    worker in the caller's own connection, so the caller's writes to a
+--    colocated table are in the same transaction on the same node (not
+--    delegated, the call ran on the coordinator and sent its statements as
+--    the tables' owner over a connection of its own, and Citus refused the
+--    caller's write to the same shard group with 25001);
 --  * the grants on the schema, the tables and the functions are made on
---    every worker too (GRANT on the coordinator for the delegated
---    functions, which Citus propagates; run_command_on_workers for the rest).
+--    every worker too (distribute_grants(): the workers' part first).
 --
 CREATE FUNCTION idempotency.distribute()
 RETURNS void
@@ -383,6 +459,9 @@ BEGIN
                   DETAIL = 'Citus already manages idempotency.operations, job_types or resolutions (pg_dist_partition).';
     END IF;
 
+    -- the grants on the workers first: see distribute_grants()
+    PERFORM idempotency.grants_on_workers();
+
     -- Citus raises XX000 for what it cannot do here; the block (a
     -- subtransaction, which Citus supports) turns that into a clear error
     BEGIN
@@ -411,11 +490,12 @@ BEGIN
 
         FOREACH f IN ARRAY idempotency.delegated_functions() LOOP
             PERFORM pg_catalog.create_distributed_function(f, 'operation_key',
-                                                           colocate_with => 'idempotency.operations');
+                                                           colocate_with => 'idempotency.operations',
+                                                           force_delegation => true);
         END LOOP;
 
-        -- the grants, on every node
-        PERFORM idempotency.distribute_grants();
+        -- the grants Citus propagates, now that it manages these objects
+        PERFORM idempotency.grants_propagated();
     EXCEPTION WHEN internal_error THEN
         GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
         IF pg_catalog.strpos(msg, 'parallel') OPERATOR(pg_catalog.>) 0 THEN

@@ -23,7 +23,7 @@ CREATE ROLE regress_idem_dist_worker;
 GRANT USAGE ON SCHEMA idempotency TO regress_idem_dist_worker;
 GRANT EXECUTE ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean)
     TO regress_idem_dist_worker WITH GRANT OPTION;
-SELECT * FROM idempotency.object_grants();
+SELECT object, privilege, grantee, grantable, classid FROM idempotency.object_grants();
 REVOKE ALL ON SCHEMA idempotency FROM regress_idem_dist_worker;
 REVOKE ALL ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean)
     FROM regress_idem_dist_worker CASCADE;

@@ -205,13 +205,27 @@ static const StatementDef statements[ST_COUNT] = {
 	},
 	/* since 0.3: and the record's delivery digest as a tenth */
 	/*
-	 * Where Citus manages the tables, the statement may run on another node
-	 * than the call, whose role OIDs differ: the worker_role by name there
-	 * (a numeric OID if that node has no such role), resolved here.
+	 * Where Citus manages the tables, the lookup is two statements: the job
+	 * type from the reference table, then the record by its key, alone.
+	 * Inside a function Citus delegates with force_delegation (a call in a
+	 * transaction block runs on the worker that holds the key, in the
+	 * caller's connection, so the caller's own writes to colocated tables
+	 * join the same transaction there), a statement that joins the
+	 * distributed table with another is refused. The worker_role by name:
+	 * the statement may run on another node than the call, whose role OIDs
+	 * differ (a numeric OID if that node has no such role), resolved here.
 	 */
-	[ST_LOOKUP_CITUS] = {
-		LOOKUP_SQL(", jt.worker_role::pg_catalog.regrole::pg_catalog.text,"
-				   " o.delivery::pg_catalog.int8"),
+	[ST_LOOKUP_CITUS_JOB_TYPE] = {
+		"SELECT jt.stale_policy::pg_catalog.text, jt.max_attempts::pg_catalog.int4,"
+		" jt.lease::pg_catalog.interval, jt.worker_role::pg_catalog.regrole::pg_catalog.text"
+		" FROM idempotency.job_types jt WHERE jt.job_type" EQ "$1",
+		1, {TEXTOID}
+	},
+	[ST_LOOKUP_CITUS_RECORD] = {
+		"SELECT o.status::pg_catalog.text, o.attempt::pg_catalog.int4,"
+		" o.heartbeat_at::pg_catalog.timestamptz, o.fingerprint::pg_catalog.text,"
+		" o.result::pg_catalog.jsonb, o.delivery::pg_catalog.int8"
+		" FROM idempotency.operations o WHERE " THIS_OPERATION,
 		2, {TEXTOID, TEXTOID}
 	},
 	[ST_LOOKUP_DELIVERY] = {
@@ -562,6 +576,61 @@ idem_status_name(OperationStatus status)
  * OperationState.
  */
 static void
+citus_lookup(bool roles, text *job_type, text *key, OperationState *state)
+{
+	Datum		values[2] = {PointerGetDatum(job_type), PointerGetDatum(key)};
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	bool		isnull;
+	Interval	lease;
+	char	   *name;
+
+	if (idem_execute(ST_LOOKUP_CITUS_JOB_TYPE, values, NULL, 1) == 0)
+		return;
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	state->job_type_found = true;
+	state->policy = parse_policy(SPI_getvalue(tuple, desc, 1));
+	state->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+	if (isnull)
+		state->max_attempts = 0;
+	lease = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 3, &isnull));
+	name = roles ? SPI_getvalue(tuple, desc, 4) : NULL;
+	if (name != NULL)
+	{
+		List	   *names = idem_string_to_names(name);
+
+		if (list_length(names) == 1)
+			state->worker_role = get_role_oid(strVal(linitial(names)), true);
+		state->worker_role_missing = !OidIsValid(state->worker_role);
+	}
+
+	if (idem_execute(ST_LOOKUP_CITUS_RECORD, values, NULL, 1) == 0)
+		return;					/* no record */
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	state->found = true;
+	state->status = parse_status(SPI_getvalue(tuple, desc, 1));
+	state->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+	state->heartbeat_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 3, &isnull));
+	state->expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																TimestampTzGetDatum(state->heartbeat_at),
+																IntervalPGetDatum(&lease)));
+	{
+		Datum		fp = SPI_getbinval(tuple, desc, 4, &isnull);
+
+		state->fingerprint = isnull ? NULL : DatumGetTextPP(fp);
+	}
+	state->result = SPI_getbinval(tuple, desc, 5, &state->result_isnull);
+	{
+		Datum		d = SPI_getbinval(tuple, desc, 6, &isnull);
+
+		state->delivery_found = !isnull;
+		state->delivery = isnull ? 0 : DatumGetInt64(d);
+	}
+}
+
+static void
 lookup(Statement st, text *job_type, text *key, OperationState *state)
 {
 	Datum		values[2] = {PointerGetDatum(job_type), PointerGetDatum(key)};
@@ -571,6 +640,11 @@ lookup(Statement st, text *job_type, text *key, OperationState *state)
 
 	memset(state, 0, sizeof(*state));
 	state->worker_role = InvalidOid;
+	if (idem_citus())
+	{
+		citus_lookup(st != ST_LOOKUP, job_type, key, state);
+		return;
+	}
 	if (idem_execute(st, values, NULL, 1) == 0)
 		return;
 
@@ -587,20 +661,7 @@ lookup(Statement st, text *job_type, text *key, OperationState *state)
 
 		state->worker_role = isnull ? InvalidOid : DatumGetObjectId(role);
 	}
-	if (st == ST_LOOKUP_CITUS)
-	{
-		char	   *name = SPI_getvalue(tuple, desc, 9);
-
-		if (name != NULL)
-		{
-			List	   *names = idem_string_to_names(name);
-
-			if (list_length(names) == 1)
-				state->worker_role = get_role_oid(strVal(linitial(names)), true);
-			state->worker_role_missing = !OidIsValid(state->worker_role);
-		}
-	}
-	if (st == ST_LOOKUP_DELIVERY || st == ST_LOOKUP_CITUS)
+	if (st == ST_LOOKUP_DELIVERY)
 	{
 		Datum		d = SPI_getbinval(tuple, desc, 10, &isnull);
 
@@ -653,8 +714,7 @@ void
 idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 				   OperationState *state)
 {
-	lookup(call->citus && call->deliveries ? ST_LOOKUP_CITUS :
-		   call->deliveries ? ST_LOOKUP_DELIVERY :
+	lookup(call->deliveries ? ST_LOOKUP_DELIVERY :
 		   call->worker_roles ? ST_LOOKUP_ROLE : ST_LOOKUP,
 		   job_type, key, state);
 	idem_require_job_type(state, job_type);

@@ -3,10 +3,11 @@
 
 Connects with PGHOST/PGPORT/PGDATABASE (the coordinator; CITUS_PORT_W1 and
 CITUS_PORT_W2 name the workers). Every case runs in two modes:
-  delegated      each call is one autocommit statement: Citus pushes the
-                 call down to the worker that holds the key;
-  not delegated  each call inside BEGIN ... COMMIT: the function runs on the
-                 coordinator and its statements are routed by Citus.
+  autocommit         each call is one autocommit statement;
+  transaction block  each call inside BEGIN ... COMMIT.
+In both Citus delegates the call to the worker that holds the key
+(distribute() delegates with force_delegation, so that a transaction's own
+writes to colocated tables go to the same worker in the same connection).
 Prints, per case and mode, what a single node answers ("want") and what
 this cluster answered ("got"), and OK or WRONG. Exit status 0 when it ran.
 """
@@ -18,7 +19,7 @@ import time
 
 import psycopg
 
-MODES = ("delegated", "not delegated")
+MODES = ("autocommit", "transaction block")
 rows = []
 
 
@@ -37,7 +38,7 @@ class Caller:
         self.conn = connect(user=user)
 
     def call(self, sql, args=()):
-        if self.mode == "delegated":
+        if self.mode == "autocommit":
             cur = self.conn.execute(sql, args)
             return cur.fetchall() if cur.description else None
         with self.conn.transaction():
@@ -148,10 +149,10 @@ def main():
         report("completion by the taken-over attempt 1", mode, "ERROR ID003", got,
                got.startswith("ERROR ID003"))
 
-        # 6. a stale claim under hold, and the NOTIFY: a call runs on the
-        # coordinator (not delegated) or on the worker holding the key
-        # (delegated), and notifies there; the README says to LISTEN on
-        # every node. Listeners on the three nodes; the node that must hear it.
+        # 6. a stale claim under hold, and the NOTIFY: the call runs on the
+        # worker holding the key (in both modes: delegated), and notifies
+        # there; the README says to LISTEN on every node. Listeners on the
+        # three nodes; the node that must hear it.
         k = p + "stale-hold"
         c.claim("hold1s", k)
         time.sleep(1.2)
@@ -159,8 +160,7 @@ def main():
                           WHERE pl.shardid = get_shard_id_for_distribution_column('idempotency.operations', %s::text)""",
                        (k,))[0][0]
         nodes = {"coordinator": None, "w1": os.environ["CITUS_PORT_W1"], "w2": os.environ["CITUS_PORT_W2"]}
-        want_node = "coordinator" if mode == "not delegated" else \
-            [n for n, port in nodes.items() if port and int(port) == holder][0]
+        want_node = [n for n, port in nodes.items() if port and int(port) == holder][0]
         listeners = {}
         heard = {}
         for n, port in nodes.items():
@@ -210,7 +210,7 @@ def main():
         c.conn.close()
 
     # mode-independent cases (operator functions run on the coordinator)
-    c = Caller("delegated")
+    c = Caller("autocommit")
     got = outcome(lambda: c.call("SELECT count(*) FROM idempotency.stale_claims() "
                                  "WHERE job_type IN ('hold1s', 'retry1s')")[0][0])
     # the held claims of both modes, and the attempts 2 that took the
@@ -250,9 +250,18 @@ def main():
     admin("SELECT create_distributed_table('public.emails', 'operation_key', "
           "colocate_with => 'idempotency.operations')")
 
+    # as a role that is not the tables' owner, with the README's grants
+    # (the claim's statements run with the owner's rights)
+    admin("CREATE ROLE txworker LOGIN")
+    admin("GRANT USAGE ON SCHEMA idempotency TO txworker")
+    admin("GRANT EXECUTE ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean), "
+          "idempotency.complete_operation(text, text, integer, jsonb) TO txworker")
+    admin("GRANT SELECT, INSERT ON public.emails TO txworker")
+    admin("SELECT idempotency.distribute_grants()")
+
     def remote_log(keys):
         notices = []
-        with connect(autocommit=False) as t:
+        with connect(user="txworker", autocommit=False) as t:
             t.add_notice_handler(lambda d: notices.append((d.message_primary or "", d.message_detail or "")))
             t.execute("SET LOCAL citus.log_remote_commands = on")
             t.execute("SET LOCAL client_min_messages = notice")
@@ -267,7 +276,7 @@ def main():
         return "%d node(s), %d PREPARE, %d COMMIT" % (len(servers), prepared, committed)
 
     got = outcome(lambda: remote_log(["tx-2pc-one"]))
-    report("transactional: claim + effect row + complete", "-", "1 node(s), 0 PREPARE, 1 COMMIT", got)
+    report("transactional: claim + effect row + complete (txworker)", "-", "1 node(s), 0 PREPARE, 1 COMMIT", got)
     # two keys whose shards are on different workers
     by_group = {}
     for i in range(1, 51):
@@ -337,20 +346,20 @@ def main():
     admin("CREATE ROLE late LOGIN")
     admin("GRANT USAGE ON SCHEMA idempotency TO late")
     admin("GRANT EXECUTE ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean) TO late")
-    cl = Caller("delegated", user="late")
+    cl = Caller("autocommit", user="late")
     got = outcome(lambda: cl.claim("email", "late-before-sync"))
-    report("grant made after distribute(), before distribute_grants()", "delegated",
+    report("grant made after distribute(), before distribute_grants()", "autocommit",
            "ERROR 42501 (on the worker)", got, got.startswith("ERROR 42501"))
     got = outcome(lambda: admin("SELECT idempotency.distribute_grants()") and None)
     report("distribute_grants()", "-", "ok", got)
     got = outcome(lambda: cl.claim("email", "late-after-sync"))
-    report("the same call after distribute_grants()", "delegated", "run|1", got)
+    report("the same call after distribute_grants()", "autocommit", "run|1", got)
     admin("REVOKE USAGE ON SCHEMA idempotency FROM late")
     admin("SELECT idempotency.distribute_grants()")
     cl.conn.close()
-    cl = Caller("delegated", user="late")
+    cl = Caller("autocommit", user="late")
     got = outcome(lambda: cl.claim("email", "late-after-revoke"))
-    report("after REVOKE and distribute_grants()", "delegated", "ERROR 42501", got,
+    report("after REVOKE and distribute_grants()", "autocommit", "ERROR 42501", got,
            got.startswith("ERROR 42501"))
     cl.conn.close()
     got = outcome(lambda: admin("""SELECT string_agg(result, ',') FROM run_command_on_workers(
@@ -358,8 +367,8 @@ def main():
     report("grants to the revoked role left on the workers", "-", "1,1 (claim_operation's, propagated)", got,
            got == "1,1")
     # per-job-type roles with the grants on the workers (mailer's, made before distribute())
-    ca = Caller("delegated", user="alice")
-    report("claim by a member of worker_role, job type made before distribution", "delegated", "run|1",
+    ca = Caller("autocommit", user="alice")
+    report("claim by a member of worker_role, job type made before distribution", "autocommit", "run|1",
            outcome(lambda: ca.claim("pre_roled", "roled-after-grants")))
     ca.conn.close()
     oids = admin("""SELECT 'coordinator: mailer ' || (SELECT oid FROM pg_roles WHERE rolname = 'mailer')

@@ -23,11 +23,11 @@
 #   create_reference_table('idempotency.resolutions')
 #   create_distributed_function(<claim, complete, release, extend>,
 #       'operation_key', colocate_with := 'idempotency.operations')
-# and then test/citus/repro.py, which runs each case twice: delegated (each
-# call in its own autocommit statement: Citus pushes the call down to the
-# worker holding the key) and not delegated (each call inside BEGIN ...
-# COMMIT: without force_delegation Citus runs the function on the
-# coordinator). It prints, per case, what one node answers and what Citus
+# and then test/citus/repro.py, which runs each case twice: in autocommit
+# (each call in its own statement: Citus pushes the call down to the worker
+# holding the key) and inside BEGIN ... COMMIT (by hand, without
+# force_delegation, Citus runs the function on the coordinator; with
+# distribute() it is delegated too). It prints, per case, what one node answers and what Citus
 # answered. Needs python3-psycopg (apt-get install python3-psycopg).
 # The idempotency build installed is whatever `make install` put in place
 # (scripts/test does it; as root: make install with_llvm=no).
@@ -116,8 +116,30 @@ if [[ ${REPRO_DISTRIBUTE:-by-hand} == function ]]; then
     echo "again: $out"
     [[ $out == *55000* ]] || { echo "repro: a second distribute() did not refuse with 55000" >&2; exit 1; }
     citus_psql coord -c "SELECT logicalrelid, partmethod, partkey IS NOT NULL AS has_key, colocationid FROM pg_dist_partition ORDER BY 1"
-    REPRO_DISTRIBUTE=function "$python" "$here/repro.py"
-    exit
+    REPRO_DISTRIBUTE=function "$python" "$here/repro.py" || exit
+    [[ ${REPRO_MATRIX:-0} == 1 ]] || exit 0
+
+    # the replay matrix runner through the coordinator (hook 93): every
+    # cell, as a role with the README's grants made after distribute() and
+    # copied to the workers by distribute_grants()
+    echo "== the replay matrix through the coordinator"
+    (cd "$root" && make -s idempotency-matrix with_llvm=no)
+    citus_psql coord -q -v ON_ERROR_STOP=1 <<'EOF'
+CREATE ROLE matrix_runner LOGIN;
+CREATE SCHEMA matrix AUTHORIZATION matrix_runner;
+GRANT USAGE ON SCHEMA idempotency TO matrix_runner;
+GRANT EXECUTE ON FUNCTION idempotency.claim_operation(text, text, text, text, text, boolean),
+    idempotency.complete_operation(text, text, integer, jsonb), idempotency.release_operation(text, text, integer),
+    idempotency.extend_lease(text, text, integer), idempotency.stale_claims(text) TO matrix_runner;
+GRANT SELECT, INSERT, DELETE ON idempotency.job_types TO matrix_runner;
+GRANT SELECT, DELETE ON idempotency.operations TO matrix_runner;
+SELECT idempotency.distribute_grants();
+EOF
+    status=0
+    "$root/idempotency-matrix" --dsn "user=matrix_runner options='-c search_path=matrix'" -q || status=1
+    left=$(citus_psql coord -At -c "SELECT count(*) FROM idempotency.operations WHERE job_type LIKE 'idempotency_matrix_%'")
+    [[ $left == 0 ]] || { echo "repro: the matrix left $left records behind" >&2; status=1; }
+    exit $status
 fi
 
 echo "== distribute as the issue describes"
