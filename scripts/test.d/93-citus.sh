@@ -39,6 +39,10 @@ if ! scripts/citus check >/dev/null 2>&1 && [[ ! -f $vendor/citus-13.2.2.tar.gz 
     echo "93-citus: NOT RUN: Citus is not installed and its vendored source $vendor/citus-13.2.2.tar.gz is missing (set CITUS_VENDOR)"
     exit 0
 fi
+# the tests' client: Debian's python3-psycopg (installed when missing)
+# shellcheck source=examples/e2e/deps.sh
+source examples/e2e/deps.sh
+e2e_debs python3-psycopg
 status=0
 REPRO_DISTRIBUTE=function REPRO_STRICT=1 REPRO_MATRIX=1 test/citus/repro.sh || status=1
 echo "== 93-citus: a worker fails during a run"
