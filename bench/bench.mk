@@ -6,13 +6,20 @@
 #                      behind them
 #   make bench-smoke   every benchmark script with tiny sizes on a throwaway
 #                      cluster, about 30 s; its report is thrown away
+#   make bench-citus   the run and duplicate paths through Citus against one
+#                      node (bench/citus/run.sh, about 13 minutes; needs
+#                      Citus installed); rewrites bench/citus/summary.md and
+#                      the data behind it (bench/citus/README.md is the report)
 #
 # Settings: see `bench/run.sh --help` (environment variables BENCH_*).
 
-.PHONY: bench bench-smoke
+.PHONY: bench bench-smoke bench-citus
 
 bench:
 	bench/run.sh
 
 bench-smoke:
 	bench/run.sh --smoke
+
+bench-citus:
+	bench/citus/run.sh
