@@ -401,7 +401,7 @@ COMMENT ON FUNCTION idempotency.grant_propagated(pg_catalog.regclass, pg_catalog
 REVOKE ALL ON FUNCTION idempotency.grant_propagated(pg_catalog.regclass, pg_catalog.oid) FROM PUBLIC;
 
 --
--- distribute(): make this install a Citus one (issue 11, in progress: see
+-- distribute(): make this install a Citus one (issue 11; see
 -- the README, "Citus"). Run once, on the coordinator, by a superuser; one
 -- transaction, so an error anywhere leaves the install as it was.
 --

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Citus (issue 11, in progress): a coordinator and two workers on this
+# Citus (issue 11): a coordinator and two workers on this
 # machine (test/citus/cluster.sh), Citus 13.2 built from the vendored tarball
 # when it is not installed and cached under /var/cache/idempotency/citus
 # (scripts/citus install: about 2 minutes cold, under 1 s cached). Two runs,
