@@ -403,7 +403,9 @@ REVOKE ALL ON FUNCTION idempotency.grant_propagated(pg_catalog.regclass, pg_cata
 --
 -- distribute(): make this install a Citus one (issue 11; see
 -- the README, "Citus"). Run once, on the coordinator, by a superuser; one
--- transaction, so an error anywhere leaves the install as it was.
+-- transaction, so an error anywhere leaves the install as it was, but for
+-- the workers' grants: they are made equal to the coordinator's first, in
+-- a transaction of each worker's own (grants_on_workers()).
 --
 --  * job_types and resolutions become reference tables, operations a table
 --    distributed by operation_key in a colocation group of its own (which

@@ -571,9 +571,9 @@ idem_status_name(OperationStatus status)
 }
 
 /*
- * Read a job type's configuration and the record of one key with ST_LOOKUP
- * or ST_LOOKUP_ROLE, in one primary-key lookup each. Fills *state; see
- * OperationState.
+ * lookup() where Citus manages the tables: ST_LOOKUP_CITUS_JOB_TYPE, then
+ * ST_LOOKUP_CITUS_RECORD (see the statement table), the expiry computed
+ * here; the worker_role by name when `roles`.
  */
 static void
 citus_lookup(bool roles, text *job_type, text *key, OperationState *state)
@@ -630,6 +630,11 @@ citus_lookup(bool roles, text *job_type, text *key, OperationState *state)
 	}
 }
 
+/*
+ * Read a job type's configuration and the record of one key with ST_LOOKUP
+ * or ST_LOOKUP_ROLE, in one primary-key lookup each. Fills *state; see
+ * OperationState.
+ */
 static void
 lookup(Statement st, text *job_type, text *key, OperationState *state)
 {

@@ -325,6 +325,7 @@ static void
 create_effects_table(matrix_ctx *ctx)
 {
 	char		schema[200];
+	char		citus[8];		/* "t" where Citus is installed */
 	char		err[256];
 	char		sql[600];
 	char	   *qs;
@@ -366,7 +367,7 @@ create_effects_table(matrix_ctx *ctx)
 	 */
 	if (!query_value(ctx,
 					 "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
-					 schema, sizeof(schema), err, sizeof(err)) || strcmp(schema, "t") != 0)
+					 citus, sizeof(citus), err, sizeof(err)) || strcmp(citus, "t") != 0)
 		return;
 	qt = PQescapeLiteral(ctx->conn, ctx->effects_table, strlen(ctx->effects_table));
 	snprintf(sql, sizeof(sql),
