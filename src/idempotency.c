@@ -81,6 +81,8 @@
  * written against parameters of built-in types only (text, integer, oid,
  * tid, tid[], timestamptz, jsonb), so when the extension is dropped and
  * created again the plan cache re-analyzes them against the new objects.
+ * Where Citus manages the tables, a second set is kept, planned afresh at
+ * every execution (see get_plan()).
  *
  * Copyright (c) 2026, the idempotency authors
  *
@@ -400,7 +402,11 @@ static const StatementDef statements[ST_COUNT] = {
 	},
 };
 
-static SPIPlanPtr plans[ST_COUNT];
+/*
+ * The kept plans: [0] for the extension's own tables, [1] where Citus
+ * manages them (idem_citus()).
+ */
+static SPIPlanPtr plans[2][ST_COUNT];
 
 /*
  * The owner of idempotency.operations, whose rights the statements run
@@ -481,22 +487,43 @@ idem_end(IdemCall *call)
 	SetUserIdAndSecContext(call->caller, call->save_sec_context);
 }
 
+/*
+ * The kept plan of a statement, prepared at its first use in this backend.
+ *
+ * Where Citus manages the tables, the plan is a custom one at every
+ * execution (CURSOR_OPT_CUSTOM_PLAN), never the plan cache's generic plan.
+ * A generic plan of a statement on a distributed table leaves the choice of
+ * the shard to execution time ("deferred pruning"); on the node that holds
+ * the shard, Citus's local execution then plans the shard query and keeps
+ * that plan in the generic plan's memory. Citus 13.2.1 and later (upstream
+ * #8371, also in 14.0) never find it again for such plans, so every
+ * execution added one more to memory that is kept as long as the backend:
+ * about 37 kB per call on the worker holding the key, without bound
+ * (issue 18; test/citus/memory.sh). A custom plan knows the key, so Citus
+ * prunes to the shard while planning and caches nothing; the planning it
+ * repeats is about what the generic plan's execution did anyway (see the
+ * README, "Citus"). On one node nothing changes: the plan cache chooses.
+ */
 static SPIPlanPtr
 get_plan(Statement st)
 {
-	if (plans[st] == NULL)
+	bool		citus = idem_citus();
+	SPIPlanPtr *kept = &plans[citus][st];
+
+	if (*kept == NULL)
 	{
 		const StatementDef *def = &statements[st];
-		SPIPlanPtr	plan = SPI_prepare(def->sql, def->nargs, (Oid *) def->argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(def->sql, def->nargs, (Oid *) def->argtypes,
+											  citus ? CURSOR_OPT_CUSTOM_PLAN : 0);
 
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for statement %d: %s",
 				 (int) st, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
-		plans[st] = plan;
+		*kept = plan;
 	}
-	return plans[st];
+	return *kept;
 }
 
 /* Run one prepared statement; returns SPI_processed */
