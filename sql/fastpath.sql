@@ -112,6 +112,32 @@ SELECT idempotency.complete_operation('send_confirmation', 'ORD-1007', 1);
 SELECT operation_key, status, done FROM idempotency.operations WHERE operation_key = 'ORD-1007';
 ALTER TABLE idempotency.operations DROP COLUMN done;
 
+-- a NOT NULL result column (with a default) refuses a NULL result with
+-- 23502, as the executor does, and the claim stays as it was; a result is
+-- stored
+UPDATE idempotency.operations SET result = '{}' WHERE result IS NULL;
+ALTER TABLE idempotency.operations ALTER COLUMN result SET DEFAULT '{}',
+    ALTER COLUMN result SET NOT NULL;
+\set VERBOSITY terse
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1008', 1, NULL);
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+SELECT status, result FROM idempotency.operations WHERE operation_key = 'ORD-1008';
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1008', 1, '{"sent": true}');
+SELECT status, result FROM idempotency.operations WHERE operation_key = 'ORD-1008';
+ALTER TABLE idempotency.operations ALTER COLUMN result DROP NOT NULL,
+    ALTER COLUMN result DROP DEFAULT;
+UPDATE idempotency.operations SET result = NULL WHERE result = '{}';
+
+-- a rule on UPDATE is applied on completion, as the executor would
+CREATE TABLE completions_ruled (operation_key text, status text);
+CREATE RULE see_completion AS ON UPDATE TO idempotency.operations
+    DO ALSO INSERT INTO completions_ruled VALUES (NEW.operation_key, NEW.status::text);
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1012', 1);
+SELECT * FROM completions_ruled;
+DROP RULE see_completion ON idempotency.operations;
+DROP TABLE completions_ruled;
+
 -- a table published for UPDATE without a replica identity refuses the
 -- completion as the executor would
 ALTER TABLE idempotency.operations REPLICA IDENTITY NOTHING;

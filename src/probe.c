@@ -22,9 +22,10 @@
  * another attempt or state, a concurrent update (TM_Updated: under READ
  * COMMITTED the SPI statement follows the update chain, under REPEATABLE
  * READ and SERIALIZABLE it raises the serialization failure), and a table
- * the fast path does not cover: one with triggers, CHECK constraints, row
- * level security, stored generated columns or a second index (all of which
- * the executor maintains and this code does not). A table published for
+ * the fast path does not cover: one with triggers, rules, CHECK
+ * constraints, row level security, stored generated columns or a second
+ * index (all of which the executor maintains and this code does not), and a
+ * NULL result where a DBA made the column NOT NULL. A table published for
  * UPDATE without a replica identity gets the executor's own error
  * (CheckCmdReplicaIdentity()). The cache records only a schema whose
  * columns have the types this code reads and writes and whose primary keys
@@ -393,7 +394,7 @@ plain_table(Relation rel)
 	List	   *indexes;
 	bool		plain;
 
-	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity ||
+	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity || rel->rd_rules != NULL ||
 		(constr != NULL && (constr->num_check > 0 || constr->has_generated_stored)))
 		return false;
 	indexes = RelationGetIndexList(rel);
@@ -575,8 +576,14 @@ idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key, int
 		Oid			status = DatumGetObjectId(slot_getattr(l.slot, cache.att_status, &isnull));
 		int32		current = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
 
+		/*
+		 * A NULL result into a column a DBA made NOT NULL: the executor's
+		 * check (23502) is the SPI path's. (completed_at is never NULL
+		 * here; the columns not written keep what the record has.)
+		 */
 		if (current == attempt &&
 			(status == cache.claimed || status == cache.skipped) &&
+			!(result_isnull && TupleDescAttr(RelationGetDescr(rel), cache.att_result - 1)->attnotnull) &&
 			may_work(caller, worker_roles, job_type, snapshot))
 		{
 			TupleDesc	desc = RelationGetDescr(rel);
