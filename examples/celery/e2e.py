@@ -9,8 +9,12 @@ backoff and sent once the grant is back; 11, the fingerprint is the same for
 positional and keyword arguments, and other data under the same key fails at
 once (ID002), without retries.
 
-    /usr/bin/python3 examples/celery/e2e.py [--policy hold,retry,skip] [--keep]
+    py=$(examples/celery/venv.sh)    # the helper package, pg-idempotency
+    $py examples/celery/e2e.py [--policy hold,retry,skip] [--keep]
 
+Run with the python of a virtual environment where the package
+pg-idempotency (helpers/python) is installed, as venv.sh installs it: the
+workers and the sweeper are started with the same python (sys.executable).
 Needs Debian's python3-celery, python3-psycopg and rabbitmq-server, and a
 PostgreSQL with the extension from libpq's environment (PGHOST, PGPORT, ...).
 The last line is "N passed, N failed".
@@ -26,6 +30,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 sys.path.insert(0, HERE)
 import replay  # noqa: E402
+
+try:
+    import pg_idempotency  # noqa: E402,F401 -- tasks.py imports pg_idempotency.celery
+except ImportError:
+    raise SystemExit(f"{sys.executable} has no pg_idempotency: install the package with "
+                     "examples/celery/venv.sh and run this with the python it prints")
 
 RABBIT = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 ROLE = "idempotency_e2e_celery_worker"   # the workers' role (cluster-wide; dropped at the end)
@@ -219,7 +229,7 @@ class Celery(replay.Adapter):
         # not --without-heartbeat: without the worker heartbeat's 2 s timer,
         # Celery 5.2's event loop runs a countdown (self.retry) up to ~5 s late
         # (measured: countdown 0.5 s ran after 5.0 s; with it, after 1-2 s)
-        return (["/usr/bin/python3", "-m", "celery", "-A", "tasks", "worker", "-P", "prefork", "-c", "1",
+        return ([sys.executable, "-m", "celery", "-A", "tasks", "worker", "-P", "prefork", "-c", "1",
                  "--prefetch-multiplier", "1", "-n", f"e2e{self.n}@%h", "--without-gossip",
                  "--without-mingle", "-l", "info"], HERE, env)
 
@@ -244,7 +254,7 @@ class Celery(replay.Adapter):
                       "the failed task")
 
     def sweep(self, env):
-        return subprocess.run(["/usr/bin/python3", "sweeper.py"], cwd=HERE, env=self._env(env), check=True,
+        return subprocess.run([sys.executable, "sweeper.py"], cwd=HERE, env=self._env(env), check=True,
                               stdout=subprocess.PIPE, text=True).stdout
 
 

@@ -1,7 +1,7 @@
 """The sweeper: records of send_confirmation that no message will bring to a
 worker any more. Run it every few minutes (cron, or celery beat):
 
-    /usr/bin/python3 sweeper.py
+    .venv/bin/python sweeper.py      # in examples/celery (tasks.py needs pg_idempotency)
 
 1. Stale claims (idempotency.stale_claims()): the task was acknowledged
    without completing (an unknown error), the queue was purged, ...

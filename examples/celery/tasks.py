@@ -1,6 +1,8 @@
 """The send_confirmation job on Celery with RabbitMQ.
 
-    /usr/bin/python3 -m celery -A tasks worker -c 1 --prefetch-multiplier 1
+    examples/celery/.venv/bin/python -m celery -A tasks worker -c 1 --prefetch-multiplier 1
+
+(examples/celery/venv.sh installs the helper package, pg-idempotency, there.)
 
 Message: send_confirmation(order="ORD-1001", email="..."). The operation key
 is the order reference (it names the effect), not the Celery task id.
@@ -12,7 +14,7 @@ import time
 from celery import Celery
 
 import mail_provider
-from idempotency_celery import IdempotentTask, KnownFailure
+from pg_idempotency.celery import IdempotentTask, KnownFailure
 
 app = Celery("tasks", broker=os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"))
 app.conf.update(

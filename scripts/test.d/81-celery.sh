@@ -14,14 +14,22 @@
 # (the reply to the claim is lost, through test/faults/pgproxy.py: claimed
 # again with the same delivery token, run #1, no lease waited) and case 16 (a
 # redelivery behind another transaction's uncommitted claim: in_progress at
-# once, sent once after the rollback). First the task base class's focused
-# tests (test_helper.py: the verdict mapping run, verify, completed,
+# once, sent once after the rollback). First the helper package
+# pg-idempotency (helpers/python) is installed from the checkout into
+# examples/celery/.venv (examples/celery/venv.sh: pip without an index, in a
+# venv that sees Debian's packages) and its unit tests run with pytest
+# against the installed package (helpers/python/tests: the plain functions;
+# the Celery task base class's verdict mapping run, verify, completed,
 # in_progress, held, skipped, a lost reply, a stuck transaction, claim_wait,
-# in-process; no broker). Needs extension 0.3 (delivery, wait).
+# in-process, no broker); then the e2e test runs with that venv's python.
+# Needs extension 0.3 (delivery, wait).
 # Creates and drops the role idempotency_e2e_celery_worker. Installs
-# python3-celery, python3-psycopg and rabbitmq-server (root) when missing.
+# python3-celery, python3-psycopg, rabbitmq-server, python3-pytest,
+# python3-venv, python3-setuptools and python3-wheel (root) when missing.
 set -euo pipefail
 source examples/e2e/deps.sh
-e2e_debs python3-celery python3-psycopg rabbitmq-server
-(cd examples/celery && /usr/bin/python3 -W ignore::DeprecationWarning test_helper.py)
-exec /usr/bin/python3 examples/celery/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"
+e2e_debs python3-celery python3-psycopg rabbitmq-server python3-pytest \
+    python3-venv python3-setuptools python3-wheel
+py=$(bash examples/celery/venv.sh)
+PG_IDEMPOTENCY_TEST_CELERY=1 "$py" -m pytest -p no:cacheprovider -q helpers/python/tests
+exec "$py" examples/celery/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"

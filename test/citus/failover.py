@@ -13,7 +13,7 @@ The run: FAILOVER_KEYS keys (400) are published one by one (one every
 FAILOVER_PUBLISH_EVERY = 0.04 s), and every key is delivered to every one of
 FAILOVER_CLIENTS client threads (4): they race over the same keys, so each
 key is claimed 4 times and must run exactly once. Each client does for one
-delivery what the queue helpers do (examples/celery/idempotency_celery.py):
+delivery what the queue helpers do (helpers/python, pg_idempotency.claim):
 a delivery token made for the delivery (uuid4);
 claim_operation(..., delivery => token, wait => false) through the
 coordinator, in autocommit (Citus delegates it to the worker that holds the

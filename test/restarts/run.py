@@ -56,6 +56,11 @@ connecting user.
 
     /usr/bin/python3 test/restarts/run.py [--systems celery,sidekiq,sqs] [--keys 150] [--keep]
 
+With celery among the systems, run it with the python of the venv where
+examples/celery/venv.sh installed the helper package pg-idempotency
+(examples/celery/e2e.py, loaded here, and its workers import it):
+$(examples/celery/venv.sh) test/restarts/run.py ...; hook 83 does.
+
 Needs (installed by scripts/test.d/83-restarts.sh): pgbouncer, the three
 systems' packages and npm modules, a PostgreSQL with the extension from
 libpq's environment (PGHOST, PGPORT, ...), and PGDATA / CLUSTER_DIR /

@@ -1,5 +1,7 @@
-"""idempotency_celery: a Celery task base class for the claim protocol of the
+"""pg_idempotency.celery: a Celery task base class for the claim protocol of the
 PostgreSQL extension `idempotency`.
+
+    from pg_idempotency.celery import IdempotentTask, KnownFailure
 
     @app.task(base=IdempotentTask, job_type="send_confirmation", key_arg="order", lease=600)
     def send_confirmation(order, email): ...
@@ -64,88 +66,24 @@ by someone else's transaction.
 
 Use with task_acks_late = True and task_reject_on_worker_lost = True, so that
 a killed worker's message is redelivered.
+
+The calls to the database are pg_idempotency's plain functions (claim,
+complete, release, Heartbeat), with reconnect_for capped at half the lease.
 """
-import hashlib
+
 import inspect
-import json
 import logging
-import os
 import random
-import socket
-import threading
-import time
-import uuid
 
 import psycopg
 from celery import Task
 
+import pg_idempotency
+from pg_idempotency import BUSY, KnownFailure, claim_error_heals
+
+__all__ = ["IdempotentTask", "KnownFailure"]
+
 log = logging.getLogger(__name__)
-
-
-class KnownFailure(Exception):
-    """Raise from the task body when the effect certainly did not happen."""
-
-
-_db = {"pid": None, "conn": None}
-_db_lock = threading.Lock()
-
-
-def connection(dsn=""):
-    """one autocommit connection per worker process (made after the fork);
-    replaced when it was closed or broken (psycopg marks it closed, or
-    discard() dropped it). prepare_threshold=None: no prepared statements,
-    which a pooler in transaction mode would lend to other clients' sessions"""
-    with _db_lock:
-        if _db["pid"] != os.getpid() or _db["conn"] is None or _db["conn"].closed:
-            _db["conn"] = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
-            _db["pid"] = os.getpid()
-        return _db["conn"]
-
-
-def discard(conn):
-    """close a connection that failed with a connection error (it may still
-    look open: PgBouncer's 08P01), so that connection() opens a new one"""
-    if conn is None:
-        return
-    with _db_lock:
-        if _db["conn"] is conn:
-            _db["conn"] = None
-    try:
-        conn.close()
-    except Exception:   # noqa: BLE001 -- it is being thrown away
-        pass
-
-
-CLAIM_SQL = ("SELECT verdict, attempt, result FROM idempotency.claim_operation("
-             "%s, %s, %s, %s, delivery => %s, wait => %s)")
-BUSY = ("55P03", "57014")   # lock_timeout, statement_timeout: the claim hit its bound
-
-
-# the server is going away or not there yet: admin_shutdown (a fast
-# shutdown or restart terminates the backend, even in the middle of a call),
-# crash_shutdown, cannot_connect_now (starting up, shutting down)
-SERVER_GONE = ("57P01", "57P02", "57P03")
-
-
-def connection_lost(err, conn):
-    """the error is the connection's (lost, closed by the server, refused,
-    or PgBouncer's own: class 08), not the statement's"""
-    if not isinstance(err, psycopg.Error):
-        return False
-    code = err.sqlstate
-    if code is not None and (code.startswith("08") or code in SERVER_GONE):
-        return True
-    return isinstance(err, (psycopg.OperationalError, psycopg.InterfaceError)) and \
-        (conn is None or conn.closed)
-
-
-def claim_error_heals(err):
-    """Can the same claim succeed later? No for the caller's bugs: ID002
-    (the operation key was claimed with a different fingerprint) and class
-    22 (bad input). Yes for everything else, first of all for errors without
-    a SQLSTATE (the connection failed or was lost)."""
-    code = getattr(err, "sqlstate", None)
-    return not (code is not None and (code == "ID002" or code.startswith("22")))
 
 
 class IdempotentTask(Task):
@@ -176,9 +114,7 @@ class IdempotentTask(Task):
         return str(self.bound_arguments(args, kwargs)[self.key_arg])
 
     def fingerprint(self, args, kwargs):
-        body = json.dumps(self.bound_arguments(args, kwargs), sort_keys=True,
-                          separators=(",", ":"), default=str)
-        return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+        return pg_idempotency.fingerprint(self.bound_arguments(args, kwargs))
 
     def retry_delay(self, n):
         """seconds before retry n + 1 (n = 0, 1, ...): backoff * 2**n, at
@@ -191,18 +127,28 @@ class IdempotentTask(Task):
                  event["attempt"], event["action"])
 
     # -- the protocol -------------------------------------------------------
+    def _reconnect_for(self):
+        return max(0.0, min(self.reconnect_for, self.lease / 2))
+
     def __call__(self, *args, **kwargs):
         job_type = self.job_type or self.name
         key = self.operation_key(args, kwargs)
         event = {"key": key, "delivery": (self.request.delivery_info or {}).get("redelivered"),
                  "retries": self.request.retries}
-        # one token per handler invocation: this delivery, and only its own
-        # retries of the claim below, present it
-        delivery = str(uuid.uuid4())
-        params = (job_type, key, self.fingerprint(args, kwargs),
-                  f"{socket.gethostname()}/pid-{os.getpid()}", delivery)
+
+        def lost(err):
+            log.warning("%s %s: claim_operation: %s; once more on a new connection, same delivery",
+                        self.name, key, err)
+            self.on_verdict({**event, "verdict": "claim error", "attempt": None,
+                             "sqlstate": "connection", "action": "again"})
+
         try:
-            verdict, attempt, result = self._claim(params, event)
+            # one token per handler invocation (claim() makes it): this
+            # delivery, and only its own tries of the claim, present it
+            verdict, attempt, result, _ = pg_idempotency.claim(
+                job_type, key, self.fingerprint(args, kwargs), pg_idempotency.worker_id(),
+                wait=self.claim_wait, dsn=self.dsn, reconnect_for=self._reconnect_for(),
+                on_lost=lost)
         except psycopg.Error as err:
             event.update(verdict="claim error", attempt=None, sqlstate=err.sqlstate or "connection")
             if err.sqlstate in BUSY:
@@ -232,27 +178,16 @@ class IdempotentTask(Task):
             raise RuntimeError(f"unknown verdict {verdict}")
 
         self.on_verdict({**event, "action": "work"})
-        stop = threading.Event()
-
-        def heartbeat():
-            while not stop.wait(self.heartbeat or self.lease / 4):
-                try:
-                    connection(self.dsn).execute("SELECT idempotency.extend_lease(%s, %s, %s)",
-                                                 (job_type, key, attempt))
-                except psycopg.Error as err:
-                    log.warning("extend_lease %s: %s", key, err)
-                    if err.sqlstate == "ID003":
-                        return
-
-        beat = threading.Thread(target=heartbeat, daemon=True)
-        beat.start()
+        beat = pg_idempotency.Heartbeat(job_type, key, attempt, self.heartbeat or self.lease / 4,
+                                        dsn=self.dsn).start()
         try:
             self.request.idempotency = {"attempt": attempt, "verify": verdict == "verify"}
             value = self.run(*args, **kwargs)
         except KnownFailure as failure:
-            stop.set()
+            beat.stop()
             try:
-                self._write("release_operation", job_type, key, attempt)
+                pg_idempotency.release(job_type, key, attempt, dsn=self.dsn,
+                                       reconnect_for=self._reconnect_for())
             except psycopg.Error as err:
                 # still claimed: the next delivery meets it (in_progress, then
                 # the policy once the lease ran out)
@@ -271,10 +206,10 @@ class IdempotentTask(Task):
             self.on_verdict({**event, "action": "failed"})
             raise
         finally:
-            stop.set()
-            beat.join()
+            beat.stop()
         try:
-            self._write("complete_operation", job_type, key, attempt, json.dumps(value))
+            pg_idempotency.complete(job_type, key, attempt, value, dsn=self.dsn,
+                                    reconnect_for=self._reconnect_for())
         except psycopg.Error as err:
             if err.sqlstate != "ID003":
                 # the database stayed unreachable: the claim is left to its lease
@@ -285,58 +220,3 @@ class IdempotentTask(Task):
             return None
         self.on_verdict({**event, "action": "completed"})
         return value
-
-    def _reconnecting(self, call, on_lost):
-        """call(conn) on the process's connection; after a connection error
-        on a new connection, after 0, 0.1, 0.2 ... 2 s, until reconnect_for
-        seconds (at most half the lease) have passed since the first error
-        (at least once more); on_lost(err) before each new try"""
-        deadline = None
-        pause = 0.0
-        while True:
-            conn = None
-            try:
-                conn = connection(self.dsn)
-                return call(conn)
-            except psycopg.Error as err:
-                if not connection_lost(err, conn):
-                    raise
-                discard(conn)
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + max(0.0, min(self.reconnect_for, self.lease / 2))
-                elif now + pause > deadline:
-                    raise
-                on_lost(err)
-                time.sleep(pause)
-                pause = min(2.0, max(0.1, pause * 2))
-
-    def _claim(self, params, event):
-        """claim_operation(..., delivery, wait); again on a new connection
-        with the same delivery token while the connection is lost: the server
-        answers the same verdict and attempt if an earlier try was recorded"""
-        def claim(conn):
-            if self.claim_wait and self.claim_wait > 0:
-                with conn.transaction():
-                    conn.execute("SELECT set_config('lock_timeout', %s, true)",
-                                 (f"{max(1, round(self.claim_wait * 1000))}ms",))
-                    return conn.execute(CLAIM_SQL, params + (True,)).fetchone()
-            return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
-
-        def lost(err):
-            log.warning("%s %s: claim_operation: %s; once more on a new connection, same delivery",
-                        self.name, params[1], err)
-            self.on_verdict({**event, "verdict": "claim error", "attempt": None,
-                             "sqlstate": "connection", "action": "again"})
-
-        return self._reconnecting(claim, lost)
-
-    def _write(self, function, *params):
-        """complete_operation or release_operation (both no-ops when repeated):
-        again on a new connection while the connection is lost"""
-        sql = f"SELECT idempotency.{function}({', '.join(['%s'] * len(params))})"
-
-        def lost(err):
-            log.warning("%s: %s; once more on a new connection", function, err)
-
-        self._reconnecting(lambda conn: conn.execute(sql, params), lost)

@@ -1,0 +1,312 @@
+"""pg_idempotency: the claim protocol of the PostgreSQL extension
+`idempotency` (0.3 or later) for any psycopg worker.
+
+    import pg_idempotency as idem
+
+    c = idem.claim("send_confirmation", order, idem.fingerprint({"order": order, "email": email}))
+    if c.verdict in ("run", "verify"):
+        with idem.Heartbeat("send_confirmation", order, c.attempt, every=150):
+            try:
+                value = send(order, email)
+            except Refused:                    # certainly not sent
+                idem.release("send_confirmation", order, c.attempt)
+                raise
+        idem.complete("send_confirmation", order, c.attempt, value)
+    elif c.verdict == "in_progress":
+        ...                                    # look again after the lease
+    else:                                      # completed, skipped, held
+        ...                                    # acknowledge; c.result is the stored result
+
+The Celery task base class is pg_idempotency.celery.IdempotentTask.
+
+The delivery token: claim() makes a uuid4 (or takes delivery=...) and sends
+it with the claim. When the claim's connection is lost (the reply may be lost
+after the server committed the claim), the claim is sent once more on a new
+connection with the same token, and the server gives the claim back: the same
+verdict and attempt, instead of in_progress for a whole lease. While the
+database cannot be reached (a PgBouncer or PostgreSQL restart, PgBouncer
+refusing logins for server_login_retry after one) the call is tried again,
+with the same token, after 0, 0.1, 0.2 ... 2 s, for up to reconnect_for
+seconds (at least once more); then the error is raised. complete() and
+release() are sent again the same way (they are no-ops when repeated). A
+connection error is one without a SQLSTATE on a connection psycopg marks
+closed, or SQLSTATE class 08 (PgBouncer reports its own failures as 08P01 and
+closes the connection) or 57P01-57P03 (the server is shutting down, e.g. a
+backend terminated by pg_ctl restart -m fast, or starting up).
+
+One autocommit connection per process (made after a fork), without prepared
+statements (prepare_threshold=None): behind PgBouncer in transaction pooling
+mode every transaction may run on another server connection, where the
+statements psycopg prepares by itself do not exist (26000) or exist already
+(42P05).
+
+The bound: claim(wait=0) (the default) claims with wait => false: another
+transaction's uncommitted claim of the key is answered in_progress at once.
+claim(wait=N), N > 0, waits up to N seconds (wait => true under SET LOCAL
+lock_timeout); a claim that times out raises 55P03 (or 57014 from a
+statement_timeout): is_busy(err) is true, treat it as in_progress.
+"""
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Callable, NamedTuple, Optional
+
+import psycopg
+
+__version__ = "0.3.0"
+EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery, wait)
+
+__all__ = [
+    "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "SERVER_GONE",
+    "claim", "claim_error_heals", "complete", "connection", "connection_lost", "discard",
+    "extend_lease", "fingerprint", "is_busy", "new_delivery", "reconnecting", "release",
+    "worker_id",
+]
+
+log = logging.getLogger(__name__)
+
+
+class KnownFailure(Exception):
+    """Raise from a job's body when the effect certainly did not happen: the
+    claim is released and the job retried (pg_idempotency.celery does so)."""
+
+
+_db = {"pid": None, "conn": None}
+_db_lock = threading.Lock()
+
+
+def connection(dsn=""):
+    """one autocommit connection per worker process (made after the fork);
+    replaced when it was closed or broken (psycopg marks it closed, or
+    discard() dropped it). prepare_threshold=None: no prepared statements,
+    which a pooler in transaction mode would lend to other clients' sessions.
+    dsn "" = libpq's PG* environment."""
+    with _db_lock:
+        if _db["pid"] != os.getpid() or _db["conn"] is None or _db["conn"].closed:
+            _db["conn"] = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+            _db["pid"] = os.getpid()
+        return _db["conn"]
+
+
+def discard(conn):
+    """close a connection that failed with a connection error (it may still
+    look open: PgBouncer's 08P01), so that connection() opens a new one"""
+    if conn is None:
+        return
+    with _db_lock:
+        if _db["conn"] is conn:
+            _db["conn"] = None
+    try:
+        conn.close()
+    except Exception:   # noqa: BLE001 -- it is being thrown away
+        pass
+
+
+CLAIM_SQL = ("SELECT verdict, attempt, result FROM idempotency.claim_operation("
+             "%s, %s, %s, %s, delivery => %s, wait => %s)")
+BUSY = ("55P03", "57014")   # lock_timeout, statement_timeout: the claim hit its bound
+
+# the server is going away or not there yet: admin_shutdown (a fast
+# shutdown or restart terminates the backend, even in the middle of a call),
+# crash_shutdown, cannot_connect_now (starting up, shutting down)
+SERVER_GONE = ("57P01", "57P02", "57P03")
+
+
+def connection_lost(err, conn):
+    """the error is the connection's (lost, closed by the server, refused,
+    or PgBouncer's own: class 08), not the statement's"""
+    if not isinstance(err, psycopg.Error):
+        return False
+    code = err.sqlstate
+    if code is not None and (code.startswith("08") or code in SERVER_GONE):
+        return True
+    return isinstance(err, (psycopg.OperationalError, psycopg.InterfaceError)) and \
+        (conn is None or conn.closed)
+
+
+def claim_error_heals(err):
+    """Can the same claim succeed later? No for the caller's bugs: ID002
+    (the operation key was claimed with a different fingerprint) and class
+    22 (bad input). Yes for everything else, first of all for errors without
+    a SQLSTATE (the connection failed or was lost)."""
+    code = getattr(err, "sqlstate", None)
+    return not (code is not None and (code == "ID002" or code.startswith("22")))
+
+
+def is_busy(err):
+    """the claim hit its bound (claim(wait=N)'s lock_timeout, a
+    statement_timeout): treat it as in_progress"""
+    return getattr(err, "sqlstate", None) in BUSY
+
+
+def new_delivery():
+    """a delivery token: one per handler invocation, never stored in the
+    message (a redelivered copy of the message is another delivery)"""
+    return str(uuid.uuid4())
+
+
+def worker_id():
+    """the claim's worker column: host/pid-N"""
+    return f"{socket.gethostname()}/pid-{os.getpid()}"
+
+
+def fingerprint(arguments):
+    """sha256 of the job's arguments by name (JSON, keys sorted): the same
+    for the same arguments however they were passed"""
+    body = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def reconnecting(call: Callable[[Any], Any], *, dsn="", reconnect_for=30.0,
+                 on_lost: Optional[Callable[[Exception], None]] = None):
+    """call(conn) on the process's connection; after a connection error
+    on a new connection, after 0, 0.1, 0.2 ... 2 s, until reconnect_for
+    seconds have passed since the first error (at least once more);
+    on_lost(err) before each new try. Other errors are raised at once."""
+    deadline = None
+    pause = 0.0
+    while True:
+        conn = None
+        try:
+            conn = connection(dsn)
+            return call(conn)
+        except psycopg.Error as err:
+            if not connection_lost(err, conn):
+                raise
+            discard(conn)
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + max(0.0, reconnect_for)
+            elif now + pause > deadline:
+                raise
+            if on_lost is not None:
+                on_lost(err)
+            time.sleep(pause)
+            pause = min(2.0, max(0.1, pause * 2))
+
+
+class Claim(NamedTuple):
+    verdict: str          # run | verify | completed | in_progress | held | skipped
+    attempt: int
+    result: Any           # the stored result (verdict completed), else None
+    delivery: str         # the delivery token the claim was sent with
+
+    @property
+    def runs(self):
+        """run or verify: do the work (verify: check first whether the
+        effect of an earlier attempt happened), then complete()"""
+        return self.verdict in ("run", "verify")
+
+
+def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0.0,
+          dsn="", reconnect_for=30.0, on_lost=None) -> Claim:
+    """idempotency.claim_operation(job_type, key, fingerprint, worker,
+    delivery => token, wait => wait > 0). Sent again on a new connection
+    with the same token while the connection is lost (see reconnecting).
+    wait: seconds to wait for another transaction's uncommitted claim of the
+    key (0: not at all, in_progress at once). Raises psycopg.Error: ID002
+    (other fingerprint) and class 22 are the caller's bugs
+    (claim_error_heals(err) is false); is_busy(err): as in_progress; anything
+    else may heal: try again later with a new delivery."""
+    delivery = delivery or new_delivery()
+    params = (job_type, key, fingerprint, worker_id() if worker is None else worker, delivery)
+
+    def call(conn):
+        if wait and wait > 0:
+            with conn.transaction():
+                conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                             (f"{max(1, round(wait * 1000))}ms",))
+                return conn.execute(CLAIM_SQL, params + (True,)).fetchone()
+        return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
+
+    verdict, attempt, result = reconnecting(call, dsn=dsn, reconnect_for=reconnect_for,
+                                            on_lost=on_lost)
+    return Claim(verdict, attempt, result, delivery)
+
+
+def _write(function, params, *, dsn, reconnect_for, on_lost):
+    sql = f"SELECT idempotency.{function}({', '.join(['%s'] * len(params))})"
+    if on_lost is None:
+        def on_lost(err):
+            log.warning("%s: %s; once more on a new connection", function, err)
+    reconnecting(lambda conn: conn.execute(sql, params), dsn=dsn,
+                 reconnect_for=reconnect_for, on_lost=on_lost)
+
+
+def complete(job_type, key, attempt, result=None, *, dsn="", reconnect_for=30.0, on_lost=None):
+    """idempotency.complete_operation(job_type, key, attempt, result as
+    JSON); again on a new connection while the connection is lost (a repeated
+    completion is a no-op). ID003: another worker took the claim over after
+    its lease ran out (it records the effect)."""
+    _write("complete_operation", (job_type, key, attempt, json.dumps(result)),
+           dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
+
+
+def release(job_type, key, attempt, *, dsn="", reconnect_for=30.0, on_lost=None):
+    """idempotency.release_operation(job_type, key, attempt): the effect did
+    not happen, the next claim runs attempt + 1; again on a new connection
+    while the connection is lost (a repeated release is a no-op)"""
+    _write("release_operation", (job_type, key, attempt),
+           dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
+
+
+def extend_lease(job_type, key, attempt, *, dsn=""):
+    """idempotency.extend_lease(job_type, key, attempt): the lease restarts
+    now; returns the new expiry. Tried once: a heartbeat tries again at the
+    next beat (a lost connection is replaced then)."""
+    conn = None
+    try:
+        conn = connection(dsn)
+        return conn.execute("SELECT idempotency.extend_lease(%s, %s, %s)",
+                            (job_type, key, attempt)).fetchone()[0]
+    except psycopg.Error as err:
+        if connection_lost(err, conn):
+            discard(conn)
+        raise
+
+
+class Heartbeat:
+    """a daemon thread calling extend_lease every `every` seconds (a
+    quarter of the lease is usual) until stop(); stops by itself on ID003
+    (another worker took the claim over). A context manager:
+
+        with Heartbeat(job_type, key, c.attempt, every=lease / 4):
+            work()
+    """
+
+    def __init__(self, job_type, key, attempt, every, *, dsn=""):
+        self.job_type, self.key, self.attempt, self.every, self.dsn = job_type, key, attempt, every, dsn
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True,
+                                        name=f"heartbeat {job_type} {key}")
+
+    def _beat(self):
+        while not self._stop.wait(self.every):
+            try:
+                extend_lease(self.job_type, self.key, self.attempt, dsn=self.dsn)
+            except psycopg.Error as err:
+                log.warning("extend_lease %s: %s", self.key, err)
+                if err.sqlstate == "ID003":
+                    return
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        """no beat after this returns"""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False

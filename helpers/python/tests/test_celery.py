@@ -1,0 +1,272 @@
+"""pg_idempotency.celery.IdempotentTask's verdict mapping, in-process (the
+task runs as a worker's tracer runs it; no broker):
+
+run -> the body runs, completed #1; verify (lookup policy, aged claim) -> the
+body sees self.request.idempotency {"verify": True, "attempt": 2}, completed
+#2; completed, held (hold policy, aged claim), skipped (skip policy, aged
+claim) -> the body does not run, the task returns (acknowledged);
+in_progress (a young claim) -> the body does not run, self.retry raises
+celery.exceptions.Retry with countdown = the lease.
+
+Extension 0.3: a claim whose reply is lost with its connection (the server
+recorded it) is sent once more on a new connection with the same delivery
+token and gets its own claim back (run #1, not in_progress), also when the
+database then stays unreachable for a while (refused connections,
+PgBouncer's 08P01); another transaction's uncommitted claim of the key
+answers in_progress at once (wait => false), and with claim_wait > 0 the
+claim's lock_timeout (55P03) is retried like in_progress.
+
+The acknowledging verdicts go through task.apply() (Celery's eager tracer).
+in_progress does not: apply() answers a Retry by applying the task again at
+once, ignoring the countdown, so a young claim would loop; instead the task is
+called with an eager request pushed (what apply() pushes), where self.retry
+raises Retry and publishes nothing.
+
+Skipped when Celery is not installed, unless PG_IDEMPOTENCY_TEST_CELERY=1
+(the repository's hook sets it: there a missing Celery fails).
+"""
+import os
+import time
+import uuid
+
+import psycopg
+import pytest
+
+if os.environ.get("PG_IDEMPOTENCY_TEST_CELERY") == "1":
+    import celery  # noqa: F401
+else:
+    pytest.importorskip("celery")
+
+from celery import Celery                      # noqa: E402
+from celery.exceptions import Retry            # noqa: E402
+
+import pg_idempotency                          # noqa: E402
+from pg_idempotency.celery import IdempotentTask   # noqa: E402
+
+LEASE = 1.0
+
+app = Celery("idempotency_unit", set_as_current=False)
+app.conf.task_eager_propagates = True
+
+
+@pytest.fixture
+def make_task(types):
+    def make(policy, **options):
+        """a job type with this policy and a 1 s lease, and a bound task for
+        it; returns (task, calls, verdicts)"""
+        t = types.make(policy, LEASE)
+        calls, verdicts = [], []
+
+        def body(self, order):
+            calls.append(dict(self.request.idempotency))
+            return {"sent": order}
+
+        task = app.task(body, base=IdempotentTask, bind=True, name=t, job_type=t,
+                        key_arg="order", lease=LEASE, heartbeat=0.25, **options,
+                        on_verdict=lambda _self, e: verdicts.append(f"{e['verdict']}:{e['action']}"))
+        return task, calls, verdicts
+    return make
+
+
+def claim_directly(admin, task, key):
+    """another worker's claim, with the fingerprint the task computes"""
+    verdict, = admin.execute(
+        "SELECT verdict FROM idempotency.claim_operation(%s, %s, %s, 'dead-worker')",
+        (task.job_type, key, task.fingerprint((key,), {}))).fetchone()
+    assert verdict == "run"
+
+
+def call_eagerly(task, key):
+    """the task called as a worker calls it, with an eager request
+    pushed: self.retry raises Retry (apply() would run it again)"""
+    task.push_request(id=str(uuid.uuid4()), args=(key,), kwargs={}, retries=0,
+                      is_eager=True, called_directly=False, delivery_info={"is_eager": True})
+    try:
+        return task(key)
+    finally:
+        task.pop_request()
+
+
+def test_run(make_task, types):
+    task, calls, verdicts = make_task("hold")
+    r = task.apply(("K-run",))
+    assert r.successful()
+    assert r.get() == {"sent": "K-run"}
+    assert verdicts == ["run:work", "run:completed"]
+    assert calls == [{"attempt": 1, "verify": False}]
+    assert types.record(task.job_type, "K-run") == "completed #1"
+
+
+def test_verify(make_task, types, admin):
+    task, calls, verdicts = make_task("lookup")
+    claim_directly(admin, task, "K-verify")
+    types.age(task.job_type, "K-verify")
+    r = task.apply(("K-verify",))
+    assert r.successful()
+    assert verdicts == ["verify:work", "verify:completed"]
+    assert calls == [{"attempt": 2, "verify": True}]
+    assert types.record(task.job_type, "K-verify") == "completed #2"
+
+
+def test_completed(make_task, types):
+    task, calls, verdicts = make_task("hold")
+    task.apply(("K-done",))
+    del calls[:], verdicts[:]
+    r = task.apply(("K-done",))
+    assert r.successful()
+    assert r.get() == {"sent": "K-done"}   # the stored result
+    assert verdicts == ["completed:ack"]
+    assert calls == []
+    assert types.record(task.job_type, "K-done") == "completed #1"
+
+
+def test_in_progress(make_task, types, admin):
+    task, calls, verdicts = make_task("hold")
+    claim_directly(admin, task, "K-busy")   # young: within its lease
+    task.push_request(id=str(uuid.uuid4()), args=("K-busy",), kwargs={}, retries=0,
+                      is_eager=True, called_directly=False, delivery_info={"is_eager": True})
+    try:
+        with pytest.raises(Retry) as cm:
+            task("K-busy")
+    finally:
+        task.pop_request()
+    assert cm.value.when == LEASE
+    assert verdicts == ["in_progress:retry"]
+    assert calls == []
+    assert types.record(task.job_type, "K-busy") == "claimed #1"
+
+
+def test_lost_reply_gets_its_claim_back(make_task, types):
+    task, calls, verdicts = make_task("hold")
+    real = pg_idempotency.connection()
+
+    class LosesTheReply:
+        """runs the claim on the server (recorded, autocommit), then the
+        connection is gone before the reply is read"""
+        closed = False
+
+        def execute(self, sql, params=None):
+            real.execute(sql, params)
+            real.close()
+            self.closed = True
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    pg_idempotency._db["conn"] = LosesTheReply()
+    # not apply(): without the token the claim again would be answered
+    # in_progress, and apply() would loop on the Retry
+    assert call_eagerly(task, "K-lost") == {"sent": "K-lost"}
+    assert verdicts == ["claim error:again", "run:work", "run:completed"]
+    assert calls == [{"attempt": 1, "verify": False}]
+    assert types.record(task.job_type, "K-lost") == "completed #1"
+
+
+def test_unreachable_database_is_waited_out_with_the_same_token(make_task, types, monkeypatch):
+    # the claim is recorded and its reply lost; then the database cannot
+    # be reached for a while (a PgBouncer restart; PgBouncer refusing
+    # logins after a PostgreSQL restart, with its own SQLSTATE 08P01 on a
+    # connection that still looks open): the helper keeps trying with the
+    # same token and gets its claim back, instead of self.retry (a new
+    # token: in_progress for a lease)
+    task, calls, verdicts = make_task("hold")
+    real = pg_idempotency.connection()
+    failures = []
+
+    class LosesTheReply:
+        closed = False
+
+        def execute(self, sql, params=None):
+            real.execute(sql, params)
+            real.close()
+            self.closed = True
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    class PoolerError(psycopg.errors.ProtocolViolation):
+        sqlstate = "08P01"
+
+    class StillOpen:
+        closed = False
+
+        def execute(self, sql, params=None):
+            raise PoolerError("server login has been failing, try again later (server_login_retry)")
+
+        def close(self):
+            pass
+
+    connect = pg_idempotency.connection
+
+    def flaky(dsn=""):
+        failures.append(1)
+        if len(failures) == 1:
+            return LosesTheReply()
+        if len(failures) == 2:
+            raise psycopg.OperationalError("connection refused")
+        if len(failures) == 3:
+            return StillOpen()
+        return connect(dsn)
+
+    monkeypatch.setattr(pg_idempotency, "connection", flaky)
+    assert call_eagerly(task, "K-away") == {"sent": "K-away"}
+    monkeypatch.undo()
+    # tries after 0, 0.1, 0.2 s: within reconnect_for, here half the 1 s lease
+    assert verdicts == ["claim error:again"] * 3 + ["run:work", "run:completed"]
+    assert calls == [{"attempt": 1, "verify": False}]
+    assert types.record(task.job_type, "K-away") == "completed #1"
+
+
+def test_stuck_transaction_answers_in_progress_at_once(make_task, types):
+    task, calls, verdicts = make_task("hold")
+    stuck = psycopg.connect("", autocommit=False)
+    try:
+        stuck.execute("SELECT idempotency.claim_operation(%s, 'K-stuck')", (task.job_type,))
+        t0 = time.time()
+        with pytest.raises(Retry) as cm:
+            call_eagerly(task, "K-stuck")
+        assert time.time() - t0 < 5   # not blocked by the open transaction
+    finally:
+        stuck.rollback()
+        stuck.close()
+    assert cm.value.when == LEASE
+    assert verdicts == ["in_progress:retry"]
+    assert calls == []
+    assert types.record(task.job_type, "K-stuck") == "none"
+
+
+def test_claim_wait_lock_timeout_is_retried_like_in_progress(make_task, types):
+    task, calls, verdicts = make_task("hold", claim_wait=0.2)
+    stuck = psycopg.connect("", autocommit=False)
+    try:
+        stuck.execute("SELECT idempotency.claim_operation(%s, 'K-wait')", (task.job_type,))
+        with pytest.raises(Retry) as cm:
+            call_eagerly(task, "K-wait")
+    finally:
+        stuck.rollback()
+        stuck.close()
+    assert cm.value.when == LEASE
+    assert verdicts == ["claim error:retry"]
+    assert calls == []
+    assert types.record(task.job_type, "K-wait") == "none"
+    # the connection is usable: the lock_timeout was local to the claim
+    r = task.apply(("K-wait",))
+    assert r.successful(), r.traceback
+    assert types.record(task.job_type, "K-wait") == "completed #1"
+
+
+def test_held(make_task, admin, types):
+    task, calls, verdicts = make_task("hold")
+    claim_directly(admin, task, "K-held")
+    types.age(task.job_type, "K-held")
+    r = task.apply(("K-held",))
+    assert r.successful()
+    assert r.get() is None
+    assert verdicts == ["held:ack"]
+    assert calls == []
+
+
+def test_skipped(make_task, admin, types):
+    task, calls, verdicts = make_task("skip")
+    claim_directly(admin, task, "K-skip")
+    types.age(task.job_type, "K-skip")
+    r = task.apply(("K-skip",))
+    assert r.successful()
+    assert verdicts == ["skipped:ack"]
+    assert calls == []
