@@ -11,15 +11,17 @@
 # reply was lost and that nobody owns would cost a lease), no in_progress
 # except for the second of two copies published at once, no job failed.
 # Installs (root) when missing: pgbouncer, python3-psycopg, python3-celery,
-# rabbitmq-server, ruby-sidekiq, ruby-pg, redis-server; Node.js 20 and the
-# npm packages of examples/sqs as hook 80 does (examples/e2e/deps.sh).
+# rabbitmq-server, ruby-rubygems, ruby-sidekiq, ruby-pg, redis-server; Node.js
+# 20 and the npm packages of examples/sqs as hook 80 does
+# (examples/e2e/deps.sh). Sidekiq: the gem pg-idempotency is installed into
+# examples/sidekiq/gems first, as hook 82 does (examples/sidekiq/install-gem.sh).
 # RESTARTS_SYSTEMS=celery,sidekiq (a subset), RESTARTS_KEYS=N.
 set -euo pipefail
 source examples/e2e/deps.sh
 systems=${RESTARTS_SYSTEMS:-celery,sidekiq,sqs}
 debs=(pgbouncer python3-psycopg)
 [[ ,$systems, == *,celery,* ]] && debs+=(python3-celery rabbitmq-server)
-[[ ,$systems, == *,sidekiq,* ]] && debs+=(ruby-sidekiq ruby-pg redis-server)
+[[ ,$systems, == *,sidekiq,* ]] && debs+=(ruby-rubygems ruby-sidekiq ruby-pg redis-server)
 needs=0
 e2e_debs "${debs[@]}" || needs=1
 if [[ ,$systems, == *,sqs,* ]]; then
@@ -27,4 +29,5 @@ if [[ ,$systems, == *,sqs,* ]]; then
 fi
 ((needs == 0)) || exit 1
 [[ ,$systems, == *,sqs,* ]] && e2e_npm examples/sqs
+[[ ,$systems, == *,sidekiq,* ]] && bash examples/sidekiq/install-gem.sh
 exec /usr/bin/python3 test/restarts/run.py --systems "$systems"
