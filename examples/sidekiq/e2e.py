@@ -6,8 +6,11 @@ points.
 
     /usr/bin/python3 examples/sidekiq/e2e.py [--policy hold,retry,skip] [--keep]
 
-Needs Debian's ruby-sidekiq, ruby-pg, redis-server and python3-psycopg, and
-a PostgreSQL with the extension from libpq's environment (PGHOST, PGPORT, ...).
+Needs Debian's ruby-sidekiq, ruby-pg, redis-server and python3-psycopg, the
+gem pg-idempotency (helpers/ruby) installed into examples/sidekiq/gems by
+examples/sidekiq/install-gem.sh (the workers, publish.rb and sweeper.rb run
+with GEM_HOME set to it), and a PostgreSQL with the extension from libpq's
+environment (PGHOST, PGPORT, ...).
 The last line is "N passed, N failed".
 """
 import os
@@ -18,6 +21,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# GEM_HOME of the example's ruby processes: install-gem.sh puts the gem
+# pg-idempotency there (the default gem paths, Debian's, stay searched)
+GEM_HOME = os.path.join(HERE, "gems")
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import replay  # noqa: E402
 
@@ -49,6 +55,10 @@ class Sidekiq(replay.Adapter):
     ]
 
     def start_broker(self, tmp):
+        spec = os.path.join(GEM_HOME, "specifications")
+        if not (os.path.isdir(spec) and any(f.startswith("pg-idempotency-") for f in os.listdir(spec))):
+            raise SystemExit(f"the gem pg-idempotency is not installed in {GEM_HOME}: "
+                             "run examples/sidekiq/install-gem.sh first")
         self.port = replay.free_port()
         self.log = open(os.path.join(tmp, "redis.log"), "w")
         self.broker = subprocess.Popen(
@@ -86,7 +96,7 @@ class Sidekiq(replay.Adapter):
 
     def _env(self, env=None):
         # deprecation warnings (redis-rb 4.8 about Sidekiq 6.4's calls): off
-        return dict(env or os.environ, REDIS_URL=self.url, SIDEKIQ_QUEUE=self.queue,
+        return dict(env or os.environ, GEM_HOME=GEM_HOME, REDIS_URL=self.url, SIDEKIQ_QUEUE=self.queue,
                     JOB_TYPE=self.job_type, LEASE_SECONDS=str(replay.LEASE), SIDEKIQ_POLL="0.5",
                     RUBYOPT="-W0")
 

@@ -1,19 +1,20 @@
 # The send_confirmation job on Sidekiq 6.4 or later (Debian 12: 6.4, 13: 7.3) and Redis.
 #
-#   REDIS_URL=redis://127.0.0.1:6379/0 sidekiq -r ./worker.rb -c 1
+#   ./install-gem.sh     # the gem pg-idempotency (helpers/ruby) into ./gems
+#   GEM_HOME=./gems REDIS_URL=redis://127.0.0.1:6379/0 sidekiq -r ./worker.rb -c 1
 #
 # Job: SendConfirmation.perform_async("ORD-1001", "ada@example.test"). The
 # operation key is the order reference (it names the effect), not the jid.
 require "json"
 require "sidekiq"
-require_relative "idempotency_sidekiq"
+require "pg_idempotency/sidekiq"   # the gem pg-idempotency
 require_relative "mail_provider"
 
 LEASE = Float(ENV.fetch("LEASE_SECONDS", "600"))   # as in idempotency.job_types
 
 class SendConfirmation
   include Sidekiq::Job
-  include Idempotency::Job   # idempotency_verify? in perform (lookup policy)
+  include PgIdempotency::Job   # idempotency_verify? in perform (lookup policy)
   sidekiq_options queue: ENV.fetch("SIDEKIQ_QUEUE", "default"),
                   idempotency: { "job_type" => ENV.fetch("JOB_TYPE", "send_confirmation"), "lease" => LEASE,
                                  # seconds between extend_lease calls (default lease / 4)
@@ -33,15 +34,15 @@ class SendConfirmation
     # nothing to look up (use hold, retry or skip for it)
     MailProvider.send_email(to: email, subject: "Your order #{order}", key: order)
   rescue MailProvider::Refused => e   # certainly not sent: release, retry after a backoff
-    raise Idempotency::KnownFailure, e.message
+    raise PgIdempotency::KnownFailure, e.message
   end
 end
 
 Sidekiq.configure_server do |config|
   # scheduled jobs (in_progress: look again after the lease) are polled this often
-  Idempotency::SidekiqCompat.set(config, :poll_interval_average, Float(ENV["SIDEKIQ_POLL"])) if ENV["SIDEKIQ_POLL"]
+  PgIdempotency::SidekiqCompat.set(config, :poll_interval_average, Float(ENV["SIDEKIQ_POLL"])) if ENV["SIDEKIQ_POLL"]
   config.server_middleware do |chain|
-    chain.add Idempotency::SidekiqMiddleware, on_verdict: lambda { |e|
+    chain.add PgIdempotency::SidekiqMiddleware, on_verdict: lambda { |e|
       if ENV["E2E_EVENTS"]   # the end-to-end test reads these
         File.open(ENV["E2E_EVENTS"], "a") do |f|
           f.write(JSON.generate(e.merge("pid" => Process.pid, "t" => Time.now.to_f)) + "\n")

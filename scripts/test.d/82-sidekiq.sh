@@ -13,12 +13,17 @@
 # test/faults/pgproxy.py: claimed again with the same delivery token, run #1,
 # no lease waited) and case 16 (a redelivery behind another transaction's
 # uncommitted claim: in_progress at once, sent once after the rollback).
-# First the middleware's focused tests (test_middleware.rb: reconnect,
-# heartbeat failures, verify, a lost reply, a stuck transaction, claim_wait;
-# no Redis). Needs extension 0.3 (delivery, wait). Installs ruby-sidekiq,
-# ruby-pg, redis-server and python3-psycopg (root) when missing.
+# First the gem pg-idempotency (helpers/ruby) is built and installed into
+# examples/sidekiq/gems (examples/sidekiq/install-gem.sh: gem build, gem
+# install --local --ignore-dependencies), where the example's processes find
+# it (GEM_HOME), and its unit tests run with minitest (helpers/ruby/test:
+# the plain calls; the middleware's reconnect, heartbeat failures, verify, a
+# lost reply, a stuck transaction, claim_wait; no Redis). Needs extension
+# 0.3 (delivery, wait). Installs ruby-rubygems, ruby-sidekiq, ruby-pg,
+# redis-server and python3-psycopg (root) when missing.
 set -euo pipefail
 source examples/e2e/deps.sh
-e2e_debs ruby-sidekiq ruby-pg redis-server python3-psycopg
-(cd examples/sidekiq && RUBYOPT=-W0 ruby test_middleware.rb)
+e2e_debs ruby-rubygems ruby-sidekiq ruby-pg redis-server python3-psycopg
+bash examples/sidekiq/install-gem.sh
+(cd helpers/ruby && RUBYOPT=-W0 ruby -Ilib -Itest test/run.rb)
 exec /usr/bin/python3 examples/sidekiq/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}"

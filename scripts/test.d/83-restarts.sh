@@ -11,18 +11,21 @@
 # reply was lost and that nobody owns would cost a lease), no in_progress
 # except for the second of two copies published at once, no job failed.
 # Installs (root) when missing: pgbouncer, python3-psycopg, python3-celery,
-# rabbitmq-server, ruby-sidekiq, ruby-pg, redis-server; Node.js 20 and the
-# npm packages of examples/sqs as hook 80 does (examples/e2e/deps.sh); for
-# Celery also python3-venv, python3-setuptools and python3-wheel, and the
-# helper package pg-idempotency into examples/celery/.venv (its python runs
-# run.py: the Celery adapter and workers import the package).
+# rabbitmq-server, ruby-rubygems, ruby-sidekiq, ruby-pg, redis-server; Node.js
+# 20 and the npm packages of examples/sqs as hook 80 does
+# (examples/e2e/deps.sh); for Celery also python3-venv, python3-setuptools
+# and python3-wheel, and the helper package pg-idempotency into
+# examples/celery/.venv (its python runs run.py: the Celery adapter and
+# workers import the package). Sidekiq: the gem pg-idempotency is installed
+# into examples/sidekiq/gems first, as hook 82 does
+# (examples/sidekiq/install-gem.sh).
 # RESTARTS_SYSTEMS=celery,sidekiq (a subset), RESTARTS_KEYS=N.
 set -euo pipefail
 source examples/e2e/deps.sh
 systems=${RESTARTS_SYSTEMS:-celery,sidekiq,sqs}
 debs=(pgbouncer python3-psycopg)
 [[ ,$systems, == *,celery,* ]] && debs+=(python3-celery rabbitmq-server python3-venv python3-setuptools python3-wheel)
-[[ ,$systems, == *,sidekiq,* ]] && debs+=(ruby-sidekiq ruby-pg redis-server)
+[[ ,$systems, == *,sidekiq,* ]] && debs+=(ruby-rubygems ruby-sidekiq ruby-pg redis-server)
 needs=0
 e2e_debs "${debs[@]}" || needs=1
 if [[ ,$systems, == *,sqs,* ]]; then
@@ -30,6 +33,7 @@ if [[ ,$systems, == *,sqs,* ]]; then
 fi
 ((needs == 0)) || exit 1
 [[ ,$systems, == *,sqs,* ]] && e2e_npm examples/sqs
+[[ ,$systems, == *,sidekiq,* ]] && bash examples/sidekiq/install-gem.sh
 py=/usr/bin/python3
 [[ ,$systems, == *,celery,* ]] && py=$(bash examples/celery/venv.sh)
 exec "$py" test/restarts/run.py --systems "$systems"

@@ -2,9 +2,10 @@
 # up for the whole run (one ruby process instead of one per message). Reads
 # lines "ORDER COPIES" on stdin, enqueues the send_confirmation job of each
 # order COPIES times exactly as examples/sidekiq/publish.rb does (the same
-# worker.rb, the same arguments), and answers "ok" per line.
+# worker.rb, the same arguments, the gem pg-idempotency from the GEM_HOME
+# that examples/sidekiq/install-gem.sh fills), and answers "ok" per line.
 #
-#   REDIS_URL=... SIDEKIQ_QUEUE=... JOB_TYPE=... ruby test/restarts/publish.rb
+#   GEM_HOME=examples/sidekiq/gems REDIS_URL=... SIDEKIQ_QUEUE=... JOB_TYPE=... ruby test/restarts/publish.rb
 # The answers go to the original stdout; everything else written to stdout
 # (Sidekiq 7 logs "connecting to Redis" there) goes to stderr, so it cannot
 # be read as an answer.

@@ -1,8 +1,10 @@
-# test_middleware.rb: focused tests of idempotency_sidekiq.rb that need a
-# database but no Redis (the middleware is called directly, as Sidekiq's
-# processor calls it):
+# test_sidekiq.rb: focused tests of PgIdempotency::SidekiqMiddleware
+# (lib/pg_idempotency/sidekiq.rb) and of the connection and heartbeat under
+# it, that need a database but no Redis (the middleware is called directly,
+# as Sidekiq's processor calls it):
 #
-#   ruby test_middleware.rb        # PG* environment; the extension is created if missing
+#   ruby -Ilib -Itest test/test_sidekiq.rb    # in helpers/ruby; the PG* environment;
+#                                             # the extension is created if missing
 #
 # - a connection the server closed is replaced (and a statement's own error
 #   is not sent twice);
@@ -17,48 +19,28 @@
 #   uncommitted claim of the key answers in_progress at once (wait => false),
 #   and with "claim_wait" the claim's lock_timeout (55P03) is re-enqueued like
 #   in_progress (perform_in(lease); stubbed here: no Redis).
-require "minitest/autorun"
-require "logger"
+require "test_helper"
 require "sidekiq"
-require_relative "idempotency_sidekiq"
+require "pg_idempotency/sidekiq"
 
-Idempotency::SidekiqCompat.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
+PgIdempotency::SidekiqCompat.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
 
-LEASE = 1.0
+class SidekiqMiddlewareTest < Minitest::Test
+  include DatabaseTest
 
-class IdempotencyMiddlewareTest < Minitest::Test
-  def setup
-    @admin = PG.connect
-    @admin.exec("SET client_min_messages = warning")
-    @admin.exec("CREATE EXTENSION IF NOT EXISTS idempotency")
-    @types = []
-  end
+  def prefix = "sidekiq_unit"
 
   def teardown
-    @types.each do |t|
-      @admin.exec_params("DELETE FROM idempotency.operations WHERE job_type = $1", [t])
-      @admin.exec_params("DELETE FROM idempotency.job_types WHERE job_type = $1", [t])
-    end
-    @admin.close
+    super
     Thread.current[:idempotency_pg]&.close
     Thread.current[:idempotency_pg_beat]&.close
     Thread.current[:idempotency_pg] = Thread.current[:idempotency_pg_beat] = nil
   end
 
-  def job_type(policy)
-    t = "sidekiq_unit_#{policy}_#{Process.pid}"
-    @admin.exec_params("DELETE FROM idempotency.operations WHERE job_type = $1", [t])
-    @admin.exec_params("DELETE FROM idempotency.job_types WHERE job_type = $1", [t])
-    @admin.exec_params("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) " \
-                       "VALUES ($1, make_interval(secs => $2), $3)", [t, LEASE, policy])
-    @types << t
-    t
-  end
-
   def job_class(type, **extra)
     Class.new do
       include Sidekiq::Job
-      include Idempotency::Job
+      include PgIdempotency::Job
       sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }.merge(extra)
       def self.name = "UnitJob"
       def perform(_key); end
@@ -72,13 +54,13 @@ class IdempotencyMiddlewareTest < Minitest::Test
 
   # a connection that runs the first statement on the server (recorded:
   # autocommit), then loses the connection before the reply is read
-  class LosesTheReply < Idempotency::Connection
+  class LosesTheReply < PgIdempotency::Connection
     private
 
     def pg
       return super if @lost
       @lost = true
-      real = Idempotency.connect(nil)
+      real = PgIdempotency.connect(nil)
       Object.new.tap do |o|
         o.define_singleton_method(:exec_params) do |sql, params|
           real.exec_params(sql, params)
@@ -93,7 +75,7 @@ class IdempotencyMiddlewareTest < Minitest::Test
   # reached for a while: a refused connection, then PgBouncer's own error
   # (08P01) on a connection that still looks OK (a PgBouncer or PostgreSQL
   # restart). The claim is tried again with the same token until it works.
-  class AwayForAWhile < Idempotency::Connection
+  class AwayForAWhile < PgIdempotency::Connection
     def initialize(dsn)
       super
       @tries = 0
@@ -105,7 +87,7 @@ class IdempotencyMiddlewareTest < Minitest::Test
       @tries += 1
       case @tries
       when 1
-        real = Idempotency.connect(nil)
+        real = PgIdempotency.connect(nil)
         fake { |sql, params| real.exec_params(sql, params); real.close; raise PG::ConnectionBad, "server closed the connection unexpectedly" }
       when 2
         raise PG::ConnectionBad, "connection to server failed: Connection refused"
@@ -143,7 +125,7 @@ class IdempotencyMiddlewareTest < Minitest::Test
   def verdicts_of(type, key, **extra)
     seen = []
     klass = job_class(type, **extra)
-    mw = Idempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}" })
+    mw = PgIdempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}" })
     ran = false
     mw.call(klass.new, { "args" => [key], "jid" => "j-#{key}" }, "q") { ran = true }
     [seen, ran, klass.scheduled]
@@ -196,23 +178,8 @@ class IdempotencyMiddlewareTest < Minitest::Test
   # the middleware's fingerprint of UnitJob with args [key]
   def fp(key) = "sha256:" + Digest::SHA256.hexdigest(JSON.generate(["UnitJob", [key]]))
 
-  def record(type, key)
-    r = @admin.exec_params("SELECT status::text || ' #' || attempt FROM idempotency.operations " \
-                           "WHERE job_type = $1 AND operation_key = $2", [type, key])
-    r.ntuples.zero? ? "none" : r.getvalue(0, 0)
-  end
-
-  def terminate(conn)
-    pid = conn.exec_params("SELECT pg_backend_pid()", []).getvalue(0, 0)
-    @admin.exec_params("SELECT pg_terminate_backend($1::int)", [pid])
-    deadline = Time.now + 10
-    sleep 0.01 while @admin.exec_params("SELECT 1 FROM pg_stat_activity WHERE pid = $1::int",
-                                        [pid]).ntuples.positive? && Time.now < deadline
-    pid
-  end
-
   def test_connection_closed_by_the_server_is_replaced
-    c = Idempotency::Connection.new(nil)
+    c = PgIdempotency::Connection.new(nil)
     pid = terminate(c)
     # the old connection still looks fine to the client until it is used
     assert_equal "1", c.exec_params("SELECT 1", []).getvalue(0, 0)
@@ -223,11 +190,11 @@ class IdempotencyMiddlewareTest < Minitest::Test
 
   def test_statement_error_is_not_repeated
     type = job_type("hold")
-    c = Idempotency::Connection.new(nil)
+    c = PgIdempotency::Connection.new(nil)
     err = assert_raises(PG::Error) do
       c.exec_params("SELECT idempotency.claim_operation($1, '')", [type])   # an empty key: 22023
     end
-    assert_equal "22023", Idempotency.sqlstate(err)
+    assert_equal "22023", PgIdempotency.sqlstate(err)
     assert c.healthy?
   ensure
     c&.close
@@ -235,8 +202,8 @@ class IdempotencyMiddlewareTest < Minitest::Test
 
   def test_heartbeat_without_a_database_keeps_trying_and_never_raises
     tries = 0
-    down = Idempotency::Connection.new("host=/nonexistent-idempotency-test port=1")
-    beat = Idempotency::Heartbeat.new(down, 0.05) do |hb|
+    down = PgIdempotency::Connection.new("host=/nonexistent-idempotency-test port=1")
+    beat = PgIdempotency::Heartbeat.new(down, 0.05) do |hb|
       tries += 1
       hb.exec_params("SELECT 1", [])
     end
@@ -251,10 +218,10 @@ class IdempotencyMiddlewareTest < Minitest::Test
     # this thread's heartbeat connection cannot be opened (too many
     # connections, a wrong host...); before, its error ended the heartbeat
     # thread and came back from Thread#join after perform had sent the email
-    Thread.current[:idempotency_pg_beat] = Idempotency::Connection.new("host=/nonexistent-idempotency-test port=1")
+    Thread.current[:idempotency_pg_beat] = PgIdempotency::Connection.new("host=/nonexistent-idempotency-test port=1")
     worker = job_class(type).new
     ran = false
-    Idempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K1"], "jid" => "j1" }, "q") do
+    PgIdempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K1"], "jid" => "j1" }, "q") do
       sleep LEASE / 2   # two beats fail meanwhile
       ran = true
     end
@@ -266,7 +233,7 @@ class IdempotencyMiddlewareTest < Minitest::Test
     type = job_type("hold")
     worker = job_class(type).new
     verdict = nil
-    Idempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K2"], "jid" => "j2" }, "q") do
+    PgIdempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K2"], "jid" => "j2" }, "q") do
       sleep LEASE / 3                                   # the first beat opened its connection
       terminate(Thread.current[:idempotency_pg_beat].send(:pg))   # the server closes it
       sleep LEASE                                       # without beats the claim would be stale
@@ -287,7 +254,7 @@ class IdempotencyMiddlewareTest < Minitest::Test
     sleep LEASE + 0.1
     worker = job_class(type).new
     seen = nil
-    Idempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K3"], "jid" => "j3" }, "q") do
+    PgIdempotency::SidekiqMiddleware.new.call(worker, { "args" => ["K3"], "jid" => "j3" }, "q") do
       seen = [worker.idempotency_verify?, worker.idempotency_attempt]
     end
     assert_equal [true, 2], seen

@@ -1,0 +1,228 @@
+# pg_idempotency/sidekiq: a Sidekiq server middleware for the claim protocol
+# of the PostgreSQL extension `idempotency` (0.3 or later), on Sidekiq 6.4,
+# 7 and 8.
+#
+#   require "pg_idempotency/sidekiq"
+#
+#   Sidekiq.configure_server do |config|
+#     config.server_middleware { |chain| chain.add PgIdempotency::SidekiqMiddleware }
+#   end
+#
+#   class SendConfirmation
+#     include Sidekiq::Job
+#     include PgIdempotency::Job      # optional: idempotency_verify?, idempotency_attempt
+#     sidekiq_options idempotency: { "job_type" => "send_confirmation", "lease" => 600 }
+#                     # optional: "heartbeat" (s between extend_lease calls,
+#                     # default lease / 4), "backoff", "backoff_max",
+#                     # "claim_wait" (s a claim may wait for another
+#                     # transaction's uncommitted claim of the key; default 0),
+#                     # "reconnect_for" (s to keep trying a call whose
+#                     # connection was lost; default 30, at most lease / 2)
+#     def self.idempotency_key(order, _email) = order   # names the effect
+#     def perform(order, email) ... end
+#   end
+#
+# For every job of a class with the `idempotency` option:
+# claim_operation(job type, key, fingerprint, worker, delivery, wait);
+#   run / verify        -> perform runs, a thread heartbeats extend_lease;
+#                          then complete_operation; the job is done. Under
+#                          verify (lookup policy) idempotency_verify? is true
+#                          in perform: look the key up at the provider first
+#   completed, skipped  -> done without running perform
+#   in_progress         -> re-enqueued to run again after the lease (perform_in);
+#                          so is a claim that hit its bound (55P03, 57014)
+#   held                -> done; a person decides (resolve_operation; a
+#                          sweeper then re-enqueues the released record)
+# perform raising PgIdempotency::KnownFailure (the effect certainly did not
+# happen) releases the claim and re-enqueues the job after a backoff (doubling
+# with the attempt from "backoff" seconds, at most "backoff_max" and half the
+# lease); any other error leaves the claim to its lease and the job to
+# Sidekiq's retries. A database error of the claim itself goes to Sidekiq's
+# retries too (nothing is acknowledged away).
+#
+# Connections (PgIdempotency::Connection): one per Sidekiq thread for the
+# claim and the completion, and one per Sidekiq thread for the heartbeat,
+# opened at the first beat. A lost connection is replaced and the call sent
+# again for up to "reconnect_for" seconds, the claim with the same delivery
+# token (a uuid made for this one call of the middleware), so a claim
+# repeated after a lost reply gets its own claim back; then the job goes to
+# Sidekiq's retries (a new token). See pg_idempotency.rb.
+require "digest"
+require "json"
+require "securerandom"
+require "sidekiq"
+require "socket"
+require "pg_idempotency"
+
+module PgIdempotency
+  # Sidekiq 6.4 (Debian 12) and 7 or later (Debian 13: 7.3; forky: 8.1)
+  # differ here, and nowhere else the middleware touches: 7 moved the
+  # settings from the Sidekiq module (Sidekiq.options, Sidekiq.logger=) to a
+  # Sidekiq::Config (Sidekiq.default_configuration; configure_server yields
+  # it, with [] and []=). Middleware, sidekiq_options, perform_async /
+  # perform_in, the job hash and the retry set are the same in all.
+  module SidekiqCompat
+    SIDEKIQ_7 = Gem::Version.new(Sidekiq::VERSION) >= Gem::Version.new("7")   # 7 or later
+
+    # the logger of this process (client or server)
+    def self.logger=(logger)
+      if SIDEKIQ_7
+        Sidekiq.default_configuration.logger = logger
+      else
+        Sidekiq.logger = logger
+      end
+    end
+
+    # a setting in Sidekiq.configure_server's block: set(config, :poll_interval_average, 0.5)
+    def self.set(config, key, value)
+      if SIDEKIQ_7
+        config[key] = value
+      else
+        config.options[key] = value
+      end
+    end
+  end
+
+  # include in a job class to see the claim from perform
+  module Job
+    attr_accessor :idempotency_attempt, :idempotency_verify
+
+    # true when the claim's verdict was verify (lookup policy): a stale claim
+    # was taken over, and the effect may have happened; look it up first
+    def idempotency_verify? = !!idempotency_verify
+  end
+
+  class SidekiqMiddleware
+    # options (chain.add passes them as one Hash):
+    #   on_verdict: optional callable, called with a Hash per delivery
+    #   dsn:        libpq connection string (default: the PG* environment)
+    def initialize(options = {})
+      @on_verdict = options[:on_verdict]
+      @dsn = options[:dsn]
+    end
+
+    def call(worker, job, queue)
+      opts = worker.class.get_sidekiq_options["idempotency"]
+      return yield unless opts
+
+      job_type = opts["job_type"] || worker.class.name
+      lease = (opts["lease"] || 600).to_f
+      # seconds to keep trying a call whose connection was lost
+      reconnect = [(opts["reconnect_for"] || 30).to_f, lease / 2].min
+      args = job["args"]
+      key = (worker.class.respond_to?(:idempotency_key) ? worker.class.idempotency_key(*args) : args.first).to_s
+      db = connection(:idempotency_pg)
+      lost = lambda do |e|
+        Sidekiq.logger.warn("#{key}: claim_operation: #{e.message.strip}; once more on a new connection")
+        notify({ "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
+                 "sqlstate" => "connection" }, "again")
+      end
+      begin
+        # one token per call of the middleware (this delivery of the job):
+        # only the claim repeated after a lost connection presents it again
+        claim = PgIdempotency.claim(db, job_type, key,
+                                    fingerprint: fingerprint(worker.class.name, args),
+                                    worker: "#{Socket.gethostname}/pid-#{Process.pid}",
+                                    delivery: SecureRandom.uuid, wait: (opts["claim_wait"] || 0).to_f,
+                                    within: reconnect, on_reconnect: lost)
+      rescue PG::Error => e
+        code = PgIdempotency.sqlstate(e)
+        error = { "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
+                  "sqlstate" => code || "connection" }
+        if PgIdempotency.busy?(e)
+          # the claim hit its bound ("claim_wait"'s lock_timeout, or with
+          # wait => false a lock met between its check and its write): as in_progress
+          worker.class.set(queue: queue).perform_in(lease, *args)
+          return notify(error.merge("retry_in" => lease), "retry")
+        end
+        # to Sidekiq's retries (then the dead set): ID002, other arguments
+        # under the key, ends there; a lost connection heals
+        notify(error, "raise")
+        raise
+      end
+      verdict, attempt = claim.verdict, claim.attempt
+      event = { "key" => key, "verdict" => verdict, "attempt" => attempt, "jid" => job["jid"] }
+
+      case verdict
+      when "completed", "skipped", "held"
+        return notify(event, "ack")
+      when "in_progress"
+        worker.class.set(queue: queue).perform_in(lease, *args)
+        return notify(event, "retry")
+      when "run", "verify"
+        nil
+      else
+        raise "unknown verdict #{verdict}"
+      end
+
+      notify(event, "work")
+      beat = Heartbeat.new(connection(:idempotency_pg_beat), (opts["heartbeat"] || lease / 4).to_f,
+                           logger: Sidekiq.logger) do |hb|
+        PgIdempotency.extend_lease(hb, job_type, key, attempt)
+      end
+      begin
+        if worker.respond_to?(:idempotency_verify=)
+          worker.idempotency_attempt = attempt
+          worker.idempotency_verify = claim.verify?
+        end
+        yield
+      rescue KnownFailure
+        beat.stop
+        PgIdempotency.release(db, job_type, key, attempt,
+                              within: reconnect, on_reconnect: written_again(key, "release_operation"))
+        # a later job claims attempt + 1; within half the lease, so that a
+        # sweeper (a released record nobody claimed for a lease) does not
+        # re-enqueue it too
+        delay = [backoff(opts, attempt - 1), lease / 2].min
+        worker.class.set(queue: queue).perform_in(delay, *args)
+        return notify(event.merge("retry_in" => delay), "released")
+      rescue StandardError
+        notify(event, "failed")   # uncertain: the claim is left to its lease
+        raise
+      ensure
+        beat.stop
+      end
+      begin
+        PgIdempotency.complete(db, job_type, key, attempt, { "jid" => job["jid"] },
+                               within: reconnect, on_reconnect: written_again(key, "complete_operation"))
+      rescue PG::Error => e
+        unless PgIdempotency.sqlstate(e) == "ID003"
+          # the database stayed unreachable: the claim is left to its lease
+          notify(event.merge("sqlstate" => PgIdempotency.sqlstate(e) || "connection"), "failed")
+          raise
+        end
+        return notify(event, "superseded")   # taken over after the lease: the new owner records it
+      end
+      notify(event, "completed")
+    end
+
+    private
+
+    def written_again(key, function)
+      ->(e) { Sidekiq.logger.warn("#{key}: #{function}: #{e.message.strip}; once more on a new connection") }
+    end
+
+    def fingerprint(klass, args)
+      "sha256:" + Digest::SHA256.hexdigest(JSON.generate([klass, args]))
+    end
+
+    # seconds before try n + 1: backoff * 2**n, at most backoff_max, with
+    # jitter (between half and all of it)
+    def backoff(opts, n)
+      d = [(opts["backoff"] || 1).to_f * 2**[n, 32].min, (opts["backoff_max"] || 60).to_f].min
+      d / 2 + rand * d / 2
+    end
+
+    # one per Sidekiq thread (a thread runs one job at a time)
+    def connection(name)
+      Thread.current[name] ||= Connection.new(@dsn)
+    end
+
+    def notify(event, action)
+      e = event.merge("action" => action)
+      Sidekiq.logger.info("#{e['key']}: #{e['verdict']} ##{e['attempt']} -> #{action}")
+      @on_verdict&.call(e)
+      nil
+    end
+  end
+end

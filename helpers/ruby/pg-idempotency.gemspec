@@ -1,0 +1,21 @@
+# The Ruby helper of the PostgreSQL extension `idempotency`:
+#   gem build pg-idempotency.gemspec
+#   gem install --local --ignore-dependencies -i DIR pg-idempotency-0.3.0.gem
+Gem::Specification.new do |s|
+  s.name = "pg-idempotency"
+  s.version = "0.3.0"
+  s.license = "PostgreSQL"
+  s.summary = "Exactly-once effects for Ruby queue workers on the PostgreSQL extension idempotency"
+  s.description = "The claim protocol of the PostgreSQL extension idempotency (0.3 or later) on the pg gem: " \
+                  "claim, complete, release and extend_lease with a delivery token and reconnects, a heartbeat " \
+                  "thread, and a Sidekiq server middleware (require \"pg_idempotency/sidekiq\")."
+  s.authors = ["idempotency maintainers"]
+  s.email = "maintainers@users.noreply.a-seed-29f2f67c.example"
+  s.required_ruby_version = ">= 3.0"
+  # the files of this directory, not `git ls-files`: the release tarball has no .git
+  s.files = Dir.chdir(__dir__) { Dir["lib/**/*.rb"] + ["README.md", "pg-idempotency.gemspec"] }
+  s.require_paths = ["lib"]
+  s.add_runtime_dependency "pg", "~> 1.1"
+  # the middleware needs Sidekiq 6.4 or later; the core does not: not a dependency
+  s.metadata = { "rubygems_mfa_required" => "true" }
+end

@@ -1,0 +1,62 @@
+# test_helper.rb: what the tests of pg-idempotency share. They need a
+# PostgreSQL with the extension `idempotency` 0.3 or later from libpq's
+# environment (PGHOST, PGPORT, PGUSER, PGDATABASE); the extension is created
+# if missing. Each test makes job types of its own (named after the process)
+# with a lease of LEASE seconds and deletes them afterwards.
+require "minitest/autorun"
+require "logger"
+require "pg"
+require "pg_idempotency"
+
+LEASE = 1.0
+
+# failed heartbeats are logged: to TEST_LOG, else nowhere
+PgIdempotency.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
+
+module DatabaseTest
+  def prefix = "ruby_unit"
+
+  def setup
+    @admin = PG.connect
+    @admin.exec("SET client_min_messages = warning")
+    @admin.exec("CREATE EXTENSION IF NOT EXISTS idempotency")
+    @types = []
+  end
+
+  def teardown
+    @types.each do |t|
+      @admin.exec_params("DELETE FROM idempotency.operations WHERE job_type = $1", [t])
+      @admin.exec_params("DELETE FROM idempotency.job_types WHERE job_type = $1", [t])
+    end
+    @admin.close
+  end
+
+  # a job type of this test with the policy and a lease of LEASE seconds
+  def job_type(policy)
+    t = "#{prefix}_#{policy}_#{Process.pid}"
+    @admin.exec_params("DELETE FROM idempotency.operations WHERE job_type = $1", [t])
+    @admin.exec_params("DELETE FROM idempotency.job_types WHERE job_type = $1", [t])
+    @admin.exec_params("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) " \
+                       "VALUES ($1, make_interval(secs => $2), $3)", [t, LEASE, policy])
+    @types << t
+    t
+  end
+
+  # "status #attempt" of the record, or "none"
+  def record(type, key)
+    r = @admin.exec_params("SELECT status::text || ' #' || attempt FROM idempotency.operations " \
+                           "WHERE job_type = $1 AND operation_key = $2", [type, key])
+    r.ntuples.zero? ? "none" : r.getvalue(0, 0)
+  end
+
+  # the server ends the connection's backend (as a restart or an idle
+  # timeout would); returns its pid once it is gone
+  def terminate(conn)
+    pid = conn.exec_params("SELECT pg_backend_pid()", []).getvalue(0, 0)
+    @admin.exec_params("SELECT pg_terminate_backend($1::int)", [pid])
+    deadline = Time.now + 10
+    sleep 0.01 while @admin.exec_params("SELECT 1 FROM pg_stat_activity WHERE pid = $1::int",
+                                        [pid]).ntuples.positive? && Time.now < deadline
+    pid
+  end
+end
