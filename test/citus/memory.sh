@@ -42,6 +42,9 @@ python=/usr/bin/python3    # Debian's, which sees Debian's modules
     exit 1
 }
 
+# The plain node is a cluster of our own: not the one a caller (scripts/test,
+# whose hooks get its CLUSTER_DIR and port) may have running
+unset CLUSTER_DIR CLUSTER_PORT
 # test/citus/cluster.sh sources scripts/cluster.sh (cluster_start, ...)
 # shellcheck source=test/citus/cluster.sh
 source "$here/cluster.sh"
