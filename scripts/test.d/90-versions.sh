@@ -97,13 +97,15 @@ for r in $releases; do
     matrix=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | head -n 1)
     summary=$(grep -E '^summary: ' "$log" | tail -n 1)
     suites=$(grep -E '^== done in ' "$log" | tail -n 1 | sed 's/^== done in [0-9]* s: //')
+    failed_hooks=$(grep -E '^== failed hooks: ' "$log" | tail -n 1 | sed 's/^== //')
+    hook_times=$(grep -E "^== hooks' times: " "$log" | tail -n 1 | sed 's/^== //')
     # the job's own exit status, and both commands' own verdict lines
     if ((rc == 0)) && grep -q '^== scripts/matrix: idempotency-matrix exited 0$' "$log" &&
         [[ $summary =~ ^summary:\ [1-9][0-9]*\ passed,\ 0\ failed$ ]]; then
-        echo "ok - $r: matrix $matrix; scripts/test $suites; $secs s"
+        echo "ok - $r: matrix $matrix; scripts/test $suites; $secs s${hook_times:+ ($hook_times)}"
         passed=$((passed + 1))
     else
-        echo "not ok - $r: exit $rc after $secs s (matrix: ${matrix:-none}; ${summary:-no summary}); last 150 lines of $log:"
+        echo "not ok - $r: exit $rc after $secs s (matrix: ${matrix:-none}; ${summary:-no summary}${failed_hooks:+; $failed_hooks}); last 150 lines of $log:"
         tail -n 150 "$log" | sed 's/^/    /'
         failed=$((failed + 1))
     fi
