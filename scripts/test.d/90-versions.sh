@@ -16,7 +16,11 @@
 # does not support 18; the vendored source is copied in (CITUS_VENDOR, default
 # ../shared/vendor beside the checkout) and the build is kept in
 # $CITUS_ROOT_CACHE (default /var/cache/idempotency/citus-roots) for the next
-# run (cold: about 2 minutes more). In the Debian 12
+# run (cold: about 2 minutes more). There the memory test (test/citus/memory.sh)
+# makes 5 000 calls per scenario, not 20 000: the growth it guards against
+# was 35-76 kB per call (175 MB or more in 5 000 calls against a limit of
+# 4 MiB), the host's run keeps the long one, and it saves about 3 minutes of
+# the root's critical path. In the Debian 12
 # root, so are 74 (fault injection) and 83 (restarts under load): they test
 # the extension's and the helpers' behaviour, which the host's own run on
 # Debian 12 and PostgreSQL 15 already does, and they install nothing the
@@ -45,7 +49,7 @@ mkdir -p "$logdir"
 job_of() {
     case $1 in
         bookworm) echo "scripts/matrix && TEST_SKIP_HOOKS='@(9*|74-*|83-*)' scripts/test" ;;
-        trixie) echo "scripts/matrix && TEST_SKIP_HOOKS='9[0-2]*' scripts/test" ;;
+        trixie) echo "scripts/matrix && TEST_SKIP_HOOKS='9[0-2]*' MEMORY_CALLS=5000 scripts/test" ;;
         forky) echo "scripts/matrix && TEST_SKIP_HOOKS='9*' scripts/test regress isolation tap" ;;
         *) return 1 ;;
     esac
