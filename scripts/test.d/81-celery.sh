@@ -21,7 +21,9 @@
 # against the installed package (helpers/python/tests: the plain functions;
 # the Celery task base class's verdict mapping run, verify, completed,
 # in_progress, held, skipped, a lost reply, a stuck transaction, claim_wait,
-# in-process, no broker); then the e2e test runs with that venv's python.
+# in-process, no broker; the sign-off points and job-type map of both, with a
+# fake runner and worker processes killed with SIGKILL at each point); then
+# the e2e test runs with that venv's python.
 # Needs extension 0.3 (delivery, wait).
 # Creates and drops the role idempotency_e2e_celery_worker. Installs
 # python3-celery, python3-psycopg, rabbitmq-server, python3-pytest,

@@ -45,6 +45,15 @@ transaction's uncommitted claim of the key is answered in_progress at once.
 claim(wait=N), N > 0, waits up to N seconds (wait => true under SET LOCAL
 lock_timeout); a claim that times out raises 55P03 (or 57014 from a
 statement_timeout): is_busy(err) is true, treat it as in_progress.
+
+The sign-off points (docs/signoff-protocol.md, version 1): only when the
+sign-off runner started the worker with IDEMPOTENCY_SIGNOFF (its Unix
+socket), signoff_point("claimed" | "handled", ...) tells the runner where the
+worker is and waits for its answer ("continue"; "fail" at claimed: release,
+do not call the handler; no answer: the runner kills the worker there).
+IDEMPOTENCY_SIGNOFF_JOB_TYPES ("yours=run's,...") maps the job types of
+every claim, complete, release and extend_lease (signoff_job_type). Both are
+read once per process; unset, nothing changes and nothing is connected.
 """
 import hashlib
 import json
@@ -63,9 +72,10 @@ EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery
 
 __all__ = [
     "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "SERVER_GONE",
+    "SIGNOFF_PROTOCOL", "SignoffError",
     "claim", "claim_error_heals", "complete", "connection", "connection_lost", "discard",
     "extend_lease", "fingerprint", "is_busy", "new_delivery", "reconnecting", "release",
-    "worker_id",
+    "signoff_job_type", "signoff_point", "worker_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -212,7 +222,9 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
     key (0: not at all, in_progress at once). Raises psycopg.Error: ID002
     (other fingerprint) and class 22 are the caller's bugs
     (claim_error_heals(err) is false); is_busy(err): as in_progress; anything
-    else may heal: try again later with a new delivery."""
+    else may heal: try again later with a new delivery. job_type is mapped
+    by signoff_job_type (here, in complete, release and extend_lease)."""
+    job_type = signoff_job_type(job_type)   # before anything is sent
     delivery = delivery or new_delivery()
     params = (job_type, key, fingerprint, worker_id() if worker is None else worker, delivery)
 
@@ -243,6 +255,7 @@ def complete(job_type, key, attempt, result=None, *, dsn="", reconnect_for=30.0,
     JSON); again on a new connection while the connection is lost (a repeated
     completion is a no-op). ID003: another worker took the claim over after
     its lease ran out (it records the effect)."""
+    job_type = signoff_job_type(job_type)
     _write("complete_operation", (job_type, key, attempt, json.dumps(result)),
            dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
 
@@ -251,6 +264,7 @@ def release(job_type, key, attempt, *, dsn="", reconnect_for=30.0, on_lost=None)
     """idempotency.release_operation(job_type, key, attempt): the effect did
     not happen, the next claim runs attempt + 1; again on a new connection
     while the connection is lost (a repeated release is a no-op)"""
+    job_type = signoff_job_type(job_type)
     _write("release_operation", (job_type, key, attempt),
            dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
 
@@ -259,6 +273,7 @@ def extend_lease(job_type, key, attempt, *, dsn=""):
     """idempotency.extend_lease(job_type, key, attempt): the lease restarts
     now; returns the new expiry. Tried once: a heartbeat tries again at the
     next beat (a lost connection is replaced then)."""
+    job_type = signoff_job_type(job_type)
     conn = None
     try:
         conn = connection(dsn)
@@ -310,3 +325,103 @@ class Heartbeat:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+# -- the sign-off points (docs/signoff-protocol.md) -----------------------------
+SIGNOFF_PROTOCOL = 1
+# the answers each point may get
+SIGNOFF_ANSWERS = {"claimed": ("continue", "fail"), "handled": ("continue",)}
+
+
+class SignoffError(RuntimeError):
+    """IDEMPOTENCY_SIGNOFF_JOB_TYPES is malformed, or the sign-off runner's
+    socket could not be reached, or the runner closed the connection without
+    a line or answered something else: the job fails (an armed worker never
+    runs without its runner, and never touches your job types by mistake)"""
+
+
+# (the runner's socket or None, {your job type: the run's}, the map's error or None)
+_signoff = None
+
+
+def _job_type_map(spec):
+    """IDEMPOTENCY_SIGNOFF_JOB_TYPES "yours=run's[,yours2=run's2...]" as
+    ({yours: run's}, None), or ({}, what is wrong with it)"""
+    mapping = {}
+    for entry in spec.split(",") if spec else ():
+        yours, eq, runs = entry.partition("=")
+        if not (eq and yours and runs):
+            return {}, f"the entry {entry!r} is not yours=run's"
+        if yours in mapping:
+            return {}, f"the job type {yours!r} is mapped twice"
+        mapping[yours] = runs
+    return mapping, None
+
+
+def _signoff_settings():
+    """IDEMPOTENCY_SIGNOFF and IDEMPOTENCY_SIGNOFF_JOB_TYPES, read once per
+    process (at the first call; a forked process inherits the same); an
+    empty variable is an unset one"""
+    global _signoff
+    if _signoff is None:
+        _signoff = (os.environ.get("IDEMPOTENCY_SIGNOFF") or None,
+                    *_job_type_map(os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES", "")))
+    return _signoff
+
+
+def signoff_job_type(job_type):
+    """the job type every call uses: the run's when IDEMPOTENCY_SIGNOFF_JOB_TYPES
+    maps job_type to it, else job_type. claim, complete, release,
+    extend_lease (so Heartbeat) and signoff_point call it themselves: pass
+    them your own job type. A malformed map raises SignoffError, at every
+    call, before anything is sent."""
+    _, mapping, error = _signoff_settings()
+    if error is not None:
+        raise SignoffError(f"IDEMPOTENCY_SIGNOFF_JOB_TYPES: {error} (yours=run's[,yours2=run's2...])")
+    return mapping.get(job_type, job_type)
+
+
+def signoff_point(point, job_type, key, claim, *, heartbeat=False):
+    """The sign-off point `point` of a claim (a Claim with verdict run or
+    verify) of (job_type, key):
+
+      "claimed"  after the claim committed, with the heartbeat (if any)
+                 running, before the handler is called;
+      "handled"  after the handler returned and the heartbeat stopped,
+                 before complete().
+
+    Unarmed (IDEMPOTENCY_SIGNOFF unset): returns "continue" at once. Armed:
+    sends one line of JSON to the runner's Unix socket and waits, without a
+    timeout, for its answer, which is returned: "continue" (go on), or
+    "fail" at claimed (do as on KnownFailure: release the claim and retry
+    later, without calling the handler). Instead of answering, the runner
+    may kill the process here. Raises SignoffError when the socket cannot be
+    reached or the runner closes without a line or answers anything else
+    (never tried again). heartbeat: whether a Heartbeat extends the lease
+    while the handler runs."""
+    if point not in SIGNOFF_ANSWERS:
+        raise ValueError(f"no sign-off point {point!r} (claimed, handled)")
+    path = _signoff_settings()[0]
+    if path is None:
+        return "continue"
+    line = json.dumps({"v": SIGNOFF_PROTOCOL, "point": point, "job_type": signoff_job_type(job_type),
+                       "key": key, "attempt": claim.attempt, "verdict": claim.verdict,
+                       "pid": os.getpid(), "heartbeat": bool(heartbeat)},
+                      separators=(",", ":")) + "\n"
+    where = f"sign-off runner at {path}, point {point} of {key!r}"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as runner:
+            runner.settimeout(None)   # the runner answers when it decides to
+            runner.connect(path)
+            runner.sendall(line.encode("utf-8"))
+            with runner.makefile("rb") as answers:
+                answer = answers.readline()
+    except OSError as err:
+        raise SignoffError(f"{where}: {err}") from err
+    if not answer.endswith(b"\n"):
+        raise SignoffError(f"{where}: the connection closed without an answer line"
+                           + (f" (after {answer!r})" if answer else ""))
+    word = answer[:-1].decode("utf-8", "replace")
+    if word not in SIGNOFF_ANSWERS[point]:
+        raise SignoffError(f"{where}: the answer {word!r} is not one of {', '.join(SIGNOFF_ANSWERS[point])}")
+    return word

@@ -69,6 +69,15 @@ a killed worker's message is redelivered.
 
 The calls to the database are pg_idempotency's plain functions (claim,
 complete, release, Heartbeat), with reconnect_for capped at half the lease.
+
+The sign-off points (docs/signoff-protocol.md), only when the sign-off
+runner started the worker with IDEMPOTENCY_SIGNOFF: "claimed" after a run or
+verify claim, with the heartbeat running, before the body ("fail": as if
+the body raised KnownFailure, the body is not called); "handled" after the
+body returned and the heartbeat stopped, before complete_operation. An
+exchange that fails (SignoffError) fails the task with the claim left to its
+lease, as any other exception of the body. The job types are mapped by
+IDEMPOTENCY_SIGNOFF_JOB_TYPES in every call (pg_idempotency.signoff_job_type).
 """
 
 import inspect
@@ -145,7 +154,7 @@ class IdempotentTask(Task):
         try:
             # one token per handler invocation (claim() makes it): this
             # delivery, and only its own tries of the claim, present it
-            verdict, attempt, result, _ = pg_idempotency.claim(
+            claimed = pg_idempotency.claim(
                 job_type, key, self.fingerprint(args, kwargs), pg_idempotency.worker_id(),
                 wait=self.claim_wait, dsn=self.dsn, reconnect_for=self._reconnect_for(),
                 on_lost=lost)
@@ -166,6 +175,7 @@ class IdempotentTask(Task):
             self.on_verdict({**event, "action": "retry", "retry_in": delay})
             # published again before this message is acknowledged
             raise self.retry(exc=err, countdown=delay, max_retries=self.claim_max_retries)
+        verdict, attempt, result = claimed.verdict, claimed.attempt, claimed.result
         event.update(verdict=verdict, attempt=attempt)
 
         if verdict in ("completed", "skipped", "held"):
@@ -182,7 +192,16 @@ class IdempotentTask(Task):
                                         dsn=self.dsn).start()
         try:
             self.request.idempotency = {"attempt": attempt, "verify": verdict == "verify"}
+            # the sign-off points (docs/signoff-protocol.md; "continue" at
+            # once unless IDEMPOTENCY_SIGNOFF is set): claimed inside the
+            # heartbeat, before the body; "fail" there is a known failure
+            if pg_idempotency.signoff_point("claimed", job_type, key, claimed,
+                                            heartbeat=True) == "fail":
+                raise KnownFailure("the sign-off runner answered fail at claimed")
             value = self.run(*args, **kwargs)
+            beat.stop()
+            # handled: the body returned, the heartbeat stopped, not completed
+            pg_idempotency.signoff_point("handled", job_type, key, claimed, heartbeat=True)
         except KnownFailure as failure:
             beat.stop()
             try:
@@ -200,7 +219,8 @@ class IdempotentTask(Task):
             self.on_verdict({**event, "action": "released", "retry_in": delay})
             raise self.retry(exc=failure, countdown=delay)
         except Exception:
-            # uncertain: the claim is left to its lease. Celery acknowledges
+            # uncertain (or the sign-off runner could not be asked: a
+            # SignoffError): the claim is left to its lease. Celery acknowledges
             # the failed task (task_acks_on_failure_or_timeout), so no
             # delivery will meet the claim again: the sweeper finds it
             self.on_verdict({**event, "action": "failed"})

@@ -2,8 +2,21 @@
 idempotency 0.3 or later installed; they connect with libpq's PG* environment
 (PGHOST, PGPORT, PGUSER, PGDATABASE, ...), create the extension if missing,
 and work in job types of their own (celery_unit_PID_..., py_unit_PID_...),
-deleted at the end."""
+deleted at the end.
+
+The sign-off tests use FakeRunner (the fixture `runner`): the runner's side
+of docs/signoff-protocol.md. Every test starts unarmed (the variables
+IDEMPOTENCY_SIGNOFF* removed, the process's reading of them forgotten)."""
+import json
 import os
+import queue
+import shutil
+import signal
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
 
 import psycopg
 import pytest
@@ -73,3 +86,121 @@ def fresh_process_connection():
     pg_idempotency.discard(pg_idempotency._db["conn"])
     yield
     pg_idempotency.discard(pg_idempotency._db["conn"])
+
+
+@pytest.fixture(autouse=True)
+def unarmed(monkeypatch):
+    """no sign-off variables, and pg_idempotency reads them again (it reads
+    them once per process)"""
+    monkeypatch.delenv("IDEMPOTENCY_SIGNOFF", raising=False)
+    monkeypatch.delenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", raising=False)
+    pg_idempotency._signoff = None
+    yield
+    pg_idempotency._signoff = None
+
+
+class FakeRunner:
+    """The sign-off runner's side: a Unix socket server, a thread per
+    connection. Each connection's line is kept (.raw: the bytes; .lines: the
+    JSON; .arrived: a queue of the JSON, to wait for a point) and answered
+    with what .answer(message) returns: a str (sent with "\n"), bytes (sent
+    as they are), None (the connection closed without a line) or HOLD (no
+    answer: the connection stays open until the worker's end closes, e.g.
+    when the test killed the worker)."""
+    HOLD = object()
+
+    def __init__(self, monkeypatch):
+        self.monkeypatch = monkeypatch
+        self.dir = tempfile.mkdtemp(prefix="signoff-")   # short: sun_path has 108 bytes
+        self.path = os.path.join(self.dir, "runner.sock")
+        self.raw, self.lines, self.arrived = [], [], queue.Queue()
+        self.answer = lambda message: "continue"
+        runner = self
+
+        class Exchange(socketserver.StreamRequestHandler):
+            def handle(self):
+                line = self.rfile.readline()
+                runner.raw.append(line)
+                message = json.loads(line)
+                runner.lines.append(message)
+                runner.arrived.put(message)
+                answer = runner.answer(message)
+                if answer is FakeRunner.HOLD:
+                    self.rfile.read()   # until the worker's end is closed
+                elif isinstance(answer, bytes):
+                    self.wfile.write(answer)
+                elif answer is not None:
+                    self.wfile.write(answer.encode() + b"\n")
+
+        self.server = socketserver.ThreadingUnixStreamServer(self.path, Exchange)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def arm(self, job_types=None, socket_path=None):
+        """the variables a runner starts the worker with (in this process)"""
+        self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF", socket_path or self.path)
+        if job_types is not None:
+            self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", job_types)
+        pg_idempotency._signoff = None
+
+    def points(self):
+        return [m["point"] for m in self.lines]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    r = FakeRunner(monkeypatch)
+    yield r
+    r.close()
+
+
+WORKER = os.path.join(os.path.dirname(__file__), "signoff_worker.py")
+
+
+def start_worker(mode, job_type, key, effect, *, signoff, job_types, lease):
+    """tests/signoff_worker.py in a new session (its own process group, as
+    the runner starts workers), armed; the package imported from where this
+    process imports it"""
+    env = dict(os.environ, IDEMPOTENCY_SIGNOFF=signoff, IDEMPOTENCY_SIGNOFF_JOB_TYPES=job_types,
+               PYTHONPATH=os.pathsep.join(filter(None, [
+                   os.path.dirname(os.path.dirname(pg_idempotency.__file__)),
+                   os.environ.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, WORKER, mode, job_type, key, str(effect), str(lease)],
+                            env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def kill_at(runner, point, mode, types, effect, lease=60):
+    """a worker (mode: plain or celery) armed against the runner, its job
+    type mapped to the run's; killed with SIGKILL (its process group, as the
+    runner does) when it reports `point`. Returns (your job type, the run's)."""
+    yours, runs = types.make("hold", lease), types.make("hold", lease)
+    runner.answer = lambda m: FakeRunner.HOLD if m["point"] == point else "continue"
+    worker = start_worker(mode, yours, "K-kill", effect, signoff=runner.path,
+                          job_types=f"{yours}={runs}", lease=lease)
+    try:
+        while True:
+            try:
+                message = runner.arrived.get(timeout=60)
+            except queue.Empty:
+                worker.kill()
+                pytest.fail(f"the worker never reached {point}: {worker.communicate()[0]!r}")
+            if message["point"] == point:
+                break
+        assert message["pid"] == worker.pid
+        assert (message["job_type"], message["key"]) == (runs, "K-kill")
+        os.killpg(worker.pid, signal.SIGKILL)
+        assert worker.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        worker.stdout.close()
+    return yours, runs

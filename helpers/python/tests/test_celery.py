@@ -22,10 +22,18 @@ once, ignoring the countdown, so a young claim would loop; instead the task is
 called with an eager request pushed (what apply() pushes), where self.retry
 raises Retry and publishes nothing.
 
+The sign-off points (docs/signoff-protocol.md) against FakeRunner
+(conftest): claimed inside the heartbeat before the body, handled after the
+body with the heartbeat stopped, before the completion; fail at claimed
+releases without the body; an unreachable or silent runner and a malformed
+job-type map fail the task; the run's job type gets the records; and a
+worker process running the task is killed with SIGKILL at each point.
+
 Skipped when Celery is not installed, unless PG_IDEMPOTENCY_TEST_CELERY=1
 (the repository's hook sets it: there a missing Celery fails).
 """
 import os
+import socket
 import time
 import uuid
 
@@ -42,6 +50,7 @@ from celery.exceptions import Retry            # noqa: E402
 
 import pg_idempotency                          # noqa: E402
 from pg_idempotency.celery import IdempotentTask   # noqa: E402
+from conftest import kill_at                   # noqa: E402
 
 LEASE = 1.0
 
@@ -270,3 +279,106 @@ def test_skipped(make_task, admin, types):
     assert r.successful()
     assert verdicts == ["skipped:ack"]
     assert calls == []
+
+
+# -- the sign-off points -------------------------------------------------------
+def signoff_task(make_task, types, runner):
+    """a task whose job type the armed runner maps to a job type of the run's"""
+    task, calls, verdicts = make_task("hold")
+    runs = types.make("hold", LEASE)
+    runner.arm(job_types=f"{task.job_type}={runs}")
+    return task, calls, verdicts, runs
+
+
+def test_signoff_unarmed_connects_nowhere(make_task, types, runner, monkeypatch):
+    def no_socket(*args, **kwargs):
+        raise AssertionError("a socket was made")
+
+    task, calls, verdicts = make_task("hold")
+    monkeypatch.setattr(socket, "socket", no_socket)
+    r = task.apply(("K-unarmed",))
+    assert r.successful(), r.traceback
+    assert verdicts == ["run:work", "run:completed"]
+    assert types.record(task.job_type, "K-unarmed") == "completed #1"
+    assert runner.lines == []
+
+
+def test_signoff_points_around_the_heartbeat(make_task, types, runner):
+    task, calls, verdicts, runs = signoff_task(make_task, types, runner)
+    seen = {}
+
+    def answer(m):
+        """what the database and the body show while the worker waits"""
+        with psycopg.connect("", autocommit=True) as db:
+            def row():
+                return db.execute("SELECT status::text, heartbeat_at FROM idempotency.operations "
+                                  "WHERE job_type = %s AND operation_key = %s",
+                                  (runs, m["key"])).fetchone()
+            status, beat = row()
+            if m["point"] == "claimed":
+                # the heartbeat runs (a beat every 0.25 s moves heartbeat_at)
+                deadline = time.monotonic() + 10
+                while row()[1] == beat and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                seen["claimed"] = (status, row()[1] != beat, list(calls))
+            else:
+                time.sleep(0.75)   # three beats' time: no beat, it has stopped
+                seen["handled"] = (status, row()[1] == beat, list(calls))
+        return "continue"
+
+    runner.answer = answer
+    r = task.apply(("K-points",))
+    assert r.successful(), r.traceback
+    assert seen == {"claimed": ("claimed", True, []),
+                    "handled": ("claimed", True, [{"attempt": 1, "verify": False}])}
+    line = {"v": 1, "job_type": runs, "key": "K-points", "attempt": 1, "verdict": "run",
+            "pid": os.getpid(), "heartbeat": True}
+    assert runner.lines == [{**line, "point": "claimed"}, {**line, "point": "handled"}]
+    assert verdicts == ["run:work", "run:completed"]
+    assert types.record(runs, "K-points") == "completed #1"
+    assert types.record(task.job_type, "K-points") == "none"
+
+
+def test_signoff_fail_at_claimed_releases_without_the_body(make_task, types, runner):
+    task, calls, verdicts, runs = signoff_task(make_task, types, runner)
+    runner.answer = lambda m: "fail"
+    with pytest.raises(Retry) as cm:
+        call_eagerly(task, "K-fail")
+    assert 0 < cm.value.when <= LEASE / 2   # the known failure's backoff
+    assert runner.points() == ["claimed"]
+    assert verdicts == ["run:work", "run:released"]
+    assert calls == []
+    assert types.record(runs, "K-fail") == "released #1"
+    assert types.record(task.job_type, "K-fail") == "none"
+
+
+@pytest.mark.parametrize("where", ["unreachable", "claimed", "handled"])
+def test_signoff_without_an_answer_fails_the_task(make_task, types, runner, where):
+    task, calls, verdicts, runs = signoff_task(make_task, types, runner)
+    if where == "unreachable":
+        runner.arm(job_types=f"{task.job_type}={runs}", socket_path=runner.path + ".nobody")
+    runner.answer = lambda m: None if m["point"] == where else "continue"   # None: closed
+    with pytest.raises(pg_idempotency.SignoffError):
+        task.apply(("K-silent",))
+    assert verdicts == ["run:work", "run:failed"]
+    assert calls == ([] if where != "handled" else [{"attempt": 1, "verify": False}])
+    assert types.record(runs, "K-silent") == "claimed #1"   # left to its lease
+
+
+def test_signoff_malformed_map_fails_before_the_claim(make_task, types, runner):
+    task, calls, verdicts = make_task("hold")
+    runner.arm(job_types=f"{task.job_type}")
+    with pytest.raises(pg_idempotency.SignoffError, match="IDEMPOTENCY_SIGNOFF_JOB_TYPES"):
+        task.apply(("K-bad",))
+    assert verdicts == [] and calls == [] and runner.lines == []
+    assert types.record(task.job_type, "K-bad") == "none"
+
+
+@pytest.mark.parametrize("point", ["claimed", "handled"])
+def test_signoff_killed_at(point, types, runner, tmp_path):
+    effect = tmp_path / "effect"
+    yours, runs = kill_at(runner, point, "celery", types, effect)
+    assert runner.points() == ["claimed", "handled"][:1 + (point == "handled")]
+    assert types.record(runs, "K-kill") == "claimed #1"
+    assert types.record(yours, "K-kill") == "none"
+    assert effect.exists() == (point == "handled")

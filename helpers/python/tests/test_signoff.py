@@ -1,0 +1,186 @@
+"""The sign-off points and the job-type map of the plain functions
+(docs/signoff-protocol.md), against FakeRunner (conftest): unarmed nothing
+is connected; the line's fields; the answers continue and fail; the map in
+the records actually written; a malformed map; an unreachable or silent
+runner; and real kills (SIGKILL) of a worker process at claimed and at
+handled."""
+import json
+import os
+import socket
+
+import pytest
+
+import pg_idempotency as idem
+from conftest import kill_at, start_worker
+
+LEASE = 1.0
+
+
+def test_unarmed_connects_nowhere(types, runner, monkeypatch):
+    def no_socket(*args, **kwargs):
+        raise AssertionError("a socket was made")
+
+    t = types.make("hold", LEASE)
+    # empty variables are unset ones; the runner is listening, but not named
+    monkeypatch.setenv("IDEMPOTENCY_SIGNOFF", "")
+    monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", "")
+    monkeypatch.setattr(socket, "socket", no_socket)
+    c = idem.claim(t, "K-unarmed")
+    assert idem.signoff_point("claimed", t, "K-unarmed", c, heartbeat=True) == "continue"
+    assert idem.signoff_point("handled", t, "K-unarmed", c) == "continue"
+    idem.complete(t, "K-unarmed", c.attempt)
+    assert types.record(t, "K-unarmed") == "completed #1"
+    assert idem.signoff_job_type(t) == t
+    assert runner.lines == []
+
+
+def test_variables_are_read_once_per_process(types, runner, monkeypatch):
+    t = types.make("hold", LEASE)
+    c = idem.claim(t, "K-once")
+    assert idem.signoff_point("claimed", t, "K-once", c) == "continue"   # read: unset
+    monkeypatch.setenv("IDEMPOTENCY_SIGNOFF", runner.path)   # too late for this process
+    assert idem.signoff_point("claimed", t, "K-once", c) == "continue"
+    assert runner.lines == []
+
+
+def test_unknown_point():
+    with pytest.raises(ValueError):
+        idem.signoff_point("done", "t", "k", None)
+
+
+def test_the_line(types, runner, admin):
+    yours, runs = types.make("lookup", LEASE), types.make("lookup", LEASE)
+    runner.arm(job_types=f"other=x,{yours}={runs}")
+    c = idem.claim(yours, "K-line")
+    assert idem.signoff_point("claimed", yours, "K-line", c, heartbeat=True) == "continue"
+    assert idem.signoff_point("handled", yours, "K-line", c) == "continue"
+    assert runner.lines == [
+        {"v": 1, "point": "claimed", "job_type": runs, "key": "K-line", "attempt": 1,
+         "verdict": "run", "pid": os.getpid(), "heartbeat": True},
+        {"v": 1, "point": "handled", "job_type": runs, "key": "K-line", "attempt": 1,
+         "verdict": "run", "pid": os.getpid(), "heartbeat": False},
+    ]
+    for raw in runner.raw:   # one line of UTF-8 JSON each, ending in \n
+        assert raw.endswith(b"\n") and raw.count(b"\n") == 1
+        assert json.loads(raw.decode("utf-8"))["v"] == 1
+    # a verify claim: its verdict and attempt
+    types.age(runs, "K-line")
+    v = idem.claim(yours, "K-line")
+    assert (v.verdict, v.attempt) == ("verify", 2)
+    idem.signoff_point("claimed", yours, "K-line", v)
+    assert (runner.lines[-1]["verdict"], runner.lines[-1]["attempt"]) == ("verify", 2)
+
+
+def test_fail_at_claimed_is_returned(types, runner):
+    t = types.make("hold", LEASE)
+    runner.arm()
+    runner.answer = lambda m: "fail"
+    c = idem.claim(t, "K-fail")
+    assert idem.signoff_point("claimed", t, "K-fail", c) == "fail"
+    # fail is no answer at handled
+    with pytest.raises(idem.SignoffError, match="'fail' is not one of continue"):
+        idem.signoff_point("handled", t, "K-fail", c)
+
+
+@pytest.mark.parametrize("answer, error", [
+    (None, "closed without an answer line"),
+    (b"contin", "closed without an answer line"),
+    ("maybe", "'maybe' is not one of continue, fail"),
+    ("continue\r", "is not one of"),
+])
+def test_other_answers_raise(types, runner, answer, error):
+    t = types.make("hold", LEASE)
+    runner.arm()
+    runner.answer = lambda m: answer
+    c = idem.claim(t, "K-other")
+    with pytest.raises(idem.SignoffError, match=error):
+        idem.signoff_point("claimed", t, "K-other", c)
+    assert len(runner.lines) == 1   # never tried again
+
+
+def test_unreachable_runner_raises(types, runner):
+    t = types.make("hold", LEASE)
+    runner.arm(socket_path=os.path.join(runner.dir, "nobody.sock"))
+    c = idem.claim(t, "K-away")
+    with pytest.raises(idem.SignoffError, match="nobody.sock") as e:
+        idem.signoff_point("claimed", t, "K-away", c)
+    assert isinstance(e.value.__cause__, OSError)
+
+
+def test_map_applies_to_every_call(types, runner, admin):
+    yours, runs, other = (types.make("hold", LEASE) for _ in range(3))
+    runner.arm(job_types=f"{yours}={runs}")
+    c = idem.claim(yours, "K-map")
+    assert types.record(runs, "K-map") == "claimed #1"
+    before, = admin.execute("SELECT heartbeat_at FROM idempotency.operations "
+                            "WHERE job_type = %s AND operation_key = 'K-map'", (runs,)).fetchone()
+    assert idem.extend_lease(yours, "K-map", c.attempt) > before
+    idem.release(yours, "K-map", c.attempt)
+    assert types.record(runs, "K-map") == "released #1"
+    c = idem.claim(yours, "K-map")
+    idem.complete(yours, "K-map", c.attempt, {"ok": 1})
+    assert types.record(runs, "K-map") == "completed #2"
+    assert types.record(yours, "K-map") == "none"
+    # a job type the map does not name is used as given
+    idem.complete(other, "K-map", idem.claim(other, "K-map").attempt)
+    assert types.record(other, "K-map") == "completed #1"
+
+
+@pytest.mark.parametrize("spec", ["a", "x=", "=y", "x=y,", ",", "x=y,x=z"])
+def test_malformed_map_raises_and_touches_nothing(types, runner, spec):
+    t = types.make("hold", LEASE)
+    c = idem.claim(t, "K-bad")   # unarmed: the user's own claim
+    runner.arm(job_types=spec.replace("x", t))
+    for call in (lambda: idem.claim(t, "K-bad"),
+                 lambda: idem.claim(t, "K-new"),
+                 lambda: idem.extend_lease(t, "K-bad", c.attempt),
+                 lambda: idem.release(t, "K-bad", c.attempt),
+                 lambda: idem.complete(t, "K-bad", c.attempt),
+                 lambda: idem.signoff_job_type(t),
+                 lambda: idem.signoff_point("claimed", t, "K-bad", c)):
+        with pytest.raises(idem.SignoffError, match="IDEMPOTENCY_SIGNOFF_JOB_TYPES"):
+            call()
+    assert types.record(t, "K-bad") == "claimed #1"
+    assert types.record(t, "K-new") == "none"
+    assert runner.lines == []
+
+
+def test_fail_at_claimed_releases_without_the_handler(types, runner, tmp_path):
+    yours, runs = types.make("hold", LEASE), types.make("hold", LEASE)
+    runner.answer = lambda m: "fail"
+    effect = tmp_path / "effect"
+    worker = start_worker("plain", yours, "K-wfail", effect, signoff=runner.path,
+                          job_types=f"{yours}={runs}", lease=LEASE)
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 3, out
+    assert runner.points() == ["claimed"]
+    assert types.record(runs, "K-wfail") == "released #1"
+    assert types.record(yours, "K-wfail") == "none"
+    assert not effect.exists()
+
+
+def test_continue_completes(types, runner, tmp_path):
+    yours, runs = types.make("hold", LEASE), types.make("hold", LEASE)
+    effect = tmp_path / "effect"
+    worker = start_worker("plain", yours, "K-wok", effect, signoff=runner.path,
+                          job_types=f"{yours}={runs}", lease=LEASE)
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out
+    assert runner.points() == ["claimed", "handled"]
+    assert {m["pid"] for m in runner.lines} == {worker.pid}
+    assert types.record(runs, "K-wok") == "completed #1"
+    assert effect.read_text() == "K-wok\n"
+
+
+@pytest.mark.parametrize("point", ["claimed", "handled"])
+def test_killed_at(point, types, runner, tmp_path):
+    effect = tmp_path / "effect"
+    yours, runs = kill_at(runner, point, "plain", types, effect)
+    assert runner.points() == ["claimed", "handled"][:1 + (point == "handled")]
+    # dead at the point: an uncompleted claim of the run's job type
+    assert types.record(runs, "K-kill") == "claimed #1"
+    assert types.record(yours, "K-kill") == "none"
+    # the handler ran before handled, not before claimed
+    assert effect.exists() == (point == "handled")
+    if point == "handled":
+        assert effect.read_text() == "K-kill\n"
