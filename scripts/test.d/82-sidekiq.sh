@@ -18,7 +18,8 @@
 # install --local --ignore-dependencies), where the example's processes find
 # it (GEM_HOME), and its unit tests run with minitest (helpers/ruby/test:
 # the plain calls; the middleware's reconnect, heartbeat failures, verify, a
-# lost reply, a stuck transaction, claim_wait; no Redis). Needs extension
+# lost reply, a stuck transaction, claim_wait; the sign-off points against
+# a fake runner, with a forked worker SIGKILLed at each; no Redis). Needs extension
 # 0.3 (delivery, wait). Installs ruby-rubygems, ruby-sidekiq, ruby-pg,
 # redis-server and python3-psycopg (root) when missing.
 set -euo pipefail

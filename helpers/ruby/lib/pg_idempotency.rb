@@ -43,10 +43,21 @@
 # true under SET LOCAL lock_timeout); a claim that hit its bound raises
 # PG::Error with SQLSTATE 55P03 (or 57014 from a statement_timeout):
 # PgIdempotency.busy?(error) is true, treat it like in_progress.
+#
+# The sign-off run (docs/signoff-protocol.md, version 1): when the runner
+# starts the worker with IDEMPOTENCY_SIGNOFF_JOB_TYPES ("yours=run's,..."),
+# claim / complete / release / extend_lease use the run's job type in place
+# of yours (PgIdempotency.signoff_job_type); with IDEMPOTENCY_SIGNOFF (the
+# runner's Unix socket), PgIdempotency.signoff_point(:claimed, ...) after the
+# claim (heartbeat running, before the work) and (:handled, ...) after the
+# work (heartbeat stopped, before complete) ask the runner, which answers
+# :continue, :fail (at claimed: release, as for KnownFailure) or kills the
+# process. Both unset: no change, no connection.
 require "json"
 require "logger"
 require "pg"
 require "securerandom"
+require "socket"
 
 module PgIdempotency
   VERSION = "0.3.0"
@@ -56,6 +67,13 @@ module PgIdempotency
   # raise it from the work when the effect certainly did not happen: the
   # claim is released and a later claim runs attempt + 1
   class KnownFailure < StandardError; end
+
+  # the sign-off run's variables are wrong, or its runner could not be asked
+  # (unreachable, closed without a line, another answer)
+  class SignoffError < StandardError; end
+
+  # the version of docs/signoff-protocol.md spoken here
+  SIGNOFF_PROTOCOL = 1
 
   # the answer of claim_operation. verdict: run, verify, completed,
   # in_progress, held or skipped; attempt: the attempt the caller owns
@@ -209,6 +227,7 @@ module PgIdempotency
   # its bound, ID002 for the key with another fingerprint, ...
   def self.claim(conn, job_type, key, fingerprint: nil, worker: nil, delivery: SecureRandom.uuid,
                  wait: 0, within: 30, on_reconnect: nil)
+    job_type = signoff_job_type(job_type)
     wait = wait.to_f
     params = [job_type, key.to_s, fingerprint, worker, delivery, wait.positive?]
     row = conn.run(on_reconnect: on_reconnect, within: within) do |c|
@@ -231,21 +250,83 @@ module PgIdempotency
   def self.complete(conn, job_type, key, attempt, result = nil, within: 30, on_reconnect: nil)
     result = JSON.generate(result) unless result.nil? || result.is_a?(String)
     conn.exec_params("SELECT idempotency.complete_operation($1, $2, $3, $4)",
-                     [job_type, key.to_s, attempt, result], within: within, on_reconnect: on_reconnect)
+                     [signoff_job_type(job_type), key.to_s, attempt, result], within: within, on_reconnect: on_reconnect)
     nil
   end
 
   # release_operation(job_type, key, attempt): the effect certainly did not
   # happen; a later claim runs attempt + 1
   def self.release(conn, job_type, key, attempt, within: 30, on_reconnect: nil)
-    conn.exec_params("SELECT idempotency.release_operation($1, $2, $3)", [job_type, key.to_s, attempt],
+    conn.exec_params("SELECT idempotency.release_operation($1, $2, $3)",
+                     [signoff_job_type(job_type), key.to_s, attempt],
                      within: within, on_reconnect: on_reconnect)
     nil
   end
 
   # extend_lease(job_type, key, attempt): a heartbeat (one reconnect, at once)
   def self.extend_lease(conn, job_type, key, attempt, within: 0)
-    conn.exec_params("SELECT idempotency.extend_lease($1, $2, $3)", [job_type, key.to_s, attempt], within: within)
+    conn.exec_params("SELECT idempotency.extend_lease($1, $2, $3)",
+                     [signoff_job_type(job_type), key.to_s, attempt], within: within)
     nil
+  end
+
+  # The sign-off run (docs/signoff-protocol.md). The job type the calls
+  # above use for yours: the run's from IDEMPOTENCY_SIGNOFF_JOB_TYPES
+  # ("yours=run's[,yours2=run's2...]"), or yours when it is not in the map
+  # or the variable is unset. Raises SignoffError for a malformed map (an
+  # entry without "=", an empty side, a job type named twice).
+  def self.signoff_job_type(job_type)
+    spec = ENV["IDEMPOTENCY_SIGNOFF_JOB_TYPES"]
+    return job_type if spec.nil? || spec.empty?
+    map = {}
+    spec.split(",", -1).each do |entry|
+      yours, runs = entry.split("=", 2)
+      if runs.nil? || yours.empty? || runs.empty? || map.key?(yours)
+        raise SignoffError, "IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry #{entry.inspect} " \
+                            "(expected yours=run's[,yours2=run's2...], each job type once)"
+      end
+      map[yours] = runs
+    end
+    map.fetch(job_type.to_s, job_type)
+  end
+
+  SIGNOFF_POINTS = %w[claimed handled].freeze
+
+  # A kill point of the sign-off run: point :claimed (the claim committed
+  # with run or verify, the heartbeat running, the work not started) or
+  # :handled (the work returned, the heartbeat stopped, complete not sent);
+  # job_type is yours (sent mapped), heartbeat whether one runs. Unless
+  # IDEMPOTENCY_SIGNOFF is set, :continue at once. Else one line of JSON to
+  # the runner's socket and its answer, waited for without a timeout:
+  # :continue, or :fail (only at claimed: release the claim and retry later,
+  # as for KnownFailure, without doing the work); no answer is the runner
+  # killing this process. Raises SignoffError when the socket cannot be
+  # reached, closes without a line or answers anything else.
+  def self.signoff_point(point, job_type, key, attempt:, verdict:, heartbeat:)
+    path = ENV["IDEMPOTENCY_SIGNOFF"]
+    return :continue if path.nil? || path.empty?
+    point = point.to_s
+    raise ArgumentError, "signoff_point: point #{point.inspect}, not claimed or handled" unless SIGNOFF_POINTS.include?(point)
+    line = JSON.generate({ "v" => SIGNOFF_PROTOCOL, "point" => point, "job_type" => signoff_job_type(job_type),
+                           "key" => key.to_s, "attempt" => attempt, "verdict" => verdict,
+                           "pid" => Process.pid, "heartbeat" => heartbeat ? true : false })
+    begin
+      answer = UNIXSocket.open(path) do |s|
+        s.write(line, "\n")
+        s.gets
+      end
+    rescue SystemCallError, IOError => e
+      raise SignoffError, "sign-off runner at #{path} (#{point} #{key}): #{e.message}"
+    end
+    case answer&.chomp
+    when "continue" then :continue
+    when "fail"
+      return :fail if point == "claimed"
+      raise SignoffError, "sign-off runner at #{path} answered fail at #{point} (#{key}); only claimed may fail"
+    when nil
+      raise SignoffError, "sign-off runner at #{path} closed the connection without an answer (#{point} #{key})"
+    else
+      raise SignoffError, "sign-off runner at #{path} answered #{answer.inspect} at #{point} (#{key})"
+    end
   end
 end

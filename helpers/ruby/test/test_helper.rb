@@ -32,8 +32,9 @@ module DatabaseTest
   end
 
   # a job type of this test with the policy and a lease of LEASE seconds
-  def job_type(policy)
-    t = "#{prefix}_#{policy}_#{Process.pid}"
+  # (name: another stem than prefix_policy, for a second type of the policy)
+  def job_type(policy, name: "#{prefix}_#{policy}")
+    t = "#{name}_#{Process.pid}"
     @admin.exec_params("DELETE FROM idempotency.operations WHERE job_type = $1", [t])
     @admin.exec_params("DELETE FROM idempotency.job_types WHERE job_type = $1", [t])
     @admin.exec_params("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) " \

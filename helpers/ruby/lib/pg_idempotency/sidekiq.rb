@@ -40,6 +40,12 @@
 # Sidekiq's retries. A database error of the claim itself goes to Sidekiq's
 # retries too (nothing is acknowledged away).
 #
+# Sign-off run (docs/signoff-protocol.md): with IDEMPOTENCY_SIGNOFF_JOB_TYPES
+# every call uses the run's job type for yours; with IDEMPOTENCY_SIGNOFF the
+# runner is asked at "claimed" (heartbeat running, just before perform;
+# "fail" is handled like KnownFailure without calling perform) and at
+# "handled" (perform returned, heartbeat stopped, before complete_operation).
+#
 # Connections (PgIdempotency::Connection): one per Sidekiq thread for the
 # claim and the completion, and one per Sidekiq thread for the heartbeat,
 # opened at the first beat. A lost connection is replaced and the call sent
@@ -165,6 +171,12 @@ module PgIdempotency
           worker.idempotency_attempt = attempt
           worker.idempotency_verify = claim.verify?
         end
+        # sign-off run: the runner may kill here, or answer fail (as if
+        # perform had raised KnownFailure: released, perform not called)
+        if PgIdempotency.signoff_point(:claimed, job_type, key, attempt: attempt, verdict: verdict,
+                                                                heartbeat: true) == :fail
+          raise KnownFailure, "sign-off runner: fail at claimed"
+        end
         yield
       rescue KnownFailure
         beat.stop
@@ -183,8 +195,13 @@ module PgIdempotency
         beat.stop
       end
       begin
+        # sign-off run: perform returned, the heartbeat stopped; the runner may kill here
+        PgIdempotency.signoff_point(:handled, job_type, key, attempt: attempt, verdict: verdict, heartbeat: true)
         PgIdempotency.complete(db, job_type, key, attempt, { "jid" => job["jid"] },
                                within: reconnect, on_reconnect: written_again(key, "complete_operation"))
+      rescue SignoffError
+        notify(event, "failed")   # the claim is left to its lease
+        raise
       rescue PG::Error => e
         unless PgIdempotency.sqlstate(e) == "ID003"
           # the database stayed unreachable: the claim is left to its lease
