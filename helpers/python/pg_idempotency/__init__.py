@@ -330,7 +330,7 @@ class Heartbeat:
 # -- the sign-off points (docs/signoff-protocol.md) -----------------------------
 SIGNOFF_PROTOCOL = 1
 # the answers each point may get
-SIGNOFF_ANSWERS = {"claimed": ("continue", "fail"), "handled": ("continue",)}
+SIGNOFF_ANSWERS = {"claimed": ("continue", "fail"), "judged": ("continue",), "handled": ("continue",)}
 
 
 class SignoffError(RuntimeError):
@@ -381,12 +381,16 @@ def signoff_job_type(job_type):
     return mapping.get(job_type, job_type)
 
 
-def signoff_point(point, job_type, key, claim, *, heartbeat=False):
-    """The sign-off point `point` of a claim (a Claim with verdict run or
-    verify) of (job_type, key):
+def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=None, sqlstate=None):
+    """The sign-off point `point` of a claim of (job_type, key):
 
-      "claimed"  after the claim committed, with the heartbeat (if any)
-                 running, before the handler is called;
+      "claimed"  claim (a Claim) got run or verify: after the claim
+                 committed, with the heartbeat (if any) running, before the
+                 handler is called;
+      "judged"   any other answer, before the message is acknowledged,
+                 postponed or failed: a Claim (completed, in_progress, held,
+                 skipped), or claim=None with verdict="busy" (55P03, 57014)
+                 or verdict="error" (ID002, class 22) and its sqlstate;
       "handled"  after the handler returned and the heartbeat stopped,
                  before complete().
 
@@ -400,14 +404,17 @@ def signoff_point(point, job_type, key, claim, *, heartbeat=False):
     (never tried again). heartbeat: whether a Heartbeat extends the lease
     while the handler runs."""
     if point not in SIGNOFF_ANSWERS:
-        raise ValueError(f"no sign-off point {point!r} (claimed, handled)")
+        raise ValueError(f"no sign-off point {point!r} (claimed, judged, handled)")
     path = _signoff_settings()[0]
     if path is None:
         return "continue"
-    line = json.dumps({"v": SIGNOFF_PROTOCOL, "point": point, "job_type": signoff_job_type(job_type),
-                       "key": key, "attempt": claim.attempt, "verdict": claim.verdict,
-                       "pid": os.getpid(), "heartbeat": bool(heartbeat)},
-                      separators=(",", ":")) + "\n"
+    message = {"v": SIGNOFF_PROTOCOL, "point": point, "job_type": signoff_job_type(job_type),
+               "key": key, "attempt": claim.attempt if claim is not None else None,
+               "verdict": claim.verdict if claim is not None else verdict,
+               "pid": os.getpid(), "heartbeat": bool(heartbeat)}
+    if claim is None:
+        message["sqlstate"] = sqlstate
+    line = json.dumps(message, separators=(",", ":")) + "\n"
     where = f"sign-off runner at {path}, point {point} of {key!r}"
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as runner:

@@ -339,6 +339,29 @@ def test_signoff_points_around_the_heartbeat(make_task, types, runner):
     assert types.record(task.job_type, "K-points") == "none"
 
 
+def test_signoff_judged_reports_every_other_answer(make_task, types, runner, admin):
+    """judged: completed, in_progress, an ID002 error (and nothing else of
+    those deliveries: no claimed, no handled); always answered continue"""
+    task, calls, verdicts, runs = signoff_task(make_task, types, runner)
+    assert task.apply(("K-judged",)).successful()
+    assert task.apply(("K-judged",)).successful()            # completed
+    admin.execute("SELECT idempotency.claim_operation(%s, 'K-young', %s, 'dead-worker')",
+                  (runs, task.fingerprint(("K-young",), {})))
+    with pytest.raises(Retry):
+        call_eagerly(task, "K-young")                        # in_progress
+    admin.execute("SELECT idempotency.claim_operation(%s, 'K-other', 'sha256:other', 'w')", (runs,))
+    with pytest.raises(psycopg.Error):
+        call_eagerly(task, "K-other")                        # ID002
+    got = [(m["point"], m["key"], m["verdict"], m["attempt"], m.get("sqlstate", "-"))
+           for m in runner.lines]
+    assert got == [("claimed", "K-judged", "run", 1, "-"), ("handled", "K-judged", "run", 1, "-"),
+                   ("judged", "K-judged", "completed", 1, "-"),
+                   ("judged", "K-young", "in_progress", 1, "-"),
+                   ("judged", "K-other", "error", None, "ID002")]
+    assert {m["job_type"] for m in runner.lines} == {runs}
+    assert verdicts[-2:] == ["in_progress:retry", "claim error:fail"]
+
+
 def test_signoff_fail_at_claimed_releases_without_the_body(make_task, types, runner):
     task, calls, verdicts, runs = signoff_task(make_task, types, runner)
     runner.answer = lambda m: "fail"

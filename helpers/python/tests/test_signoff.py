@@ -71,6 +71,22 @@ def test_the_line(types, runner, admin):
     assert (runner.lines[-1]["verdict"], runner.lines[-1]["attempt"]) == ("verify", 2)
 
 
+def test_judged_line(types, runner):
+    t = types.make("hold", LEASE)
+    runner.arm()
+    c = idem.claim(t, "K-judged")
+    assert c.verdict == "run"
+    assert idem.signoff_point("judged", t, "K-judged", idem.claim(t, "K-judged")) == "continue"
+    assert idem.signoff_point("judged", t, "K-judged", verdict="busy", sqlstate="55P03") == "continue"
+    base = {"v": 1, "point": "judged", "job_type": t, "key": "K-judged", "pid": os.getpid(),
+            "heartbeat": False}
+    assert runner.lines == [{**base, "attempt": 1, "verdict": "in_progress"},
+                            {**base, "attempt": None, "verdict": "busy", "sqlstate": "55P03"}]
+    runner.answer = lambda m: "fail"   # fail is no answer at judged
+    with pytest.raises(idem.SignoffError, match="'fail' is not one of continue"):
+        idem.signoff_point("judged", t, "K-judged", verdict="error", sqlstate="ID002")
+
+
 def test_fail_at_claimed_is_returned(types, runner):
     t = types.make("hold", LEASE)
     runner.arm()
