@@ -290,7 +290,20 @@ module PgIdempotency
     map.fetch(job_type.to_s, job_type)
   end
 
-  SIGNOFF_POINTS = %w[claimed handled].freeze
+  SIGNOFF_POINTS = %w[claimed judged handled].freeze
+
+  # The run's lease in seconds (IDEMPOTENCY_SIGNOFF_LEASE), for the timings
+  # a helper derives from its configured lease; nil when unset or empty.
+  # Raises SignoffError unless it is a positive number.
+  def self.signoff_lease
+    spec = ENV["IDEMPOTENCY_SIGNOFF_LEASE"]
+    return nil if spec.nil? || spec.empty?
+    lease = Float(spec, exception: false)
+    unless lease&.positive? && lease.finite?
+      raise SignoffError, "IDEMPOTENCY_SIGNOFF_LEASE: #{spec.inspect} is not a positive number of seconds"
+    end
+    lease
+  end
 
   # A kill point of the sign-off run: point :claimed (the claim committed
   # with run or verify, the heartbeat running, the work not started) or
@@ -302,14 +315,21 @@ module PgIdempotency
   # as for KnownFailure, without doing the work); no answer is the runner
   # killing this process. Raises SignoffError when the socket cannot be
   # reached, closes without a line or answers anything else.
-  def self.signoff_point(point, job_type, key, attempt:, verdict:, heartbeat:)
+  #
+  # Point :judged (continue only) reports any other answer of the claim
+  # before the job is acknowledged, postponed or failed: verdict completed,
+  # in_progress, held or skipped (with its attempt), or "busy" (55P03,
+  # 57014) or "error" (ID002, class 22) with attempt nil and the sqlstate.
+  def self.signoff_point(point, job_type, key, attempt:, verdict:, heartbeat: false, sqlstate: nil)
     path = ENV["IDEMPOTENCY_SIGNOFF"]
     return :continue if path.nil? || path.empty?
     point = point.to_s
-    raise ArgumentError, "signoff_point: point #{point.inspect}, not claimed or handled" unless SIGNOFF_POINTS.include?(point)
-    line = JSON.generate({ "v" => SIGNOFF_PROTOCOL, "point" => point, "job_type" => signoff_job_type(job_type),
-                           "key" => key.to_s, "attempt" => attempt, "verdict" => verdict,
-                           "pid" => Process.pid, "heartbeat" => heartbeat ? true : false })
+    raise ArgumentError, "signoff_point: point #{point.inspect}, not claimed, judged or handled" unless SIGNOFF_POINTS.include?(point)
+    message = { "v" => SIGNOFF_PROTOCOL, "point" => point, "job_type" => signoff_job_type(job_type),
+                "key" => key.to_s, "attempt" => attempt, "verdict" => verdict,
+                "pid" => Process.pid, "heartbeat" => heartbeat ? true : false }
+    message["sqlstate"] = sqlstate if %w[busy error].include?(verdict.to_s)
+    line = JSON.generate(message)
     begin
       answer = UNIXSocket.open(path) do |s|
         s.write(line, "\n")

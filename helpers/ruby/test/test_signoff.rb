@@ -82,7 +82,7 @@ class SignoffTest < Minitest::Test
 
   def prefix = "signoff_unit"
 
-  VARS = %w[IDEMPOTENCY_SIGNOFF IDEMPOTENCY_SIGNOFF_JOB_TYPES].freeze
+  VARS = %w[IDEMPOTENCY_SIGNOFF IDEMPOTENCY_SIGNOFF_JOB_TYPES IDEMPOTENCY_SIGNOFF_LEASE].freeze
 
   def setup
     super
@@ -221,6 +221,61 @@ class SignoffTest < Minitest::Test
     assert_equal [runs, runs], r.messages.map { |m| m["job_type"] }
     assert_equal "completed #1", record(runs, "S3")
     assert_equal "none", record(yours, "S3")
+  end
+
+  def fingerprint_of(key) = "sha256:" + Digest::SHA256.hexdigest(JSON.generate(["SignoffJob", [key]]))
+
+  def test_judged_reports_every_other_answer
+    yours, runs = mapped_types
+    r = runner { |_m| "continue" }
+    klass = job_class(yours)
+    run_job(klass, "S7") {}
+    run_job(klass, "S7") { flunk "performed a completed job" }                 # completed
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'S8', $2, 'dead-worker')", [runs, fingerprint_of("S8")])
+    run_job(klass, "S8") { flunk "performed a claimed job" }                    # in_progress
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'S9', 'sha256:other', 'w')", [runs])
+    err = assert_raises(PG::Error) { run_job(klass, "S9") { flunk "performed" } } # ID002
+    assert_equal "ID002", PgIdempotency.sqlstate(err)
+    got = r.messages.map { |m| [m["point"], m["key"], m["verdict"], m["attempt"], m.fetch("sqlstate", "-")] }
+    assert_equal [["claimed", "S7", "run", 1, "-"], ["handled", "S7", "run", 1, "-"],
+                  ["judged", "S7", "completed", 1, "-"], ["judged", "S8", "in_progress", 1, "-"],
+                  ["judged", "S9", "error", nil, "ID002"]], got
+    assert_equal [runs], r.messages.map { |m| m["job_type"] }.uniq
+    @runner.stop
+    runner { |_m| "fail" }
+    err = assert_raises(PgIdempotency::SignoffError) do   # judged takes continue only
+      PgIdempotency.signoff_point(:judged, yours, "S9", attempt: nil, verdict: "error", sqlstate: "ID002")
+    end
+    assert_match(/fail at judged/, err.message)
+  end
+
+  def test_the_runs_lease_sets_the_timings
+    yours, runs = mapped_types
+    ENV["IDEMPOTENCY_SIGNOFF_LEASE"] = "0.4"
+    beating = nil
+    runner do |m|
+      if m["point"] == "claimed"
+        # the job's own lease is 600 s (a heartbeat every 150 s); the run's,
+        # 0.4 s, makes it one every 0.1 s
+        t0 = heartbeat_at(runs, "S10")
+        deadline = Time.now + 5
+        sleep 0.01 until heartbeat_at(runs, "S10") > t0 || Time.now > deadline
+        beating = heartbeat_at(runs, "S10") > t0
+      end
+      "continue"
+    end
+    klass = job_class(yours, "lease" => 600)
+    run_job(klass, "S10") {}
+    assert beating, "no extend_lease within 5 s at the run's lease of 0.4 s"
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'S11', $2, 'dead-worker')", [runs, fingerprint_of("S11")])
+    run_job(klass, "S11") {}
+    assert_equal [[0.4, "S11"]], klass.scheduled   # in_progress: looked at again after the run's lease
+    ["0", "-1", "soon", "NaN"].each do |bad|
+      ENV["IDEMPOTENCY_SIGNOFF_LEASE"] = bad
+      err = assert_raises(PgIdempotency::SignoffError) { run_job(klass, "S12") { flunk "performed" } }
+      assert_match(/IDEMPOTENCY_SIGNOFF_LEASE/, err.message)
+    end
+    assert_equal "none", record(runs, "S12")
   end
 
   def test_fail_at_claimed_releases_without_perform

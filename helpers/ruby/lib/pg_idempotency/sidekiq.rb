@@ -113,6 +113,12 @@ module PgIdempotency
 
       job_type = opts["job_type"] || worker.class.name
       lease = (opts["lease"] || 600).to_f
+      heartbeat = (opts["heartbeat"] || lease / 4).to_f
+      # a sign-off run's lease (docs/signoff-protocol.md): its timings, not production's
+      if (run_lease = PgIdempotency.signoff_lease)
+        lease = run_lease
+        heartbeat = [heartbeat, run_lease / 4].min
+      end
       # seconds to keep trying a call whose connection was lost
       reconnect = [(opts["reconnect_for"] || 30).to_f, lease / 2].min
       args = job["args"]
@@ -135,6 +141,11 @@ module PgIdempotency
         code = PgIdempotency.sqlstate(e)
         error = { "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
                   "sqlstate" => code || "connection" }
+        if PgIdempotency.busy?(e) || code == "ID002" || code&.start_with?("22")
+          # the sign-off run's judged point: the claim's answer, not a lost connection
+          PgIdempotency.signoff_point(:judged, job_type, key, attempt: nil, sqlstate: code,
+                                                              verdict: PgIdempotency.busy?(e) ? "busy" : "error")
+        end
         if PgIdempotency.busy?(e)
           # the claim hit its bound ("claim_wait"'s lock_timeout, or with
           # wait => false a lock met between its check and its write): as in_progress
@@ -149,6 +160,9 @@ module PgIdempotency
       verdict, attempt = claim.verdict, claim.attempt
       event = { "key" => key, "verdict" => verdict, "attempt" => attempt, "jid" => job["jid"] }
 
+      unless %w[run verify].include?(verdict)
+        PgIdempotency.signoff_point(:judged, job_type, key, attempt: attempt, verdict: verdict)
+      end
       case verdict
       when "completed", "skipped", "held"
         return notify(event, "ack")
@@ -162,7 +176,7 @@ module PgIdempotency
       end
 
       notify(event, "work")
-      beat = Heartbeat.new(connection(:idempotency_pg_beat), (opts["heartbeat"] || lease / 4).to_f,
+      beat = Heartbeat.new(connection(:idempotency_pg_beat), heartbeat,
                            logger: Sidekiq.logger) do |hb|
         PgIdempotency.extend_lease(hb, job_type, key, attempt)
       end
