@@ -52,8 +52,10 @@ socket), signoff_point("claimed" | "handled", ...) tells the runner where the
 worker is and waits for its answer ("continue"; "fail" at claimed: release,
 do not call the handler; no answer: the runner kills the worker there).
 IDEMPOTENCY_SIGNOFF_JOB_TYPES ("yours=run's,...") maps the job types of
-every claim, complete, release and extend_lease (signoff_job_type). Both are
-read once per process; unset, nothing changes and nothing is connected.
+every claim, complete, release and extend_lease (signoff_job_type);
+IDEMPOTENCY_SIGNOFF_LEASE is the run's lease (signoff_lease), for the timings
+a helper derives from its own lease. They are read once per process; unset,
+nothing changes and nothing is connected.
 """
 import hashlib
 import json
@@ -75,7 +77,7 @@ __all__ = [
     "SIGNOFF_PROTOCOL", "SignoffError",
     "claim", "claim_error_heals", "complete", "connection", "connection_lost", "discard",
     "extend_lease", "fingerprint", "is_busy", "new_delivery", "reconnecting", "release",
-    "signoff_job_type", "signoff_point", "worker_id",
+    "signoff_job_type", "signoff_lease", "signoff_point", "worker_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -340,7 +342,8 @@ class SignoffError(RuntimeError):
     runs without its runner, and never touches your job types by mistake)"""
 
 
-# (the runner's socket or None, {your job type: the run's}, the map's error or None)
+# (the runner's socket or None, {your job type: the run's}, the map's error
+# or None, the run's lease in seconds or None, the lease's error or None)
 _signoff = None
 
 
@@ -358,15 +361,40 @@ def _job_type_map(spec):
     return mapping, None
 
 
+def _lease(spec):
+    """IDEMPOTENCY_SIGNOFF_LEASE as (seconds, None), (None, None) when unset,
+    or (None, what is wrong with it)"""
+    if not spec:
+        return None, None
+    try:
+        lease = float(spec)
+    except ValueError:
+        lease = None
+    if lease is None or not (0 < lease < float("inf")):
+        return None, f"{spec!r} is not a positive number of seconds"
+    return lease, None
+
+
 def _signoff_settings():
-    """IDEMPOTENCY_SIGNOFF and IDEMPOTENCY_SIGNOFF_JOB_TYPES, read once per
-    process (at the first call; a forked process inherits the same); an
-    empty variable is an unset one"""
+    """IDEMPOTENCY_SIGNOFF, IDEMPOTENCY_SIGNOFF_JOB_TYPES and
+    IDEMPOTENCY_SIGNOFF_LEASE, read once per process (at the first call; a
+    forked process inherits the same); an empty variable is an unset one"""
     global _signoff
     if _signoff is None:
         _signoff = (os.environ.get("IDEMPOTENCY_SIGNOFF") or None,
-                    *_job_type_map(os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES", "")))
+                    *_job_type_map(os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES", "")),
+                    *_lease(os.environ.get("IDEMPOTENCY_SIGNOFF_LEASE", "")))
     return _signoff
+
+
+def signoff_lease():
+    """the sign-off run's lease in seconds (IDEMPOTENCY_SIGNOFF_LEASE), for
+    the timings a helper derives from its configured lease, or None when
+    unset; SignoffError when it is not a positive number"""
+    lease, error = _signoff_settings()[3:5]
+    if error is not None:
+        raise SignoffError(f"IDEMPOTENCY_SIGNOFF_LEASE: {error}")
+    return lease
 
 
 def signoff_job_type(job_type):
@@ -375,7 +403,7 @@ def signoff_job_type(job_type):
     extend_lease (so Heartbeat) and signoff_point call it themselves: pass
     them your own job type. A malformed map raises SignoffError, at every
     call, before anything is sent."""
-    _, mapping, error = _signoff_settings()
+    _, mapping, error = _signoff_settings()[:3]
     if error is not None:
         raise SignoffError(f"IDEMPOTENCY_SIGNOFF_JOB_TYPES: {error} (yours=run's[,yours2=run's2...])")
     return mapping.get(job_type, job_type)

@@ -136,12 +136,16 @@ class IdempotentTask(Task):
                  event["attempt"], event["action"])
 
     # -- the protocol -------------------------------------------------------
-    def _reconnect_for(self):
-        return max(0.0, min(self.reconnect_for, self.lease / 2))
+    def _reconnect_for(self, lease):
+        return max(0.0, min(self.reconnect_for, lease / 2))
 
     def __call__(self, *args, **kwargs):
         job_type = self.job_type or self.name
         key = self.operation_key(args, kwargs)
+        lease, every = self.lease, self.heartbeat or self.lease / 4
+        run_lease = pg_idempotency.signoff_lease()   # a sign-off run's timings, not production's
+        if run_lease is not None:
+            lease, every = run_lease, min(every, run_lease / 4)
         event = {"key": key, "delivery": (self.request.delivery_info or {}).get("redelivered"),
                  "retries": self.request.retries}
 
@@ -156,7 +160,7 @@ class IdempotentTask(Task):
             # delivery, and only its own tries of the claim, present it
             claimed = pg_idempotency.claim(
                 job_type, key, self.fingerprint(args, kwargs), pg_idempotency.worker_id(),
-                wait=self.claim_wait, dsn=self.dsn, reconnect_for=self._reconnect_for(),
+                wait=self.claim_wait, dsn=self.dsn, reconnect_for=self._reconnect_for(lease),
                 on_lost=lost)
         except psycopg.Error as err:
             event.update(verdict="claim error", attempt=None, sqlstate=err.sqlstate or "connection")
@@ -168,8 +172,8 @@ class IdempotentTask(Task):
                 # the claim hit its bound (claim_wait's lock_timeout, or with
                 # wait => false a lock met between its check and its write):
                 # as in_progress, look again after the lease
-                self.on_verdict({**event, "action": "retry", "retry_in": self.lease})
-                raise self.retry(countdown=self.lease)
+                self.on_verdict({**event, "action": "retry", "retry_in": lease})
+                raise self.retry(countdown=lease)
             if not claim_error_heals(err):
                 self.on_verdict({**event, "action": "fail"})
                 raise   # the caller's bug: the task fails (and is acknowledged)
@@ -189,12 +193,12 @@ class IdempotentTask(Task):
             return result
         if verdict == "in_progress":
             self.on_verdict({**event, "action": "retry"})
-            raise self.retry(countdown=self.lease)
+            raise self.retry(countdown=lease)
         if verdict not in ("run", "verify"):
             raise RuntimeError(f"unknown verdict {verdict}")
 
         self.on_verdict({**event, "action": "work"})
-        beat = pg_idempotency.Heartbeat(job_type, key, attempt, self.heartbeat or self.lease / 4,
+        beat = pg_idempotency.Heartbeat(job_type, key, attempt, every,
                                         dsn=self.dsn).start()
         try:
             self.request.idempotency = {"attempt": attempt, "verify": verdict == "verify"}
@@ -212,16 +216,16 @@ class IdempotentTask(Task):
             beat.stop()
             try:
                 pg_idempotency.release(job_type, key, attempt, dsn=self.dsn,
-                                       reconnect_for=self._reconnect_for())
+                                       reconnect_for=self._reconnect_for(lease))
             except psycopg.Error as err:
                 # still claimed: the next delivery meets it (in_progress, then
                 # the policy once the lease ran out)
                 log.warning("%s %s: release_operation failed: %s", self.name, key, err)
-                raise self.retry(exc=err, countdown=self.lease)
+                raise self.retry(exc=err, countdown=lease)
             # a later delivery claims attempt + 1; wait less than half the
             # lease, so that the sweeper (a released record nobody claimed
             # for a lease) does not re-enqueue it too
-            delay = min(self.retry_delay(attempt - 1), self.lease / 2)
+            delay = min(self.retry_delay(attempt - 1), lease / 2)
             self.on_verdict({**event, "action": "released", "retry_in": delay})
             raise self.retry(exc=failure, countdown=delay)
         except Exception:
@@ -235,7 +239,7 @@ class IdempotentTask(Task):
             beat.stop()
         try:
             pg_idempotency.complete(job_type, key, attempt, value, dsn=self.dsn,
-                                    reconnect_for=self._reconnect_for())
+                                    reconnect_for=self._reconnect_for(lease))
         except psycopg.Error as err:
             if err.sqlstate != "ID003":
                 # the database stayed unreachable: the claim is left to its lease

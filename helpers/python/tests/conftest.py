@@ -94,6 +94,7 @@ def unarmed(monkeypatch):
     them once per process)"""
     monkeypatch.delenv("IDEMPOTENCY_SIGNOFF", raising=False)
     monkeypatch.delenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", raising=False)
+    monkeypatch.delenv("IDEMPOTENCY_SIGNOFF_LEASE", raising=False)
     pg_idempotency._signoff = None
     yield
     pg_idempotency._signoff = None
@@ -138,11 +139,13 @@ class FakeRunner:
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
-    def arm(self, job_types=None, socket_path=None):
+    def arm(self, job_types=None, socket_path=None, lease=None):
         """the variables a runner starts the worker with (in this process)"""
         self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF", socket_path or self.path)
         if job_types is not None:
             self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", job_types)
+        if lease is not None:
+            self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_LEASE", lease)
         pg_idempotency._signoff = None
 
     def points(self):

@@ -362,6 +362,47 @@ def test_signoff_judged_reports_every_other_answer(make_task, types, runner, adm
     assert verdicts[-2:] == ["in_progress:retry", "claim error:fail"]
 
 
+def test_signoff_lease_sets_the_timings(make_task, types, runner, admin):
+    """a task configured for a 600 s lease (a heartbeat every 150 s) under a
+    run's lease of 0.4 s: it beats while held at claimed, and looks at an
+    in_progress message again after 0.4 s"""
+    t = types.make("hold", LEASE)
+
+    def body(self, order):
+        return {"sent": order}
+
+    task = app.task(body, base=IdempotentTask, bind=True, name=f"{t}_long", job_type="long_job",
+                    key_arg="order", lease=600)
+    runner.arm(job_types=f"long_job={t}", lease="0.4")
+    beating = {}
+
+    def answer(m):
+        if m["point"] == "claimed":
+            with psycopg.connect("", autocommit=True) as db:
+                def beat():
+                    return db.execute("SELECT heartbeat_at FROM idempotency.operations "
+                                      "WHERE job_type = %s AND operation_key = %s", (t, m["key"])).fetchone()[0]
+                first, deadline = beat(), time.monotonic() + 5
+                while beat() == first and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                beating[m["key"]] = beat() != first
+        return "continue"
+
+    runner.answer = answer
+    assert task.apply(("K-long",)).successful()
+    assert beating == {"K-long": True}
+    admin.execute("SELECT idempotency.claim_operation(%s, 'K-held', %s, 'dead-worker')",
+                  (t, task.fingerprint(("K-held",), {})))
+    with pytest.raises(Retry) as cm:
+        call_eagerly(task, "K-held")
+    assert cm.value.when == 0.4
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        runner.arm(lease=bad)
+        with pytest.raises(pg_idempotency.SignoffError, match="IDEMPOTENCY_SIGNOFF_LEASE"):
+            call_eagerly(task, "K-bad")
+    assert types.record(t, "K-bad") == "none"
+
+
 def test_signoff_fail_at_claimed_releases_without_the_body(make_task, types, runner):
     task, calls, verdicts, runs = signoff_task(make_task, types, runner)
     runner.answer = lambda m: "fail"
