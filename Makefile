@@ -6,6 +6,10 @@
 #   make dist                     the release tarball idempotency-VERSION.tar.gz
 #                                 (git archive of HEAD; PGXN's layout)
 #
+# This builds the extension only: no client, and no libpq headers needed.
+# The replay matrix runner, a libpq client, is its own PGXS program in
+# matrix/: make -C matrix (see matrix/Makefile). No target here builds it.
+#
 # Out-of-tree (VPATH) builds work, as Debian's pg_buildext does them, one
 # build directory per PostgreSQL major:
 #   mkdir build-15 && make -C build-15 -f $PWD/Makefile VPATH=$PWD PG_CONFIG=...
@@ -87,10 +91,8 @@ dist:
 	git -C $(ext_srcdir) archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(CURDIR)/$(EXTENSION)-$(EXTVERSION).tar.gz HEAD
 	@echo "dist: $(EXTENSION)-$(EXTVERSION).tar.gz"
 
-# the replay matrix runner and the benchmarks (their own rules, written for
-# in-tree builds; a VPATH build, e.g. pg_buildext's per-major build-N/,
-# builds only the extension, and debian/rules builds the runner in-tree)
+# the benchmarks (their own rules, written for in-tree builds; a VPATH
+# build, e.g. pg_buildext's per-major build-N/, does not include them)
 ifeq ($(in_tree),yes)
--include src/matrix/matrix.mk
 -include bench/bench.mk
 endif

@@ -8,8 +8,10 @@
 # file and the install scripts are renamed; module, schema and the C code's
 # schema-qualified names become idempotency_proto; the C helpers idem_* become
 # idemproto_* (PostgreSQL 15 loads modules RTLD_GLOBAL, so two modules with
-# the same global symbols could call each other's helpers); the replay
-# matrix and bench includes are dropped from the Makefile.
+# the same global symbols could call each other's helpers); the bench
+# include is dropped from the Makefile, and the replay matrix runner is
+# removed (matrix/; in a tree older than issue 19, src/matrix/ and its
+# include).
 set -euo pipefail
 tree=${1:?usage: proto-rename.sh TREE}
 cd "$tree"
@@ -27,7 +29,7 @@ sed -i -E -e 's/^EXTENSION( *)= idempotency$/EXTENSION\1= idempotency_proto/' \
     -e '/^-include (src\/matrix\/matrix.mk|bench\/bench.mk)/d' Makefile
 grep -q '^EXTENSION *= idempotency_proto$' Makefile || { echo "proto-rename: EXTENSION not renamed" >&2; exit 1; }
 grep -q '^MODULE_big *= idempotency_proto$' Makefile || { echo "proto-rename: MODULE_big not renamed" >&2; exit 1; }
-rm -rf src/matrix sql expected test
+rm -rf matrix src/matrix sql expected test
 for f in src/*.c src/*.h; do
     sed -i -E -e 's/\bidempotency\.(operations|job_types|resolutions|operation_status|stale_policy|job_types_guard)\b/idempotency_proto.\1/g' \
         -e 's/get_namespace_oid\("idempotency"/get_namespace_oid("idempotency_proto"/g' \

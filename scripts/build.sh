@@ -3,6 +3,8 @@
 # scripts/test and scripts/matrix (after scripts/cluster.sh, for PG_CONFIG).
 #
 #   build_extension DIR      make, with warnings as errors
+#   build_runner DIR         make -C DIR/matrix (the replay matrix runner, its
+#                            own PGXS program), with the same variables
 #   install_extension DIR    make install (root); non-root: see below
 #   make_var DIR NAME        print a variable of DIR's Makefile (e.g. REGRESS)
 #
@@ -38,6 +40,16 @@ build_extension() {
     echo "build: make -C $dir with_llvm=$WITH_LLVM PG_CFLAGS=\"$PG_CFLAGS\""
     if ! make --no-print-directory -C "$dir" -j"$(nproc)" "${BUILD_MAKE_VARS[@]}"; then
         echo "build: error: the build failed (compiler output above)" >&2
+        exit 1
+    fi
+}
+
+build_runner() {
+    local dir=$1
+    build_make_vars
+    echo "build: make -C $dir/matrix PG_CFLAGS=\"$PG_CFLAGS\""
+    if ! make --no-print-directory -C "$dir/matrix" -j"$(nproc)" "${BUILD_MAKE_VARS[@]}"; then
+        echo "build: error: building the replay matrix runner failed (output above)" >&2
         exit 1
     fi
 }

@@ -13,7 +13,9 @@
 #      is an empty directory, which is what a machine without
 #      postgresql-server-dev-N reports): the clear message, non-zero exit;
 #   5. no libpq headers (--includedir empty, as without libpq-dev): the
-#      clear message from scripts/matrix, and from `make idempotency-matrix`;
+#      clear message from scripts/matrix, and from `make -C matrix`; and
+#      `make` at the top, in a copy of the tree, still builds the extension
+#      (it builds no client: matrix/ has its own Makefile);
 #   6. an unsupported PostgreSQL (PG_MAJOR=14; a pg_config that says 14.11):
 #      one sentence naming the supported majors, a non-zero exit, and
 #      nothing installed, built or started;
@@ -171,17 +173,35 @@ if ((rc != 0)) &&
 else
     not_ok "$log" "no libpq headers: expected 'the libpq headers are not installed ... install libpq-dev' and a non-zero exit; got exit $rc"
 fi
-# make alone (the README's `make idempotency-matrix`), into a file of our own
+# make alone, in a copy of the tree (the checkout's runner and objects are
+# left alone): `make -C matrix` names libpq-dev before compiling anything;
+# `make` at the top builds the extension without the libpq headers, and
+# neither builds nor mentions the runner
+mkdir "$tmp/tree"
+(cd "$srcdir" && cp -r Makefile idempotency.control idempotency--*.sql src matrix "$tmp/tree/") &&
+    rm -f "$tmp/tree"/src/*.o "$tmp/tree"/src/*.bc "$tmp/tree"/src/*.so "$tmp/tree"/*.so \
+        "$tmp/tree"/matrix/*.o "$tmp/tree/matrix/idempotency-matrix"
 log=$tmp/libpq-make.log
-make --no-print-directory -C "$srcdir" PG_CONFIG="$tmp/pg_config_no_libpq_headers" \
-    MATRIX_PROGRAM="$tmp/idempotency-matrix" "$tmp/idempotency-matrix" >"$log" 2>&1
+make --no-print-directory -C "$tmp/tree/matrix" PG_CONFIG="$tmp/pg_config_no_libpq_headers" >"$log" 2>&1
 rc=$?
-if ((rc != 0)) && [[ ! -e $tmp/idempotency-matrix ]] &&
-    grep -qF "error: the libpq headers are not installed ($tmp/empty/libpq-fe.h not found): install libpq-dev" "$log" &&
+if ((rc != 0)) && [[ ! -e $tmp/tree/matrix/idempotency-matrix ]] &&
+    grep -qxF "idempotency-matrix: error: the libpq headers are not installed ($tmp/empty/libpq-fe.h not found): install libpq-dev (Debian; scripts/deps does)" "$log" &&
+    ! compgen -G "$tmp/tree/matrix/*.o" >/dev/null &&
     ! grep -q 'No such file or directory' "$log"; then
-    ok "no libpq headers: make idempotency-matrix names libpq-dev, exit $rc"
+    ok "no libpq headers: make -C matrix names libpq-dev, exit $rc, nothing compiled"
 else
-    not_ok "$log" "no libpq headers: expected make to name libpq-dev and fail; got exit $rc"
+    not_ok "$log" "no libpq headers: expected make -C matrix to name libpq-dev and fail before compiling; got exit $rc"
+fi
+log=$tmp/top-make.log
+make --no-print-directory -j"$(nproc)" -C "$tmp/tree" PG_CONFIG="$tmp/pg_config_no_libpq_headers" \
+    with_llvm=no PG_CFLAGS="-Wall -Wextra -Werror" >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && [[ -f $tmp/tree/idempotency.so ]] &&
+    ! grep -qi 'matrix\|libpq' "$log" &&
+    [[ ! -e $tmp/tree/matrix/idempotency-matrix ]] && ! compgen -G "$tmp/tree/matrix/*.o" >/dev/null; then
+    ok "no libpq headers: make at the top builds idempotency.so, exit 0, and nothing in matrix/"
+else
+    not_ok "$log" "no libpq headers: expected make at the top to build idempotency.so and leave matrix/ alone; got exit $rc"
 fi
 
 # 6. an unsupported major, named two ways: nothing may happen but the sentence

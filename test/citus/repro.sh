@@ -123,7 +123,7 @@ if [[ ${REPRO_DISTRIBUTE:-by-hand} == function ]]; then
     # cell, as a role with the README's grants made after distribute() and
     # copied to the workers by distribute_grants()
     echo "== the replay matrix through the coordinator"
-    (cd "$root" && make -s idempotency-matrix with_llvm=no)
+    make -s -C "$root/matrix"
     citus_psql coord -q -v ON_ERROR_STOP=1 <<'EOF'
 CREATE ROLE matrix_runner LOGIN;
 CREATE SCHEMA matrix AUTHORIZATION matrix_runner;
@@ -136,7 +136,7 @@ GRANT SELECT, DELETE ON idempotency.operations TO matrix_runner;
 SELECT idempotency.distribute_grants();
 EOF
     status=0
-    "$root/idempotency-matrix" --dsn "user=matrix_runner options='-c search_path=matrix'" -q || status=1
+    "$root/matrix/idempotency-matrix" --dsn "user=matrix_runner options='-c search_path=matrix'" -q || status=1
     left=$(citus_psql coord -At -c "SELECT count(*) FROM idempotency.operations WHERE job_type LIKE 'idempotency_matrix_%'")
     [[ $left == 0 ]] || { echo "repro: the matrix left $left records behind" >&2; status=1; }
     exit $status

@@ -11,7 +11,7 @@
 #   1. the proxy's self-test (test_pgproxy.py): each control command and
 #      the protocol (startup, SSL/GSSENC refusal, cancel, simple and extended
 #      queries, named statements, pipelining, COPY) against the server;
-#   2. the whole replay matrix (./idempotency-matrix, every policy and case)
+#   2. the whole replay matrix (matrix/idempotency-matrix, every policy and case)
 #      through the proxy, with the replies to every claim_operation,
 #      complete_operation, release_operation and extend_lease call held
 #      FAULTS_DELAY_MS (default 150) ms: every cell as expected, and the
@@ -29,7 +29,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 python=/usr/bin/python3     # Debian's, which sees Debian's modules
-runner=$root/idempotency-matrix
+runner=$root/matrix/idempotency-matrix
 
 die() { echo "test/faults/run.sh: error: $*" >&2; echo "faults: 0 passed, 1 failed"; exit 2; }
 
@@ -99,7 +99,7 @@ result "proxy self-test ($((SECONDS - t)) s)" $?
 
 # 2. the replay matrix through the proxy, replies delayed
 echo "== 2. the replay matrix through the proxy, replies delayed"
-make --no-print-directory -C "$root" idempotency-matrix >/dev/null || die "make idempotency-matrix failed"
+make --no-print-directory -C "$root/matrix" >/dev/null || die "make -C matrix failed"
 ctl() { "$python" "$here/pgproxy.py" ctl "$dir/ctl.sock" "$1"; }
 "$python" "$here/pgproxy.py" serve --listen-port 0 --upstream-host "$PGHOST" --upstream-port "$PGPORT" \
     --control "$dir/ctl.sock" >"$dir/ready" 2>"$dir/pgproxy.log" &

@@ -7,7 +7,7 @@
 # install), reached as a superuser (PGUSER): the test creates the extension
 # in the database if it is not there, and a role of its own,
 # idempotency_matrix_test_runner, that it drops at the end. Steps:
-#   1. build ./idempotency-matrix if it is missing or stale (make idempotency-matrix);
+#   1. build matrix/idempotency-matrix if it is missing or stale (make -C matrix);
 #   2. run the full matrix (all policies, cases 1-13) with --html and --json,
 #      through --dsn, as that role: a non-superuser with exactly the
 #      privileges the README lists. It must exit 0 and every case must hold.
@@ -51,7 +51,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-runner=$root/idempotency-matrix
+runner=$root/matrix/idempotency-matrix
 chromium=${CHROMIUM:-/usr/bin/chromium}
 role=idempotency_matrix_test_runner
 psql=(psql -X -q -At -v ON_ERROR_STOP=1)
@@ -97,7 +97,7 @@ if ((${#need[@]})); then
 fi
 
 echo "== build"
-make --no-print-directory -C "$root" idempotency-matrix >/dev/null || die "make idempotency-matrix failed"
+make --no-print-directory -C "$root/matrix" >/dev/null || die "make -C matrix failed"
 
 if [[ -n ${MATRIX_OUT:-} ]]; then
     out=$MATRIX_OUT

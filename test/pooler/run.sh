@@ -12,7 +12,7 @@
 #   2. starts pgbouncer on 127.0.0.1 and a free random port, pool_mode =
 #      transaction, as the cluster's owner (pgbouncer refuses to run as
 #      root), in a temporary directory;
-#   3. builds ./idempotency-matrix and runs it with --dsn pointing at
+#   3. builds matrix/idempotency-matrix and runs it with --dsn pointing at
 #      pgbouncer (default: every policy and case; RUNNER-ARGS are passed on,
 #      e.g. --policy hold,retry);
 #   4. checks from pgbouncer's admin console that the pool really ran in
@@ -25,7 +25,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-runner=$root/idempotency-matrix
+runner=$root/matrix/idempotency-matrix
 pgbouncer=${PGBOUNCER:-/usr/sbin/pgbouncer}
 
 die() { echo "test/pooler/run.sh: error: $*" >&2; echo "pooler: 0 passed, 1 failed"; exit 2; }
@@ -141,7 +141,7 @@ done
     die "pgbouncer is not in transaction pooling mode"
 
 echo "== build"
-make --no-print-directory -C "$root" idempotency-matrix >/dev/null || die "make idempotency-matrix failed"
+make --no-print-directory -C "$root/matrix" >/dev/null || die "make -C matrix failed"
 
 dsn="host=127.0.0.1 port=$port dbname=$PGDATABASE user=$PGUSER"
 echo "== the matrix through pgbouncer (idempotency-matrix --dsn '$dsn' --create-extension $*)"

@@ -26,7 +26,7 @@
 
 #include "libpq-fe.h"
 
-#ifndef MATRIX_VERSION			/* matrix.mk passes idempotency.control's */
+#ifndef MATRIX_VERSION			/* matrix/Makefile passes idempotency.control's */
 #define MATRIX_VERSION "unknown"
 #endif
 
