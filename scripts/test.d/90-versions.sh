@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scripts/test: background
 # Every supported Debian release and PostgreSQL major, each in a clean root
 # (scripts/root: debootstrap minbase + postgresql-N + git + make, nothing
 # else), running the README's two commands exactly as a user types them:
