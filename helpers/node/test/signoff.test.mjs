@@ -31,12 +31,14 @@ const HEARTBEAT = 200;      // ms
 const RETRY_AFTER = 7;      // seconds
 const QUEUE_URL = 'http://127.0.0.1:1/000000000000/signoff';
 const PREFIX = `signoff_unit_${process.pid}_`;
+const T = { timeout: 20_000 };   // a point never reached fails, not hangs
 const WORKER = new URL('./signoff-worker.mjs', import.meta.url).pathname;
 
 let admin;
 let pool;
 const types = [];
 const dirs = [];
+const runners = new Set();   // closed at the end too, so that a failed test does not keep the file alive
 
 before(async () => {
   admin = new pg.Client();
@@ -47,6 +49,7 @@ before(async () => {
 });
 
 after(async () => {
+  for (const r of runners) await r.close();
   for (const t of types) {
     await admin.query('DELETE FROM idempotency.operations WHERE job_type = $1', [t]);
     await admin.query('DELETE FROM idempotency.job_types WHERE job_type = $1', [t]);
@@ -129,10 +132,12 @@ async function fakeRunner(answer = () => 'continue') {
     check();
   });
   runner.close = async () => {
+    if (!runners.delete(runner)) return;
     for (const s of sockets) s.destroy();
     server.close();
     await once(server, 'close');
   };
+  runners.add(runner);
   return runner;
 }
 
@@ -213,7 +218,7 @@ test('parseJobTypes: pairs; an entry without =, an empty side, a type twice are 
   }
 });
 
-test('signoff(env): unarmed is the identity and reads no map; armed maps, a malformed map throws at jobType()', async () => {
+test('signoff(env): unarmed is the identity and reads no map; armed maps, a malformed map throws at jobType()', T, async () => {
   const unarmed = signoff({ IDEMPOTENCY_SIGNOFF_JOB_TYPES: 'malformed' });
   assert.equal(unarmed.armed, false);
   assert.equal(unarmed.jobType('mine'), 'mine');
@@ -229,7 +234,7 @@ test('signoff(env): unarmed is the identity and reads no map; armed maps, a malf
   await assert.rejects(signoffPoint('/nowhere.sock', 'started', {}), /unknown point/);
 });
 
-test('signoffPoint: one line with the fields, the answer resolved', async () => {
+test('signoffPoint: one line with the fields, the answer resolved', T, async () => {
   const runner = await fakeRunner(() => 'fail');
   try {
     const answer = await signoffPoint(runner.path, 'claimed',
@@ -244,7 +249,7 @@ test('signoffPoint: one line with the fields, the answer resolved', async () => 
 
 // ---- idempotent() ------------------------------------------------------------
 
-test('unarmed: no connection, the map not read, the user\'s job type', async () => {
+test('unarmed: no connection, the map not read, the user\'s job type', T, async () => {
   const types2 = await pair();
   const runner = await fakeRunner();
   try {
@@ -267,7 +272,7 @@ test('unarmed: no connection, the map not read, the user\'s job type', async () 
   }
 });
 
-test('continue: claimed inside the heartbeat before the handler, handled after it with the heartbeat stopped; the run\'s job type', async () => {
+test('continue: claimed inside the heartbeat before the handler, handled after it with the heartbeat stopped; the run\'s job type', T, async () => {
   const t = await pair();
   const runner = await fakeRunner(() => 'hold');
   try {
@@ -302,7 +307,7 @@ test('continue: claimed inside the heartbeat before the handler, handled after i
   }
 });
 
-test('fail at claimed: released on the run\'s job type, postponed by the backoff, the handler not called', async () => {
+test('fail at claimed: released on the run\'s job type, postponed by the backoff, the handler not called', T, async () => {
   const t = await pair();
   const runner = await fakeRunner((l) => (l.point === 'claimed' ? 'fail' : 'continue'));
   try {
@@ -323,7 +328,7 @@ test('fail at claimed: released on the run\'s job type, postponed by the backoff
   }
 });
 
-test('a malformed map: the first call throws, nothing claimed, no connection', async () => {
+test('a malformed map: the first call throws, nothing claimed, no connection', T, async () => {
   const t = await pair();
   const runner = await fakeRunner();
   try {
@@ -344,7 +349,7 @@ test('a malformed map: the first call throws, nothing claimed, no connection', a
   }
 });
 
-test('no runner: an unreachable socket, a close without an answer, an answer not allowed fail the job', async () => {
+test('no runner: an unreachable socket, a close without an answer, an answer not allowed fail the job', T, async () => {
   const t = await pair();
   // nothing listens there: the claim is left to its lease, the handler not called
   const gone = wrap(t.user, { IDEMPOTENCY_SIGNOFF: join(tempDir(), 'none.sock'),
@@ -373,7 +378,7 @@ test('no runner: an unreachable socket, a close without an answer, an answer not
 
 // ---- idempotentBatch() --------------------------------------------------------
 
-test('batch: claimed per run/verify key at the same time, fail releases, handled after the heartbeat; the run\'s job type', async () => {
+test('batch: claimed per run/verify key at the same time, fail releases, handled after the heartbeat; the run\'s job type', T, async () => {
   const t = await pair('lookup');
   // before the receive: one completed (no point), one stale claim (verify #2)
   const prior = wrap(t.run, {}, { batch: true });
@@ -424,7 +429,7 @@ test('batch: claimed per run/verify key at the same time, fail releases, handled
   }
 });
 
-test('batch: a key whose exchange fails is left to its lease, the others go on', async () => {
+test('batch: a key whose exchange fails is left to its lease, the others go on', T, async () => {
   const t = await pair();
   const runner = await fakeRunner((l) => (l.key === 'BX-closed' && l.point === 'handled' ? 'close' : 'continue'));
   try {
@@ -486,14 +491,14 @@ async function killAt(point, mode, keys) {
 for (const mode of ['single', 'batch']) {
   const keys = mode === 'single' ? ['KS-1'] : ['KB-1', 'KB-2'];
 
-  test(`kill at claimed (${mode}): the record stays claimed, no effect`, { timeout: 30_000 }, async () => {
+  test(`kill at claimed (${mode}): the record stays claimed, no effect`, T, async () => {
     const { t, effects } = await killAt('claimed', mode, keys);
     assert.deepEqual(effects, []);
     for (const k of keys) assert.equal(await record(t.run, k), 'claimed #1');
     assert.equal(await count(t.user), 0);
   });
 
-  test(`kill at handled (${mode}): the effect happened, the record not completed`, { timeout: 30_000 }, async () => {
+  test(`kill at handled (${mode}): the effect happened, the record not completed`, T, async () => {
     const { t, effects } = await killAt('handled', mode, keys);
     assert.deepEqual(effects.sort(), keys);
     for (const k of keys) assert.equal(await record(t.run, k), 'claimed #1');
