@@ -5,6 +5,7 @@ import { hostname } from 'node:os';
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import { BUSY, CLAIM_SQL, KnownFailure, claimOn, connectionLost, fingerprintOf, releaseDelay, sleep,
          withRetry } from './common.mjs';
+import { signoff } from './signoff.mjs';
 
 const CLAIMS_SQL = 'SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations(' +
                    '$1, $2::text[], $3::text[], $4, deliveries => $5::text[], wait => $6)';
@@ -46,9 +47,15 @@ const SQS_BATCH_MAX = 10;     // entries per ChangeMessageVisibilityBatch
  *    resets the visibility of every message of the receive while it runs
  *
  * Events (onVerdict) are the single path's, with `batch`: the receive's size.
+ *
+ * Sign-off (docs/signoff-protocol.md): as idempotent()'s, per run/verify key
+ * of the receive: `claimed` before its handler (the heartbeat running; the
+ * exchanges of the receive at the same time), `handled` after the last
+ * handler returned and the heartbeat stopped, before complete_operations.
  */
 export function idempotentBatch(handler, opts) {
-  const { pool, sqs, queueUrl, jobType, key } = opts;
+  const { pool, sqs, queueUrl, key } = opts;
+  const so = signoff();
   const heartbeatMs = opts.heartbeat ?? 60_000;
   const retryAfter = opts.retryAfter ?? 600;
   const backoff = opts.backoff ?? 1;
@@ -61,8 +68,12 @@ export function idempotentBatch(handler, opts) {
   const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
                                            lostOnce(sql.slice(0, 48) + '...'));
 
+  // the line of a sign-off point (lib/signoff.mjs)
+  const signoffFields = (it, jobType) => ({ job_type: jobType, key: it.key, attempt: it.claim.attempt,
+                                            verdict: it.claim.verdict, heartbeat: true });
+
   // one claim_operation per message (the fallback); it.claim or it.error
-  async function claimEach(items) {
+  async function claimEach(items, jobType) {
     for (const it of items) {
       const params = [jobType, it.key, it.fingerprint, worker, it.delivery, claimWait > 0];
       try {
@@ -77,7 +88,7 @@ export function idempotentBatch(handler, opts) {
     }
   }
 
-  async function receive(messages) {
+  async function receive(messages, jobType) {
     const n = messages.length;
     const acks = [];          // messages sqs-consumer deletes
     const postponed = [];     // [message, VisibilityTimeout]
@@ -130,7 +141,7 @@ export function idempotentBatch(handler, opts) {
       // refused as a whole, nothing recorded: single claims for this receive
       console.error(`claim_operations (${items.length} keys): ${err.code} ${err.message}; ` +
                     'one claim_operation per message');
-      await claimEach(items);
+      await claimEach(items, jobType);
     }
 
     // ---- the verdicts, in the order of the receive
@@ -189,6 +200,11 @@ export function idempotentBatch(handler, opts) {
       try {
         await Promise.all(work.map(async (it) => {
           try {
+            // sign-off point `claimed` of this key: inside the heartbeat,
+            // before its handler; 'fail' is handled as its KnownFailure
+            if (so.armed && await so.point('claimed', signoffFields(it, jobType)) === 'fail') {
+              throw new KnownFailure('sign-off runner: fail at claimed');
+            }
             it.result = await handler(it.payload, { key: it.key, attempt: it.claim.attempt,
                                                     verify: it.claim.verdict === 'verify',
                                                     message: it.message });
@@ -200,6 +216,19 @@ export function idempotentBatch(handler, opts) {
       } finally {
         stop.abort();
         await beat;
+      }
+      if (so.armed) {
+        // sign-off point `handled` of every key whose handler returned: the
+        // heartbeat stopped, the completion not sent; a failed exchange
+        // leaves its key to its lease, as a handler's throw
+        await Promise.all(work.filter((it) => it.ok).map(async (it) => {
+          try {
+            await so.point('handled', signoffFields(it, jobType));
+          } catch (err) {
+            it.ok = false;
+            it.failure = err;
+          }
+        }));
       }
     }
 
@@ -267,9 +296,10 @@ export function idempotentBatch(handler, opts) {
   }
 
   return async (messages) => {
+    const jobType = so.jobType(opts.jobType);   // throws on a malformed map, before any call
     const acks = [];
     for (let i = 0; i < messages.length; i += MAX_KEYS) {
-      acks.push(...await receive(messages.slice(i, i + MAX_KEYS)));
+      acks.push(...await receive(messages.slice(i, i + MAX_KEYS), jobType));
     }
     return acks;
   };

@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
 import { BUSY, CLAIM_SQL, KnownFailure, claimOn, fingerprintOf, releaseDelay, sleep, withRetry } from './common.mjs';
+import { signoff } from './signoff.mjs';
 
 
 /**
@@ -22,9 +23,14 @@ import { BUSY, CLAIM_SQL, KnownFailure, claimOn, fingerprintOf, releaseDelay, sl
  * @param opts.claimWait  s a claim may wait for another transaction's uncommitted
  *                        claim of the key (default 0: not at all, in_progress at once)
  * @param opts.onVerdict  optional (event) => void, for logs and metrics
+ *
+ * Sign-off (docs/signoff-protocol.md): the environment is read here, once;
+ * when IDEMPOTENCY_SIGNOFF is set, the job type is mapped at every call and
+ * the points `claimed` and `handled` are exchanged with the runner.
  */
 export function idempotent(handler, opts) {
-  const { pool, sqs, queueUrl, jobType, key } = opts;
+  const { pool, sqs, queueUrl, key } = opts;
+  const so = signoff();
   const heartbeatMs = opts.heartbeat ?? 60_000;
   const retryAfter = opts.retryAfter ?? 600;
   const backoff = opts.backoff ?? 1;
@@ -36,6 +42,7 @@ export function idempotent(handler, opts) {
     (err) => console.error(`${sql.slice(0, 40)}...: ${err.message}; once more on a new connection`));
 
   return async (message) => {
+    const jobType = so.jobType(opts.jobType);   // throws on a malformed map, before any call
     const payload = JSON.parse(message.Body);
     const opKey = key(payload, message);
     const seen = { key: opKey, messageId: message.MessageId,
@@ -106,8 +113,15 @@ export function idempotent(handler, opts) {
       }
     })();
 
+    const point = { job_type: jobType, key: opKey, attempt: claim.attempt, verdict: claim.verdict,
+                    heartbeat: true };
     let result;
     try {
+      // sign-off point `claimed`: inside the heartbeat, before the handler;
+      // 'fail' is handled as the handler's KnownFailure
+      if (so.armed && await so.point('claimed', point) === 'fail') {
+        throw new KnownFailure('sign-off runner: fail at claimed');
+      }
       result = await handler(payload, { key: opKey, attempt: claim.attempt,
                                         verify: claim.verdict === 'verify', message });
     } catch (err) {
@@ -128,6 +142,15 @@ export function idempotent(handler, opts) {
     } finally {
       stop.abort();
       await beat;
+    }
+    if (so.armed) {
+      // sign-off point `handled`: the heartbeat stopped, the completion not sent
+      try {
+        await so.point('handled', point);
+      } catch (err) {
+        notify({ ...event, action: 'failed' });
+        throw err;   // the effect may have happened: the lease and the policy decide
+      }
     }
     try {
       await write('SELECT idempotency.complete_operation($1, $2, $3, $4)',
