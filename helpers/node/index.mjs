@@ -42,20 +42,25 @@
 // complete_operations (and one release_operations) per receive, each message
 // handled as above (see lib/batch.mjs).
 //
-// Sign-off (docs/signoff-protocol.md, version 1): started by the sign-off
-// runner with IDEMPOTENCY_SIGNOFF (a Unix socket) and
-// IDEMPOTENCY_SIGNOFF_JOB_TYPES (yours=run's,...), both wrappers map the job
-// type of every call and stop at the points `claimed` (after a run/verify
-// claim, heartbeat running, before the handler; 'fail' = KnownFailure) and
-// `handled` (handler returned, heartbeat stopped, before the completion)
-// until the runner answers or kills the process. Unset: no change, no
-// connection. signoff(), signoffPoint() and parseJobTypes() are the same for
-// a hand-written worker.
+// Sign-off (docs/signoff-protocol.md, version 1): both wrappers map the job
+// type of every call by IDEMPOTENCY_SIGNOFF_JOB_TYPES (yours=run's,...) and
+// take their timings from the run's lease IDEMPOTENCY_SIGNOFF_LEASE (s:
+// retryAfter, the release cap, the reconnect bound; the heartbeat at most a
+// quarter of it), whether or not IDEMPOTENCY_SIGNOFF is set. Started by the
+// sign-off runner with IDEMPOTENCY_SIGNOFF (a Unix socket), they also stop
+// at the points `claimed` (after a run/verify claim, heartbeat running,
+// before the handler; 'fail' = KnownFailure) and `handled` (handler
+// returned, heartbeat stopped, before the completion) until the runner
+// answers or kills the process, and report every other answer of the claim
+// at `judged` (its verdict; busy for 55P03/57014, error for ID002/class 22)
+// before the message is acknowledged, postponed or failed. Unset: no
+// connection. signoff(), signoffPoint(), parseJobTypes() and parseLease()
+// are the same for a hand-written worker.
 //
 // Modules: lib/common.mjs (the retry after a lost connection, the claim's
 // bound, the backoff), lib/single.mjs (idempotent), lib/batch.mjs
-// (idempotentBatch), lib/signoff.mjs (the sign-off points and mapping).
+// (idempotentBatch), lib/signoff.mjs (the sign-off points, the mapping and the lease).
 export { KnownFailure, fingerprintOf } from './lib/common.mjs';
-export { signoff, signoffPoint, parseJobTypes, SIGNOFF_VERSION } from './lib/signoff.mjs';
+export { signoff, signoffPoint, parseJobTypes, parseLease, SIGNOFF_VERSION } from './lib/signoff.mjs';
 export { idempotent } from './lib/single.mjs';
 export { idempotentBatch } from './lib/batch.mjs';

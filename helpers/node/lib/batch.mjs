@@ -3,8 +3,8 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
-import { BUSY, CLAIM_SQL, KnownFailure, claimOn, connectionLost, fingerprintOf, releaseDelay, sleep,
-         withRetry } from './common.mjs';
+import { BUSY, CLAIM_SQL, KnownFailure, claimOn, connectionLost, fingerprintOf, judgedVerdictOf, releaseDelay,
+         sleep, timings, withRetry } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 const CLAIMS_SQL = 'SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations(' +
@@ -48,16 +48,19 @@ const SQS_BATCH_MAX = 10;     // entries per ChangeMessageVisibilityBatch
  *
  * Events (onVerdict) are the single path's, with `batch`: the receive's size.
  *
- * Sign-off (docs/signoff-protocol.md): as idempotent()'s, per run/verify key
- * of the receive: `claimed` before its handler (the heartbeat running; the
- * exchanges of the receive at the same time), `handled` after the last
- * handler returned and the heartbeat stopped, before complete_operations.
+ * Sign-off (docs/signoff-protocol.md): as idempotent()'s (the map and the
+ * run's lease whether or not IDEMPOTENCY_SIGNOFF is set), per key of the
+ * receive: `judged` for every key the claim did not answer run or verify
+ * (its verdict, or busy / error for a key whose claim threw in the fallback),
+ * the exchanges at the same time, with the heartbeat of the run/verify keys
+ * running, before any message is acknowledged or postponed; per run/verify
+ * key `claimed` before its handler (the heartbeat running; the exchanges of
+ * the receive at the same time), `handled` after the last handler returned
+ * and the heartbeat stopped, before complete_operations.
  */
 export function idempotentBatch(handler, opts) {
   const { pool, sqs, queueUrl, key } = opts;
   const so = signoff();
-  const heartbeatMs = opts.heartbeat ?? 60_000;
-  const retryAfter = opts.retryAfter ?? 600;
   const backoff = opts.backoff ?? 1;
   const backoffMax = opts.backoffMax ?? 60;
   const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
@@ -65,15 +68,26 @@ export function idempotentBatch(handler, opts) {
   const claimWait = opts.claimWait ?? 0;
   const lostOnce = (what) => (err) =>
     console.error(`${what}: ${err.message}; once more on a new connection`);
-  const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
-                                           lostOnce(sql.slice(0, 48) + '...'));
+  const write = (sql, params, reconnectMs) => withRetry(pool, (c) => c.query(sql, params),
+                                                        lostOnce(sql.slice(0, 48) + '...'), reconnectMs);
 
   // the line of a sign-off point (lib/signoff.mjs)
   const signoffFields = (it, jobType) => ({ job_type: jobType, key: it.key, attempt: it.claim.attempt,
                                             verdict: it.claim.verdict, heartbeat: true });
+  // the line of the point `judged` of a key that is not worked on, or null
+  // when its claim's error is not reported (a lost connection, ...)
+  const judgedFields = (it, jobType) => {
+    if (!it.error) {
+      return { job_type: jobType, key: it.key, attempt: it.claim.attempt, verdict: it.claim.verdict,
+               heartbeat: false };
+    }
+    const verdict = judgedVerdictOf(it.error);
+    return verdict && { job_type: jobType, key: it.key, attempt: null, verdict, sqlstate: it.error.code,
+                        heartbeat: false };
+  };
 
   // one claim_operation per message (the fallback); it.claim or it.error
-  async function claimEach(items, jobType) {
+  async function claimEach(items, jobType, reconnectMs) {
     for (const it of items) {
       const params = [jobType, it.key, it.fingerprint, worker, it.delivery, claimWait > 0];
       try {
@@ -81,14 +95,14 @@ export function idempotentBatch(handler, opts) {
           (err) => {
             console.error(`claim_operation ${it.key}: ${err.message}; once more on a new connection`);
             notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
-          }));
+          }, reconnectMs));
       } catch (err) {
         it.error = err;
       }
     }
   }
 
-  async function receive(messages, jobType) {
+  async function receive(messages, jobType, { heartbeatMs, retryAfter, releaseCap, reconnectMs }) {
     const n = messages.length;
     const acks = [];          // messages sqs-consumer deletes
     const postponed = [];     // [message, VisibilityTimeout]
@@ -123,7 +137,7 @@ export function idempotentBatch(handler, opts) {
         for (const it of items) {
           notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
         }
-      });
+      }, reconnectMs);
       if (rows.length !== items.length) {
         throw new Error(`claim_operations returned ${rows.length} rows for ${items.length} keys`);
       }
@@ -141,95 +155,119 @@ export function idempotentBatch(handler, opts) {
       // refused as a whole, nothing recorded: single claims for this receive
       console.error(`claim_operations (${items.length} keys): ${err.code} ${err.message}; ` +
                     'one claim_operation per message');
-      await claimEach(items, jobType);
+      await claimEach(items, jobType, reconnectMs);
     }
 
-    // ---- the verdicts, in the order of the receive
-    const work = [];
-    for (const it of items) {
-      if (it.error) {
-        const busy = BUSY.includes(it.error.code);
-        if (busy) postponed.push([it.message, retryAfter]);
-        else console.error(`claim_operation ${it.key}: ${it.error.code ?? ''} ${it.error.message}`);
-        notify({ ...it.seen, verdict: 'claim error', attempt: null,
-                 sqlstate: it.error.code ?? 'connection', action: busy ? 'retry' : 'raise' });
-        continue;
-      }
-      it.event = { ...it.seen, verdict: it.claim.verdict, attempt: it.claim.attempt };
-      switch (it.claim.verdict) {
-        case 'completed':
-        case 'skipped':
-        case 'held':
-          acks.push(it.message);
-          notify({ ...it.event, action: 'ack' });
-          break;
-        case 'in_progress':
-          postponed.push([it.message, retryAfter]);
-          notify({ ...it.event, action: 'retry' });
-          break;
-        case 'run':
-        case 'verify':
-          work.push(it);
-          notify({ ...it.event, action: 'work' });
-          break;
-        default:
-          console.error(`claim_operations ${it.key}: unknown verdict ${it.claim.verdict}`);
-          notify({ ...it.event, action: 'failed' });
-      }
-    }
-
-    // ---- the work: concurrently; one heartbeat for all the claims
-    if (work.length) {
-      const stop = new AbortController();
-      const beat = (async () => {
-        while (!stop.signal.aborted) {
-          await sleep(heartbeatMs, stop.signal);
-          for (const it of work) {
-            if (stop.signal.aborted) break;
-            if (it.superseded) continue;
-            try {
-              await pool.query('SELECT idempotency.extend_lease($1, $2, $3)',
-                               [jobType, it.key, it.claim.attempt]);
-            } catch (err) {
-              if (err.code === 'ID003') it.superseded = true;   // taken over: stop beating it
-              else console.error(`extend_lease ${it.key}:`, err.message);
-            }
+    // ---- the keys to work on: run / verify; one heartbeat for all their
+    // claims, from here until the last handler returned (it keeps them young
+    // also while the runner answers the judged exchanges)
+    const work = items.filter((it) => !it.error && ['run', 'verify'].includes(it.claim.verdict));
+    const stop = new AbortController();
+    const beat = work.length === 0 ? Promise.resolve() : (async () => {
+      while (!stop.signal.aborted) {
+        await sleep(heartbeatMs, stop.signal);
+        for (const it of work) {
+          if (stop.signal.aborted) break;
+          if (it.superseded) continue;
+          try {
+            await pool.query('SELECT idempotency.extend_lease($1, $2, $3)',
+                             [jobType, it.key, it.claim.attempt]);
+          } catch (err) {
+            if (err.code === 'ID003') it.superseded = true;   // taken over: stop beating it
+            else console.error(`extend_lease ${it.key}:`, err.message);
           }
         }
-      })();
-      try {
-        await Promise.all(work.map(async (it) => {
-          try {
-            // sign-off point `claimed` of this key: inside the heartbeat,
-            // before its handler; 'fail' is handled as its KnownFailure
-            if (so.armed && await so.point('claimed', signoffFields(it, jobType)) === 'fail') {
-              throw new KnownFailure('sign-off runner: fail at claimed');
-            }
-            it.result = await handler(it.payload, { key: it.key, attempt: it.claim.attempt,
-                                                    verify: it.claim.verdict === 'verify',
-                                                    message: it.message });
-            it.ok = true;
-          } catch (err) {
-            it.failure = err;
-          }
-        }));
-      } finally {
-        stop.abort();
-        await beat;
       }
+    })();
+    try {
       if (so.armed) {
-        // sign-off point `handled` of every key whose handler returned: the
-        // heartbeat stopped, the completion not sent; a failed exchange
-        // leaves its key to its lease, as a handler's throw
-        await Promise.all(work.filter((it) => it.ok).map(async (it) => {
+        // sign-off point `judged` of every other key (its verdict; busy or
+        // error for a claim that threw), the exchanges at the same time,
+        // before its message is acknowledged or postponed; a failed
+        // exchange fails its message as a handler's error would
+        await Promise.all(items.filter((it) => !work.includes(it)).map(async (it) => {
+          const fields = judgedFields(it, jobType);
+          if (!fields) return;
           try {
-            await so.point('handled', signoffFields(it, jobType));
+            await so.point('judged', fields);
           } catch (err) {
-            it.ok = false;
-            it.failure = err;
+            it.judgedFailure = err;
           }
         }));
       }
+
+      // ---- the verdicts, in the order of the receive
+      for (const it of items) {
+        if (it.judgedFailure) {   // left to its visibility timeout
+          console.error(`claim ${it.key}: ${it.judgedFailure.message}`);
+          notify(it.error
+            ? { ...it.seen, verdict: 'claim error', attempt: null, sqlstate: it.error.code ?? 'connection',
+                action: 'failed' }
+            : { ...it.seen, verdict: it.claim.verdict, attempt: it.claim.attempt, action: 'failed' });
+          continue;
+        }
+        if (it.error) {
+          const busy = BUSY.includes(it.error.code);
+          if (busy) postponed.push([it.message, retryAfter]);
+          else console.error(`claim_operation ${it.key}: ${it.error.code ?? ''} ${it.error.message}`);
+          notify({ ...it.seen, verdict: 'claim error', attempt: null,
+                   sqlstate: it.error.code ?? 'connection', action: busy ? 'retry' : 'raise' });
+          continue;
+        }
+        it.event = { ...it.seen, verdict: it.claim.verdict, attempt: it.claim.attempt };
+        switch (it.claim.verdict) {
+          case 'completed':
+          case 'skipped':
+          case 'held':
+            acks.push(it.message);
+            notify({ ...it.event, action: 'ack' });
+            break;
+          case 'in_progress':
+            postponed.push([it.message, retryAfter]);
+            notify({ ...it.event, action: 'retry' });
+            break;
+          case 'run':
+          case 'verify':
+            notify({ ...it.event, action: 'work' });   // in `work`
+            break;
+          default:
+            console.error(`claim_operations ${it.key}: unknown verdict ${it.claim.verdict}`);
+            notify({ ...it.event, action: 'failed' });
+        }
+      }
+
+      // ---- the work: concurrently
+      await Promise.all(work.map(async (it) => {
+        try {
+          // sign-off point `claimed` of this key: inside the heartbeat,
+          // before its handler; 'fail' is handled as its KnownFailure
+          if (so.armed && await so.point('claimed', signoffFields(it, jobType)) === 'fail') {
+            throw new KnownFailure('sign-off runner: fail at claimed');
+          }
+          it.result = await handler(it.payload, { key: it.key, attempt: it.claim.attempt,
+                                                  verify: it.claim.verdict === 'verify',
+                                                  message: it.message });
+          it.ok = true;
+        } catch (err) {
+          it.failure = err;
+        }
+      }));
+    } finally {
+      stop.abort();
+      await beat;
+    }
+    if (so.armed && work.length) {
+      // sign-off point `handled` of every key whose handler returned: the
+      // heartbeat stopped, the completion not sent; a failed exchange
+      // leaves its key to its lease, as a handler's throw
+      await Promise.all(work.filter((it) => it.ok).map(async (it) => {
+        try {
+          await so.point('handled', signoffFields(it, jobType));
+        } catch (err) {
+          it.ok = false;
+          it.failure = err;
+        }
+      }));
     }
 
     // ---- one completion, one release
@@ -247,7 +285,7 @@ export function idempotentBatch(handler, opts) {
       let rows;
       try {
         ({ rows } = await write(sql, [jobType, list.map((it) => it.key), list.map((it) => it.claim.attempt),
-                                      ...extra(list)]));
+                                      ...extra(list)], reconnectMs));
       } catch (err) {   // the call as a whole: left to the visibility timeout
         console.error(`${sql.slice(0, 48)}...: ${err.code ?? ''} ${err.message}`);
         for (const it of list) notify({ ...it.event, action: 'failed', sqlstate: err.code ?? 'connection' });
@@ -272,7 +310,7 @@ export function idempotentBatch(handler, opts) {
       });
     await outcome(RELEASE_SQL, known, () => [], (it, r) => {
       if (r.done) {
-        const delay = releaseDelay(it.claim.attempt, { backoff, backoffMax, retryAfter });
+        const delay = releaseDelay(it.claim.attempt, { backoff, backoffMax, releaseCap });
         postponed.push([it.message, delay]);
         notify({ ...it.event, action: 'released', retry_in: delay });
       } else {
@@ -296,10 +334,13 @@ export function idempotentBatch(handler, opts) {
   }
 
   return async (messages) => {
-    const jobType = so.jobType(opts.jobType);   // throws on a malformed map, before any call
+    // both throw (a malformed map, a lease that is not a positive number)
+    // before any call
+    const jobType = so.jobType(opts.jobType);
+    const times = timings(opts, so.lease());
     const acks = [];
     for (let i = 0; i < messages.length; i += MAX_KEYS) {
-      acks.push(...await receive(messages.slice(i, i + MAX_KEYS), jobType));
+      acks.push(...await receive(messages.slice(i, i + MAX_KEYS), jobType, times));
     }
     return acks;
   };

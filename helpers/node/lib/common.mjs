@@ -8,6 +8,14 @@ export const CLAIM_SQL = 'SELECT verdict, attempt, result FROM idempotency.claim
                          'delivery => $5, wait => $6)';
 export const BUSY = ['55P03', '57014'];   // lock_timeout, statement_timeout: the claim hit its bound
 
+// the sign-off verdict of a claim that threw (the point `judged`,
+// docs/signoff-protocol.md): 'busy' for its bound (BUSY), 'error' for an
+// error it will not heal from (ID002: the key with another fingerprint;
+// class 22: bad input), else null (a lost connection, anything else: not
+// reported)
+export const judgedVerdictOf = (err) =>
+  (BUSY.includes(err?.code) ? 'busy' : err?.code === 'ID002' || /^22/.test(err?.code ?? '') ? 'error' : null);
+
 // an error of the connection (lost, closed, refused), not of the statement:
 // no SQLSTATE at all, class 08 (PgBouncer's own errors are 08P01, and it
 // closes the connection after them), or 57P01-57P03 (the backend was
@@ -22,17 +30,45 @@ export const connectionLost = (err) => !isDatabaseError(err) ||
 
 // how long a call whose connection was lost is tried again (same arguments,
 // so a claim keeps its delivery token): 0, 0.1, 0.2 ... 2 s apart, for up to
-// IDEMPOTENCY_RECONNECT_FOR ms (default 30 s; keep it under half the lease).
+// IDEMPOTENCY_RECONNECT_FOR ms (default 30 s; keep it under half the lease;
+// under a sign-off run's lease, at most half of that: see timings()).
 // PgBouncer refuses logins for server_login_retry (15 s) after the server
 // was down.
 const RECONNECT_FOR = Number(process.env.IDEMPOTENCY_RECONNECT_FOR ?? 30000);
 const pauseFor = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * The timings a wrapper derives from its options and the lease:
+ * { heartbeatMs, retryAfter, releaseCap, reconnectMs }.
+ *  - heartbeatMs: ms between extend_lease calls (opts.heartbeat, default 60000)
+ *  - retryAfter: s until an in_progress (or busy) message is seen again
+ *    (opts.retryAfter, default 600: about the lease)
+ *  - releaseCap: s a released message waits at most (half of retryAfter)
+ *  - reconnectMs: ms a call whose connection was lost is tried again
+ *    (IDEMPOTENCY_RECONNECT_FOR)
+ * `runLease` (s): a sign-off run's lease (IDEMPOTENCY_SIGNOFF_LEASE,
+ * docs/signoff-protocol.md), or null. When given, it replaces the lease the
+ * options stand for: retryAfter is the run's lease (rounded up to whole
+ * seconds, as SQS counts, at least 1), releaseCap and reconnectMs at most
+ * half of it, and heartbeatMs at most a quarter of it.
+ */
+export function timings(opts, runLease = null) {
+  const heartbeatMs = opts.heartbeat ?? 60_000;
+  const retryAfter = opts.retryAfter ?? 600;
+  if (runLease === null) {
+    return { heartbeatMs, retryAfter, releaseCap: retryAfter / 2, reconnectMs: RECONNECT_FOR };
+  }
+  return { heartbeatMs: Math.min(heartbeatMs, runLease * 1000 / 4),
+           retryAfter: Math.max(1, Math.ceil(runLease)),
+           releaseCap: runLease / 2,
+           reconnectMs: Math.min(RECONNECT_FOR, runLease * 1000 / 2) };
+}
+
 // run(client) on a client of the pool; again on a new client while the
-// connection is lost (onLost(err) first), for up to RECONNECT_FOR ms. A
-// broken client is discarded.
-export async function withRetry(pool, run, onLost) {
-  const deadline = Date.now() + RECONNECT_FOR;
+// connection is lost (onLost(err) first), for up to reconnectMs (default
+// IDEMPOTENCY_RECONNECT_FOR). A broken client is discarded.
+export async function withRetry(pool, run, onLost, reconnectMs = RECONNECT_FOR) {
+  const deadline = Date.now() + reconnectMs;
   for (let tries = 1; ; tries++) {
     const pause = Math.min(2000, 100 * (tries - 1));
     let client;
@@ -83,12 +119,13 @@ export async function claimOn(c, sql, params, claimWait) {
 }
 
 // s until a released message is seen again: `backoff` doubling with the
-// attempt, at most `backoffMax`, jittered, within half of `retryAfter`, so
-// that the sweeper (a released record nobody claimed for a lease) does not
-// re-enqueue it too. SQS counts in whole seconds.
-export function releaseDelay(attempt, { backoff, backoffMax, retryAfter }) {
+// attempt, at most `backoffMax`, jittered, within `releaseCap` (half the
+// lease: timings()), so that the sweeper (a released record nobody claimed
+// for a lease) does not re-enqueue it too. SQS counts in whole seconds: at
+// least 1.
+export function releaseDelay(attempt, { backoff, backoffMax, releaseCap }) {
   const d = Math.min(backoffMax, backoff * 2 ** Math.min(attempt - 1, 32));
-  return Math.max(1, Math.min(Math.floor(retryAfter / 2),
+  return Math.max(1, Math.min(Math.floor(releaseCap),
                               Math.round(d / 2 + Math.random() * d / 2)));
 }
 

@@ -1,18 +1,25 @@
 // lib/signoff.mjs: the sign-off protocol, version 1 (docs/signoff-protocol.md):
-// the kill points `claimed` and `handled` and the job-type mapping, both only
-// when the sign-off runner started the worker with IDEMPOTENCY_SIGNOFF.
+// the points `claimed`, `judged` and `handled` (only when the sign-off runner
+// started the worker with IDEMPOTENCY_SIGNOFF), the job-type mapping
+// (IDEMPOTENCY_SIGNOFF_JOB_TYPES) and the run's lease
+// (IDEMPOTENCY_SIGNOFF_LEASE); the three variables are independent.
 //
 //   const so = signoff();                          // reads the variables once
 //   const jobType = so.jobType('send_confirmation'); // the run's type when mapped
+//   const lease = so.lease();                      // the run's lease (s), or null
 //   ... claim (run or verify), heartbeat started ...
 //   if (await so.point('claimed', { job_type: jobType, key, attempt, verdict,
 //                                   heartbeat: true }) === 'fail') { release; return; }
 //   ... handler returned, heartbeat stopped ...
 //   await so.point('handled', { ... });            // then complete
+//   ... any other answer of the claim, before ack / postpone / fail:
+//   await so.point('judged', { job_type: jobType, key, attempt, verdict });
+//   await so.point('judged', { job_type: jobType, key, attempt: null,
+//                              verdict: 'busy' | 'error', sqlstate });
 //
-// Unarmed (IDEMPOTENCY_SIGNOFF unset or empty): jobType(t) is t, point()
-// resolves 'continue' and connects nowhere; IDEMPOTENCY_SIGNOFF_JOB_TYPES is
-// not read. The wrappers call point() only when so.armed.
+// Unarmed (IDEMPOTENCY_SIGNOFF unset or empty): point() resolves 'continue'
+// and connects nowhere (the wrappers call it only when so.armed); the map
+// and the lease apply all the same (as in the Python and Ruby helpers).
 import { createConnection } from 'node:net';
 
 export const SIGNOFF_VERSION = 1;
@@ -42,18 +49,40 @@ export function parseJobTypes(text) {
 }
 
 /**
- * One exchange with the runner at `point` ('claimed' or 'handled'): a new
- * connection to the Unix socket `socket`, one JSON line written, one line
- * read, no timeout. Resolves the answer ('continue', or 'fail' at
- * 'claimed'); rejects when the socket cannot be reached, when the runner
- * closes the connection without a line, or answers anything else. The runner
- * may instead kill the process while it waits: that is the point.
+ * IDEMPOTENCY_SIGNOFF_LEASE's text -> the run's lease in seconds (a positive,
+ * finite decimal number), or null when unset or empty. Throws on anything
+ * else ('0', '-1', 'abc', '0x10', 'Infinity', '1e999').
  */
-export function signoffPoint(socket, point, { job_type, key, attempt, verdict, heartbeat }) {
-  const allowed = point === 'claimed' ? ['continue', 'fail'] : point === 'handled' ? ['continue'] : null;
+export function parseLease(text) {
+  if (text === undefined || text === null || text === '') return null;
+  const lease = /^\s*\+?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?\s*$/i.test(text) ? Number(text) : NaN;
+  if (!(lease > 0 && Number.isFinite(lease))) {
+    throw new Error(`IDEMPOTENCY_SIGNOFF_LEASE: ${JSON.stringify(String(text))} is not a positive number ` +
+                    'of seconds; no job is claimed');
+  }
+  return lease;
+}
+
+// the answers each point may get
+const ANSWERS = { claimed: ['continue', 'fail'], judged: ['continue'], handled: ['continue'] };
+
+/**
+ * One exchange with the runner at `point` ('claimed', 'judged' or
+ * 'handled'): a new connection to the Unix socket `socket`, one JSON line
+ * written, one line read, no timeout. Resolves the answer ('continue', or
+ * 'fail' at 'claimed'); rejects when the socket cannot be reached, when the
+ * runner closes the connection without a line, or answers anything else.
+ * The runner may instead kill the process while it waits: that is the
+ * point. The line has `sqlstate` only with the verdict 'busy' or 'error'
+ * (`judged` of a claim that threw; attempt null).
+ */
+export function signoffPoint(socket, point, { job_type, key, attempt, verdict, heartbeat, sqlstate }) {
+  const allowed = Object.hasOwn(ANSWERS, point) ? ANSWERS[point] : null;
   if (!allowed) return Promise.reject(new Error(`sign-off: unknown point ${JSON.stringify(point)}`));
-  const line = JSON.stringify({ v: SIGNOFF_VERSION, point, job_type, key, attempt, verdict,
-                                pid: process.pid, heartbeat: Boolean(heartbeat) }) + '\n';
+  const fields = { v: SIGNOFF_VERSION, point, job_type, key, attempt, verdict,
+                   pid: process.pid, heartbeat: Boolean(heartbeat) };
+  if (verdict === 'busy' || verdict === 'error') fields.sqlstate = sqlstate ?? null;
+  const line = JSON.stringify(fields) + '\n';
   const at = `sign-off runner at ${socket}, point ${point} of ${job_type}/${key}`;
   return new Promise((resolve, reject) => {
     let buf = '';
@@ -80,37 +109,37 @@ export function signoffPoint(socket, point, { job_type, key, attempt, verdict, h
   });
 }
 
-const UNARMED = Object.freeze({
-  armed: false,
-  socket: null,
-  jobType: (t) => t,
-  point: async () => 'continue',
-});
-
 /**
  * The sign-off settings of the environment `env` (read once, here):
- * { armed, socket, jobType(t), point(point, fields) }. A malformed
- * IDEMPOTENCY_SIGNOFF_JOB_TYPES makes jobType() throw (at every call), so
- * that the user's job type is never used by an armed worker.
+ * { armed, socket, jobType(t), lease(), point(point, fields) }.
+ * IDEMPOTENCY_SIGNOFF arms the points; IDEMPOTENCY_SIGNOFF_JOB_TYPES and
+ * IDEMPOTENCY_SIGNOFF_LEASE apply whether or not it is set. A malformed map
+ * makes jobType() throw, a lease that is not a positive number makes lease()
+ * throw (at every call), so that a wrapper refuses the message before any
+ * database call instead of using the user's job type or lease.
  */
 export function signoff(env = process.env) {
-  const socket = env.IDEMPOTENCY_SIGNOFF;
-  if (!socket) return UNARMED;
-  const text = env.IDEMPOTENCY_SIGNOFF_JOB_TYPES;
-  let map = new Map();
-  let malformed = null;
-  try {
-    if (text) map = parseJobTypes(text);
-  } catch (err) {
-    malformed = err.message;
-  }
+  const socket = env.IDEMPOTENCY_SIGNOFF || null;
+  const settle = (parse, text, none) => {
+    try {
+      return { value: text ? parse(text) : none, error: null };
+    } catch (err) {
+      return { value: none, error: err.message };
+    }
+  };
+  const map = settle(parseJobTypes, env.IDEMPOTENCY_SIGNOFF_JOB_TYPES, new Map());
+  const lease = settle(parseLease, env.IDEMPOTENCY_SIGNOFF_LEASE, null);
   return Object.freeze({
-    armed: true,
+    armed: Boolean(socket),
     socket,
     jobType(t) {
-      if (malformed) throw new Error(malformed);
-      return map.get(t) ?? t;
+      if (map.error) throw new Error(map.error);
+      return map.value.get(t) ?? t;
     },
-    point: (point, fields) => signoffPoint(socket, point, fields),
+    lease() {
+      if (lease.error) throw new Error(lease.error);
+      return lease.value;
+    },
+    point: socket ? (point, fields) => signoffPoint(socket, point, fields) : async () => 'continue',
   });
 }

@@ -3,7 +3,8 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
-import { BUSY, CLAIM_SQL, KnownFailure, claimOn, fingerprintOf, releaseDelay, sleep, withRetry } from './common.mjs';
+import { BUSY, CLAIM_SQL, KnownFailure, claimOn, fingerprintOf, judgedVerdictOf, releaseDelay, sleep, timings,
+         withRetry } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 
@@ -16,33 +17,52 @@ import { signoff } from './signoff.mjs';
  * @param opts.queueUrl
  * @param opts.jobType    registered in idempotency.job_types
  * @param opts.key        (payload, message) => operation key (names the effect)
- * @param opts.heartbeat  ms between extend_lease calls (less than the lease)
- * @param opts.retryAfter s until an in_progress message is seen again (about the lease)
+ * @param opts.heartbeat  ms between extend_lease calls (less than the lease; default 60000)
+ * @param opts.retryAfter s until an in_progress message is seen again (about the lease; default 600)
  * @param opts.backoff    s before a released message is seen again (first attempt; default 1)
  * @param opts.backoffMax s at most (default 60; never more than retryAfter / 2)
  * @param opts.claimWait  s a claim may wait for another transaction's uncommitted
  *                        claim of the key (default 0: not at all, in_progress at once)
  * @param opts.onVerdict  optional (event) => void, for logs and metrics
  *
- * Sign-off (docs/signoff-protocol.md): the environment is read here, once;
- * when IDEMPOTENCY_SIGNOFF is set, the job type is mapped at every call and
- * the points `claimed` and `handled` are exchanged with the runner.
+ * Sign-off (docs/signoff-protocol.md): the environment is read here, once.
+ * IDEMPOTENCY_SIGNOFF_JOB_TYPES maps the job type of every call;
+ * IDEMPOTENCY_SIGNOFF_LEASE (s) replaces the lease in the timings (see
+ * timings() in common.mjs: retryAfter, the release cap, the reconnect bound;
+ * the heartbeat at most a quarter of it); both whether or not
+ * IDEMPOTENCY_SIGNOFF is set. When it is, the points `claimed` and `handled`
+ * (run / verify) or `judged` (any other answer of the claim) are exchanged
+ * with the runner.
  */
 export function idempotent(handler, opts) {
   const { pool, sqs, queueUrl, key } = opts;
   const so = signoff();
-  const heartbeatMs = opts.heartbeat ?? 60_000;
-  const retryAfter = opts.retryAfter ?? 600;
   const backoff = opts.backoff ?? 1;
   const backoffMax = opts.backoffMax ?? 60;
   const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
   const notify = opts.onVerdict ?? (() => {});
   const claimWait = opts.claimWait ?? 0;
-  const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
-    (err) => console.error(`${sql.slice(0, 40)}...: ${err.message}; once more on a new connection`));
 
   return async (message) => {
-    const jobType = so.jobType(opts.jobType);   // throws on a malformed map, before any call
+    // both throw (a malformed map, a lease that is not a positive number)
+    // before any call
+    const jobType = so.jobType(opts.jobType);
+    const { heartbeatMs, retryAfter, releaseCap, reconnectMs } = timings(opts, so.lease());
+    const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
+      (err) => console.error(`${sql.slice(0, 40)}...: ${err.message}; once more on a new connection`),
+      reconnectMs);
+    // sign-off point `judged` (any answer of the claim but run / verify),
+    // before the message is acknowledged, postponed or failed; a failed
+    // exchange fails the message as a handler's error would
+    const judged = async (event, fields) => {
+      if (!so.armed) return;
+      try {
+        await so.point('judged', { job_type: jobType, key: event.key, heartbeat: false, ...fields });
+      } catch (err) {
+        notify({ ...event, action: 'failed' });
+        throw err;
+      }
+    };
     const payload = JSON.parse(message.Body);
     const opKey = key(payload, message);
     const seen = { key: opKey, messageId: message.MessageId,
@@ -56,8 +76,13 @@ export function idempotent(handler, opts) {
       ({ rows: [claim] } = await withRetry(pool, (c) => claimOn(c, CLAIM_SQL, params, claimWait), (err) => {
         console.error(`claim_operation ${opKey}: ${err.message}; once more on a new connection`);
         notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
-      }));
+      }, reconnectMs));
     } catch (err) {
+      const verdict = judgedVerdictOf(err);   // busy, error, or not reported (null)
+      if (verdict) {
+        await judged({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code },
+                     { attempt: null, verdict, sqlstate: err.code });
+      }
       if (BUSY.includes(err.code)) {
         // the claim hit its bound (claimWait's lock_timeout, or with wait =>
         // false a lock met between its check and its write): as in_progress
@@ -75,6 +100,9 @@ export function idempotent(handler, opts) {
     }
     const event = { ...seen, verdict: claim.verdict, attempt: claim.attempt };
 
+    if (claim.verdict !== 'run' && claim.verdict !== 'verify') {
+      await judged(event, { attempt: claim.attempt, verdict: claim.verdict });
+    }
     switch (claim.verdict) {
       case 'completed':
       case 'skipped':
@@ -131,7 +159,7 @@ export function idempotent(handler, opts) {
         await write('SELECT idempotency.release_operation($1, $2, $3)',
                     [jobType, opKey, claim.attempt]);
         // a later receive claims attempt + 1; within half the lease
-        const delay = releaseDelay(claim.attempt, { backoff, backoffMax, retryAfter });
+        const delay = releaseDelay(claim.attempt, { backoff, backoffMax, releaseCap });
         await sqs.send(new ChangeMessageVisibilityCommand({
           QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: delay }));
         notify({ ...event, action: 'released', retry_in: delay });

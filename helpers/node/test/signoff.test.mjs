@@ -4,16 +4,21 @@
 // continue, fail, nothing (held until the test answers) or closing), and the
 // PostgreSQL of the PG* environment (as helper.test.mjs):
 //
-// unarmed: no connection, the map not read; the map parsed and a malformed
-// one refused before any call; continue (single): the two lines and their
-// fields, `claimed` inside the heartbeat before the handler, `handled` after
-// it with the heartbeat stopped, every call on the run's job type; fail at
-// claimed releases without the handler (single, batch); a batch's points per
-// run/verify key, its `claimed` exchanges open at the same time; an
-// unreachable socket, a connection closed without an answer, an answer not
-// allowed; and real kills: a child worker (test/signoff-worker.mjs) SIGKILLed
-// at `claimed` (record claimed, no effect) and at `handled` (effect, record
-// not completed), single and batch.
+// unarmed: no connection, but the map and the run's lease applied (the
+// variables are independent); the map parsed and a malformed one refused
+// before any call; continue (single): the two lines and their fields,
+// `claimed` inside the heartbeat before the handler, `handled` after it with
+// the heartbeat stopped, every call on the run's job type; fail at claimed
+// releases without the handler (single, batch); a batch's points per
+// run/verify key, its `claimed` exchanges open at the same time; `judged`
+// (completed, in_progress, busy, ID002) once per such key before its message
+// is acknowledged or postponed, single and batch, and `fail` refused there;
+// IDEMPOTENCY_SIGNOFF_LEASE: the heartbeat, the postponements, the release
+// cap and the reconnect bound from the run's lease, a bad value refused
+// before any call; an unreachable socket, a connection closed without an
+// answer, an answer not allowed; and real kills: a child worker
+// (test/signoff-worker.mjs) SIGKILLed at `claimed` (record claimed, no
+// effect) and at `handled` (effect, record not completed), single and batch.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -23,7 +28,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { fingerprintOf, idempotent, idempotentBatch, parseJobTypes, signoff, signoffPoint }
+import { fingerprintOf, idempotent, idempotentBatch, parseJobTypes, parseLease, signoff, signoffPoint }
   from 'pg-idempotency';
 
 const LEASE = 2;            // seconds
@@ -59,17 +64,18 @@ after(async () => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-async function jobType(name, policy = 'hold') {
+async function jobType(name, policy = 'hold', lease = LEASE) {
   const t = `${PREFIX}${name}_${types.length}`;
   await admin.query('INSERT INTO idempotency.job_types (job_type, lease, stale_policy) ' +
-                    'VALUES ($1, make_interval(secs => $2), $3)', [t, LEASE, policy]);
+                    'VALUES ($1, make_interval(secs => $2), $3)', [t, lease, policy]);
   types.push(t);
   return t;
 }
 
 // the user's job type and the run's, both registered: what is written where
-async function pair(policy = 'hold') {
-  return { user: await jobType('user', policy), run: await jobType('run', policy) };
+// (lease: the job types' lease in the database, s)
+async function pair(policy = 'hold', lease = LEASE) {
+  return { user: await jobType('user', policy, lease), run: await jobType('run', policy, lease) };
 }
 
 async function record(type, key) {
@@ -84,6 +90,25 @@ async function count(type) {
     'SELECT count(*)::int AS n FROM idempotency.operations WHERE job_type = $1', [type]);
   return r.n;
 }
+
+async function heartbeatAt(type, key) {
+  const { rows: [r] } = await admin.query(
+    'SELECT heartbeat_at FROM idempotency.operations WHERE job_type = $1 AND operation_key = $2', [type, key]);
+  return r.heartbeat_at;
+}
+
+// the records the claims of a test meet: completed (with the message's own
+// body), a young claim of another worker (in_progress), a claim of another
+// body (ID002)
+const fp = (key) => fingerprintOf(message(key).Body);
+async function completedBefore(type, key) {
+  await admin.query('SELECT idempotency.claim_operation($1, $2, $3, $4)', [type, key, fp(key), 'earlier']);
+  await admin.query("SELECT idempotency.complete_operation($1, $2, 1, '{}')", [type, key]);
+}
+const claimedElsewhere = (type, key) =>
+  admin.query('SELECT idempotency.claim_operation($1, $2, $3, $4)', [type, key, fp(key), 'other-worker']);
+const claimedWithOtherBody = (type, key) =>
+  admin.query('SELECT idempotency.claim_operation($1, $2, $3, $4)', [type, key, 'sha256:other', 'other-worker']);
 
 const tempDir = () => { const d = mkdtempSync(join(tmpdir(), 'signoff-')); dirs.push(d); return d; };
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -144,7 +169,7 @@ async function fakeRunner(answer = () => 'continue') {
 // make a wrapper with these variables in the environment (read when made)
 function withEnv(env, make) {
   const saved = {};
-  for (const k of ['IDEMPOTENCY_SIGNOFF', 'IDEMPOTENCY_SIGNOFF_JOB_TYPES']) {
+  for (const k of ['IDEMPOTENCY_SIGNOFF', 'IDEMPOTENCY_SIGNOFF_JOB_TYPES', 'IDEMPOTENCY_SIGNOFF_LEASE']) {
     saved[k] = process.env[k];
     delete process.env[k];
   }
@@ -189,8 +214,9 @@ const message = (key) => ({ MessageId: `m-${key}`, ReceiptHandle: `rh-${key}`,
                             Attributes: { ApproximateReceiveCount: '1' } });
 
 // a wrapper (idempotent, or idempotentBatch with batch: true) made in env;
-// behave[key]() runs as that key's handler
-function wrap(type, env, { batch = false, behave = {} } = {}) {
+// behave[key]() runs as that key's handler; opts: the wrapper's options
+// instead of the defaults below (heartbeat, retryAfter, backoff, pool, ...)
+function wrap(type, env, { batch = false, behave = {}, opts: extra = {} } = {}) {
   const runs = [];
   const events = [];
   const log = [];
@@ -202,7 +228,7 @@ function wrap(type, env, { batch = false, behave = {} } = {}) {
   };
   const opts = { pool: countingPool(log), sqs, queueUrl: QUEUE_URL, jobType: type, key: (p) => p.order,
                  heartbeat: HEARTBEAT, retryAfter: RETRY_AFTER, worker: 'signoff-test',
-                 onVerdict: (e) => events.push(e) };
+                 onVerdict: (e) => events.push(e), ...extra };
   const handle = withEnv(env, () => (batch ? idempotentBatch : idempotent)(handler, opts));
   return { handle, runs, events, log, sqs,
            verdicts: (key) => events.filter((e) => e.key === key).map((e) => `${e.verdict}:${e.action}`) };
@@ -218,30 +244,64 @@ test('parseJobTypes: pairs; an entry without =, an empty side, a type twice are 
   }
 });
 
-test('signoff(env): unarmed is the identity and reads no map; armed maps, a malformed map throws at jobType()', T, async () => {
-  const unarmed = signoff({ IDEMPOTENCY_SIGNOFF_JOB_TYPES: 'malformed' });
-  assert.equal(unarmed.armed, false);
-  assert.equal(unarmed.jobType('mine'), 'mine');
-  assert.equal(await unarmed.point('claimed', {}), 'continue');
+test('parseLease: a positive decimal number of seconds; unset is null; anything else an error', () => {
+  assert.equal(parseLease('0.4'), 0.4);
+  assert.equal(parseLease('2'), 2);
+  assert.equal(parseLease(' 3 '), 3);
+  assert.equal(parseLease('.5'), 0.5);
+  assert.equal(parseLease('1e1'), 10);
+  assert.equal(parseLease(undefined), null);
+  assert.equal(parseLease(''), null);
+  for (const bad of ['0', '0.0', '-1', 'abc', '0x10', 'Infinity', 'NaN', '1e999', ' ', '2s', '1,5']) {
+    assert.throws(() => parseLease(bad), /IDEMPOTENCY_SIGNOFF_LEASE: .* is not a positive number of seconds/, bad);
+  }
+});
+
+test('signoff(env): the map and the lease apply armed or not; a malformed one throws at every call', T, async () => {
+  const none = signoff({});
+  assert.equal(none.armed, false);
+  assert.equal(none.jobType('mine'), 'mine');
+  assert.equal(none.lease(), null);
+  assert.equal(await none.point('claimed', {}), 'continue');
   assert.equal(signoff({ IDEMPOTENCY_SIGNOFF: '' }).armed, false);
+  // unarmed: no point, but the map and the lease all the same
+  const unarmed = signoff({ IDEMPOTENCY_SIGNOFF_JOB_TYPES: 'mine=theirs', IDEMPOTENCY_SIGNOFF_LEASE: '0.4' });
+  assert.equal(unarmed.armed, false);
+  assert.equal(unarmed.jobType('mine'), 'theirs');
+  assert.equal(unarmed.lease(), 0.4);
+  assert.equal(await unarmed.point('judged', {}), 'continue');
+  const badUnarmed = signoff({ IDEMPOTENCY_SIGNOFF_JOB_TYPES: 'malformed', IDEMPOTENCY_SIGNOFF_LEASE: '0' });
+  assert.throws(() => badUnarmed.jobType('mine'), /malformed entry "malformed"/);
+  assert.throws(() => badUnarmed.lease(), /IDEMPOTENCY_SIGNOFF_LEASE: "0" is not a positive number/);
   const so = signoff({ IDEMPOTENCY_SIGNOFF: '/nowhere.sock', IDEMPOTENCY_SIGNOFF_JOB_TYPES: 'mine=theirs' });
   assert.equal(so.armed, true);
   assert.equal(so.jobType('mine'), 'theirs');
   assert.equal(so.jobType('unmapped'), 'unmapped');   // not in the map: as given
-  const bad = signoff({ IDEMPOTENCY_SIGNOFF: '/nowhere.sock', IDEMPOTENCY_SIGNOFF_JOB_TYPES: 'mine' });
+  assert.equal(so.lease(), null);
+  const bad = signoff({ IDEMPOTENCY_SIGNOFF: '/nowhere.sock', IDEMPOTENCY_SIGNOFF_JOB_TYPES: 'mine',
+                        IDEMPOTENCY_SIGNOFF_LEASE: 'soon' });
   assert.throws(() => bad.jobType('mine'), /malformed entry "mine"/);
   assert.throws(() => bad.jobType('mine'), /malformed entry "mine"/);   // every call
+  assert.throws(() => bad.lease(), /"soon" is not a positive number/);
+  assert.throws(() => bad.lease(), /"soon" is not a positive number/);
   await assert.rejects(signoffPoint('/nowhere.sock', 'started', {}), /unknown point/);
 });
 
-test('signoffPoint: one line with the fields, the answer resolved', T, async () => {
-  const runner = await fakeRunner(() => 'fail');
+test('signoffPoint: one line with the fields, the answer resolved; sqlstate only with busy and error', T, async () => {
+  const runner = await fakeRunner((l) => (l.point === 'claimed' ? 'fail' : 'continue'));
   try {
     const answer = await signoffPoint(runner.path, 'claimed',
       { job_type: 'jt', key: 'K', attempt: 3, verdict: 'verify', heartbeat: false });
     assert.equal(answer, 'fail');
-    assert.deepEqual(runner.lines, [{ v: 1, point: 'claimed', job_type: 'jt', key: 'K', attempt: 3,
-                                      verdict: 'verify', pid: process.pid, heartbeat: false }]);
+    assert.equal(await signoffPoint(runner.path, 'judged',
+      { job_type: 'jt', key: 'K', attempt: 2, verdict: 'in_progress', sqlstate: 'ignored' }), 'continue');
+    assert.equal(await signoffPoint(runner.path, 'judged',
+      { job_type: 'jt', key: 'K', attempt: null, verdict: 'busy', sqlstate: '55P03' }), 'continue');
+    const base = { v: 1, job_type: 'jt', key: 'K', pid: process.pid, heartbeat: false };
+    assert.deepEqual(runner.lines, [
+      { ...base, point: 'claimed', attempt: 3, verdict: 'verify' },
+      { ...base, point: 'judged', attempt: 2, verdict: 'in_progress' },
+      { ...base, point: 'judged', attempt: null, verdict: 'busy', sqlstate: '55P03' }]);
   } finally {
     await runner.close();
   }
@@ -249,24 +309,28 @@ test('signoffPoint: one line with the fields, the answer resolved', T, async () 
 
 // ---- idempotent() ------------------------------------------------------------
 
-test('unarmed: no connection, the map not read, the user\'s job type', T, async () => {
-  const types2 = await pair();
+test('unarmed: no connection, but the map applied: the run\'s job type (single, batch)', T, async () => {
+  const t = await pair();
   const runner = await fakeRunner();
   try {
-    // made without IDEMPOTENCY_SIGNOFF (a map alone does nothing); the
-    // variable set afterwards is not looked at again
-    const w = wrap(types2.user, { IDEMPOTENCY_SIGNOFF_JOB_TYPES: `${types2.user}=${types2.run}` });
-    process.env.IDEMPOTENCY_SIGNOFF = runner.path;
-    const m = message('U-1');
-    try {
-      assert.equal(await w.handle(m), m);
-    } finally {
-      delete process.env.IDEMPOTENCY_SIGNOFF;
+    for (const batch of [false, true]) {
+      // made without IDEMPOTENCY_SIGNOFF: the map applies all the same; the
+      // socket set afterwards is not looked at again
+      const w = wrap(t.user, { IDEMPOTENCY_SIGNOFF_JOB_TYPES: `other=x,${t.user}=${t.run}` }, { batch });
+      process.env.IDEMPOTENCY_SIGNOFF = runner.path;
+      const k = batch ? 'U-2' : 'U-1';
+      const m = message(k);
+      try {
+        assert.deepEqual(await w.handle(batch ? [m] : m), batch ? [m] : m);
+      } finally {
+        delete process.env.IDEMPOTENCY_SIGNOFF;
+      }
+      assert.deepEqual(w.verdicts(k), ['run:work', 'run:completed']);
+      assert.equal(await record(t.run, k), 'completed #1');
+      assert.deepEqual(typesCalled(w.log), [t.run]);
     }
-    assert.deepEqual(w.verdicts('U-1'), ['run:work', 'run:completed']);
     assert.equal(runner.connections, 0);
-    assert.equal(await record(types2.user, 'U-1'), 'completed #1');
-    assert.equal(await count(types2.run), 0);
+    assert.equal(await count(t.user), 0);
   } finally {
     await runner.close();
   }
@@ -389,7 +453,8 @@ test('batch: claimed per run/verify key at the same time, fail releases, handled
                     "heartbeat_at = heartbeat_at - interval '1 hour' " +
                     "WHERE job_type = $1 AND operation_key = 'B-verify'", [t.run]);
 
-  const runner = await fakeRunner(() => 'hold');
+  // judged (B-done) answered at once, the kill points held
+  const runner = await fakeRunner((l) => (l.point === 'judged' ? 'continue' : 'hold'));
   try {
     const w = wrap(t.user, armedEnv(runner, t), { batch: true });
     const ms = ['B-1', 'B-fail', 'B-done', 'B-verify'].map(message);
@@ -415,7 +480,9 @@ test('batch: claimed per run/verify key at the same time, fail releases, handled
     assert.deepEqual(acks.map((m) => m.MessageId).sort(), ['m-B-1', 'm-B-done', 'm-B-verify']);
     assert.deepEqual(w.verdicts('B-fail'), ['run:work', 'run:released']);
     assert.deepEqual(w.verdicts('B-done'), ['completed:ack']);
-    assert.equal(runner.lines.length, 5);   // no point for the completed key
+    assert.equal(runner.lines.length, 6);   // the completed key: judged only
+    assert.deepEqual(runner.lines.filter((l) => l.key === 'B-done').map((l) => `${l.point}:${l.verdict}#${l.attempt}`),
+                     ['judged:completed#1']);
     assert.equal(await record(t.run, 'B-1'), 'completed #1');
     assert.equal(await record(t.run, 'B-verify'), 'completed #2');
     assert.equal(await record(t.run, 'B-fail'), 'released #1');
@@ -453,6 +520,301 @@ test('batch: a key whose exchange fails is left to its lease, the others go on',
   assert.equal(await record(t.run, 'BX-2'), 'claimed #1');
   assert.equal(await record(t.run, 'BX-3'), 'claimed #1');
   assert.equal(await count(t.user), 0);
+});
+
+// ---- judged ----------------------------------------------------------------------
+
+const JUDGED = { v: 1, point: 'judged', pid: process.pid, heartbeat: false };
+const settled = (p) => p.then((value) => ({ value }), (error) => ({ error }));
+
+test('judged (single): completed, in_progress, ID002 reported once each, before the message is acknowledged, postponed or failed', T, async () => {
+  const t = await pair('hold', 60);
+  await completedBefore(t.run, 'J-done');
+  await claimedElsewhere(t.run, 'J-busy');
+  await claimedWithOtherBody(t.run, 'J-bad');
+  const runner = await fakeRunner((l) => (l.point === 'judged' ? 'hold' : 'continue'));
+  try {
+    const w = wrap(t.user, armedEnv(runner, t));
+    for (const [k, fields, verdicts] of [
+      ['J-done', { attempt: 1, verdict: 'completed' }, ['completed:ack']],
+      ['J-busy', { attempt: 1, verdict: 'in_progress' }, ['in_progress:retry']],
+      ['J-bad', { attempt: null, verdict: 'error', sqlstate: 'ID002' }, ['claim error:raise']],
+    ]) {
+      const sent = w.sqs.sent.length;
+      let over = false;
+      const done = settled(w.handle(message(k))).finally(() => { over = true; });
+      const [line] = await runner.when((l) => l.key === k);
+      assert.deepEqual(line, { ...JUDGED, job_type: t.run, key: k, ...fields });
+      await pause(150);
+      assert.equal(over, false, `${k}: the wrapper waits for the answer`);
+      assert.deepEqual(w.verdicts(k), [], `${k}: nothing done before the answer`);
+      assert.equal(w.sqs.sent.length, sent);
+      runner.held.find((h) => h.msg.key === k).reply('continue');
+      const out = await done;
+      assert.deepEqual(w.verdicts(k), verdicts);
+      if (k === 'J-done') assert.equal(out.value?.MessageId, 'm-J-done');   // deleted
+      if (k === 'J-busy') {                                                 // postponed
+        assert.equal(out.value, undefined);
+        assert.deepEqual(w.sqs.sent.slice(sent).map((c) => c.input.VisibilityTimeout), [RETRY_AFTER]);
+      }
+      if (k === 'J-bad') assert.equal(out.error?.code, 'ID002');           // thrown: left in flight
+    }
+    assert.deepEqual(w.runs, []);
+    // each key reported once, at judged only
+    assert.deepEqual(runner.lines.map((l) => `${l.key}:${l.point}`), ['J-done:judged', 'J-busy:judged', 'J-bad:judged']);
+    assert.deepEqual(typesCalled(w.log), [t.run]);
+    assert.equal(await count(t.user), 0);
+  } finally {
+    await runner.close();
+  }
+});
+
+test('judged (batch): one line per key not worked on, at the same time, the heartbeat running, before any acknowledgement or postponement', T, async () => {
+  const t = await pair('hold', 60);
+  await completedBefore(t.run, 'BJ-done');
+  await claimedElsewhere(t.run, 'BJ-busy');
+  await claimedWithOtherBody(t.run, 'BJ-bad');
+  const runner = await fakeRunner((l) => (l.point === 'judged' ? 'hold' : 'continue'));
+  try {
+    // ID002 on BJ-bad refuses the batch claim: the fallback claims one by one
+    const w = wrap(t.user, armedEnv(runner, t), { batch: true });
+    const done = w.handle(['BJ-run', 'BJ-done', 'BJ-busy', 'BJ-bad'].map(message));
+    const judged = await runner.when((l) => l.point === 'judged', 3);   // all three open together
+    const sorted = (lines) => [...lines].sort((a, b) => a.key.localeCompare(b.key));
+    assert.deepEqual(sorted(judged), [
+      { ...JUDGED, job_type: t.run, key: 'BJ-bad', attempt: null, verdict: 'error', sqlstate: 'ID002' },
+      { ...JUDGED, job_type: t.run, key: 'BJ-busy', attempt: 1, verdict: 'in_progress' },
+      { ...JUDGED, job_type: t.run, key: 'BJ-done', attempt: 1, verdict: 'completed' }]);
+    assert.equal(callsOf(w.log, 'claim_operations').length, 1);
+    assert.equal(callsOf(w.log, 'claim_operation').length, 4);
+    await pause(HEARTBEAT * 3);
+    assert.deepEqual(w.events, [], 'no message acknowledged, postponed or failed before the answers');
+    assert.equal(w.sqs.sent.length, 0);
+    assert.ok(callsOf(w.log, 'extend_lease').length >= 1, 'BJ-run\'s claim kept young meanwhile');
+    for (const h of runner.held) h.reply('continue');
+    const acks = await done;
+    assert.deepEqual(acks.map((m) => m.MessageId).sort(), ['m-BJ-done', 'm-BJ-run']);
+    assert.deepEqual(w.verdicts('BJ-done'), ['completed:ack']);
+    assert.deepEqual(w.verdicts('BJ-busy'), ['in_progress:retry']);
+    assert.deepEqual(w.verdicts('BJ-bad'), ['claim error:raise']);
+    assert.deepEqual(w.verdicts('BJ-run'), ['run:work', 'run:completed']);
+    assert.deepEqual(w.sqs.sent.map((c) => c.input.Entries.map((e) => [e.ReceiptHandle, e.VisibilityTimeout])),
+                     [[['rh-BJ-busy', RETRY_AFTER]]]);
+    // each key once: judged, or claimed and handled for the one worked on
+    assert.deepEqual(runner.lines.map((l) => `${l.key}:${l.point}`).sort(),
+                     ['BJ-bad:judged', 'BJ-busy:judged', 'BJ-done:judged', 'BJ-run:claimed', 'BJ-run:handled']);
+
+    // the batch claim answering for itself (no fallback): completed, in_progress
+    await claimedElsewhere(t.run, 'BJ-busy2');
+    const w2 = wrap(t.user, armedEnv(runner, t), { batch: true });
+    const done2 = w2.handle(['BJ-done', 'BJ-busy2', 'BJ-run2'].map(message));
+    const judged2 = await runner.when((l) => l.point === 'judged' && /^BJ-(done|busy2)$/.test(l.key), 3);
+    assert.deepEqual(sorted(judged2.slice(1)), [
+      { ...JUDGED, job_type: t.run, key: 'BJ-busy2', attempt: 1, verdict: 'in_progress' },
+      { ...JUDGED, job_type: t.run, key: 'BJ-done', attempt: 1, verdict: 'completed' }]);
+    for (const h of runner.held.slice(3)) h.reply('continue');
+    assert.deepEqual((await done2).map((m) => m.MessageId).sort(), ['m-BJ-done', 'm-BJ-run2']);
+    assert.equal(callsOf(w2.log, 'claim_operation').length, 0);
+    assert.deepEqual(w2.verdicts('BJ-busy2'), ['in_progress:retry']);
+    assert.equal(runner.lines.length, 5 + 4);   // 2 judged, claimed and handled of BJ-run2
+  } finally {
+    await runner.close();
+  }
+});
+
+test('judged busy: a claim that hit its bound (55P03) is reported with its sqlstate, then postponed (single, batch)', T, async () => {
+  const t = await pair('hold', 60);
+  const stuck = new pg.Client();
+  await stuck.connect();
+  await stuck.query('BEGIN');
+  await stuck.query('SELECT idempotency.claim_operation($1, $2, $3, $4)', [t.run, 'JB-1', fp('JB-1'), 'stuck']);
+  const runner = await fakeRunner();
+  try {
+    const busy = { ...JUDGED, job_type: t.run, key: 'JB-1', attempt: null, verdict: 'busy', sqlstate: '55P03' };
+    const w = wrap(t.user, armedEnv(runner, t), { opts: { claimWait: 0.2 } });
+    assert.equal(await w.handle(message('JB-1')), undefined);
+    assert.deepEqual(runner.lines, [busy]);
+    assert.deepEqual(w.verdicts('JB-1'), ['claim error:retry']);
+    assert.deepEqual(w.sqs.sent.map((c) => c.input.VisibilityTimeout), [RETRY_AFTER]);
+
+    const b = wrap(t.user, armedEnv(runner, t), { batch: true, opts: { claimWait: 0.2 } });
+    const acks = await b.handle(['JB-1', 'JB-2'].map(message));
+    assert.deepEqual(acks.map((m) => m.MessageId), ['m-JB-2']);
+    assert.deepEqual(runner.lines.slice(1).filter((l) => l.key === 'JB-1'), [busy]);
+    assert.deepEqual(runner.lines.slice(1).map((l) => `${l.key}:${l.point}`).sort(),
+                     ['JB-1:judged', 'JB-2:claimed', 'JB-2:handled']);
+    assert.deepEqual(b.verdicts('JB-1'), ['claim error:retry']);
+  } finally {
+    await stuck.query('ROLLBACK');
+    await stuck.end();
+    await runner.close();
+  }
+});
+
+test('fail is not an answer at judged: the message is neither acknowledged nor postponed (single, batch)', T, async () => {
+  const t = await pair('hold', 60);
+  await completedBefore(t.run, 'JF-1');
+  await claimedElsewhere(t.run, 'JF-2');
+  const runner = await fakeRunner((l) => (l.point === 'judged' ? 'fail' : 'continue'));
+  try {
+    const w = wrap(t.user, armedEnv(runner, t));
+    await assert.rejects(w.handle(message('JF-1')), /point judged .*unexpected answer "fail" \(expected continue\)/);
+    await assert.rejects(w.handle(message('JF-2')), /point judged .*unexpected answer "fail"/);
+    assert.deepEqual(w.verdicts('JF-1'), ['completed:failed']);
+    assert.deepEqual(w.verdicts('JF-2'), ['in_progress:failed']);
+    assert.equal(w.sqs.sent.length, 0);
+
+    const b = wrap(t.user, armedEnv(runner, t), { batch: true });
+    const acks = await b.handle(['JF-1', 'JF-2', 'JF-3'].map(message));
+    assert.deepEqual(acks.map((m) => m.MessageId), ['m-JF-3']);   // the others go on
+    assert.deepEqual(b.verdicts('JF-1'), ['completed:failed']);
+    assert.deepEqual(b.verdicts('JF-2'), ['in_progress:failed']);
+    assert.equal(b.sqs.sent.length, 0);
+    assert.equal(await record(t.run, 'JF-3'), 'completed #1');
+  } finally {
+    await runner.close();
+  }
+});
+
+// ---- IDEMPOTENCY_SIGNOFF_LEASE -----------------------------------------------
+
+// a wrapper configured for production: a 600 s lease, a 150 s heartbeat, a
+// backoff of 10 s (a release postponed 5-10 s)
+const PRODUCTION = { heartbeat: 150_000, retryAfter: 600, backoff: 10, backoffMax: 60 };
+
+test('the run\'s lease (single): the heartbeat at a quarter of it while held at claimed, in_progress postponed by it, a release within half of it', T, async () => {
+  const t = await pair('hold', 60);
+  const runner = await fakeRunner((l) => (l.point === 'claimed' ? 'hold' : 'continue'));
+  try {
+    const w = wrap(t.user, { ...armedEnv(runner, t), IDEMPOTENCY_SIGNOFF_LEASE: '0.4' }, { opts: PRODUCTION });
+    const done = w.handle(message('L-1'));
+    await runner.when((l) => l.point === 'claimed');
+    const before = await heartbeatAt(t.run, 'L-1');
+    await pause(600);
+    assert.ok(await heartbeatAt(t.run, 'L-1') > before, 'heartbeat_at moves while held at claimed');
+    assert.ok(callsOf(w.log, 'extend_lease').length >= 3, 'a beat every 100 ms, not every 150 s');
+    // a duplicate meets the young claim: postponed by the run's lease (SQS:
+    // whole seconds, rounded up), not by retryAfter's 600 s
+    assert.equal(await w.handle(message('L-1')), undefined);
+    assert.deepEqual(w.verdicts('L-1'), ['run:work', 'in_progress:retry']);
+    assert.deepEqual(w.sqs.sent.map((c) => c.input.VisibilityTimeout), [1]);
+    // fail at claimed: released and postponed within half the run's lease (at
+    // least SQS's 1 s), not by the backoff's 5-10 s
+    runner.held[0].reply('fail');
+    assert.equal(await done, undefined);
+    assert.deepEqual(w.verdicts('L-1'), ['run:work', 'in_progress:retry', 'run:released']);
+    assert.deepEqual(w.sqs.sent.map((c) => c.input.VisibilityTimeout), [1, 1]);
+    assert.equal(await record(t.run, 'L-1'), 'released #1');
+  } finally {
+    await runner.close();
+  }
+});
+
+test('the run\'s lease (batch): the heartbeat while held at claimed, in_progress and a release postponed by it', T, async () => {
+  const t = await pair('hold', 60);
+  await claimedElsewhere(t.run, 'BL-busy');
+  const runner = await fakeRunner((l) => (l.point === 'claimed' ? 'hold' : 'continue'));
+  try {
+    const w = wrap(t.user, { ...armedEnv(runner, t), IDEMPOTENCY_SIGNOFF_LEASE: '0.4' },
+                   { batch: true, opts: PRODUCTION });
+    const done = w.handle(['BL-1', 'BL-busy', 'BL-fail'].map(message));
+    await runner.when((l) => l.point === 'claimed', 2);
+    const before = [await heartbeatAt(t.run, 'BL-1'), await heartbeatAt(t.run, 'BL-fail')];
+    await pause(600);
+    assert.ok(await heartbeatAt(t.run, 'BL-1') > before[0], 'heartbeat_at moves while held at claimed');
+    assert.ok(await heartbeatAt(t.run, 'BL-fail') > before[1]);
+    for (const h of runner.held) h.reply(h.msg.key === 'BL-fail' ? 'fail' : 'continue');
+    assert.deepEqual((await done).map((m) => m.MessageId), ['m-BL-1']);
+    assert.deepEqual(w.sqs.sent.map((c) => c.input.Entries.map((e) => [e.ReceiptHandle, e.VisibilityTimeout])),
+                     [[['rh-BL-busy', 1], ['rh-BL-fail', 1]]]);
+    assert.deepEqual(w.verdicts('BL-fail'), ['run:work', 'run:released']);
+  } finally {
+    await runner.close();
+  }
+});
+
+test('the map and the lease with IDEMPOTENCY_SIGNOFF unset: the run\'s job type, in_progress postponed by the run\'s lease, no connection', T, async () => {
+  const t = await pair('hold', 60);
+  await claimedElsewhere(t.run, 'UL-1');
+  const runner = await fakeRunner();
+  try {
+    const env = { IDEMPOTENCY_SIGNOFF_JOB_TYPES: `${t.user}=${t.run}`, IDEMPOTENCY_SIGNOFF_LEASE: '3.2' };
+    const w = wrap(t.user, env, { opts: PRODUCTION });
+    const b = wrap(t.user, env, { batch: true, opts: PRODUCTION });
+    process.env.IDEMPOTENCY_SIGNOFF = runner.path;   // after the wrappers were made: not looked at
+    try {
+      assert.equal(await w.handle(message('UL-1')), undefined);
+      assert.deepEqual((await b.handle(['UL-1', 'UL-2'].map(message))).map((m) => m.MessageId), ['m-UL-2']);
+    } finally {
+      delete process.env.IDEMPOTENCY_SIGNOFF;
+    }
+    assert.deepEqual(w.verdicts('UL-1'), ['in_progress:retry']);
+    assert.deepEqual(w.sqs.sent.map((c) => c.input.VisibilityTimeout), [4]);   // 3.2 s, rounded up
+    assert.deepEqual(b.sqs.sent.map((c) => c.input.Entries.map((e) => [e.ReceiptHandle, e.VisibilityTimeout])),
+                     [[['rh-UL-1', 4]]]);
+    assert.deepEqual(typesCalled(w.log), [t.run]);
+    assert.deepEqual(typesCalled(b.log), [t.run]);
+    assert.equal(await record(t.run, 'UL-2'), 'completed #1');
+    assert.equal(await count(t.user), 0);
+    assert.equal(runner.connections, 0);
+  } finally {
+    await runner.close();
+  }
+});
+
+test('the run\'s lease: a lost connection is tried again for at most half of it (single, batch)', T, async () => {
+  const t = await pair('hold', 60);
+  // the database unreachable for 5 s: IDEMPOTENCY_RECONNECT_FOR's 30 s would
+  // ride it out; half the run's lease (0.2 s) gives up
+  const upAt = Date.now() + 5000;
+  let connects = 0;
+  const down = {
+    connect: async () => {
+      connects++;
+      if (Date.now() < upAt) throw new Error('connect ECONNREFUSED (the test\'s database is down)');
+      return pool.connect();
+    },
+    query: (sql, params) => pool.query(sql, params),
+  };
+  for (const batch of [false, true]) {
+    const w = wrap(t.user, { IDEMPOTENCY_SIGNOFF_JOB_TYPES: `${t.user}=${t.run}`, IDEMPOTENCY_SIGNOFF_LEASE: '0.4' },
+                   { batch, opts: { ...PRODUCTION, pool: down } });
+    const before = connects;
+    const t0 = Date.now();
+    await assert.rejects(w.handle(batch ? [message('LC-2')] : message('LC-1')), /ECONNREFUSED \(the test's/);
+    assert.ok(Date.now() - t0 < 2000, `gave up after ${Date.now() - t0} ms`);
+    assert.ok(connects - before >= 2, 'tried again');
+  }
+  assert.ok(Date.now() < upAt, 'both gave up while the database was down');
+  assert.equal(await count(t.run), 0);
+});
+
+test('a bad IDEMPOTENCY_SIGNOFF_LEASE: every call throws before any database call, armed or not (single, batch)', T, async () => {
+  const t = await pair();
+  const runner = await fakeRunner();
+  try {
+    for (const value of ['0', '-2', 'abc', 'Infinity']) {
+      for (const armed of [true, false]) {
+        for (const batch of [false, true]) {
+          const env = { IDEMPOTENCY_SIGNOFF_JOB_TYPES: `${t.user}=${t.run}`, IDEMPOTENCY_SIGNOFF_LEASE: value,
+                        ...(armed ? { IDEMPOTENCY_SIGNOFF: runner.path } : {}) };
+          const w = wrap(t.user, env, { batch });
+          const arg = batch ? [message('BL-1')] : message('BL-1');
+          const what = new RegExp(`IDEMPOTENCY_SIGNOFF_LEASE: "${value}" is not a positive number of seconds`);
+          await assert.rejects(w.handle(arg), what);
+          await assert.rejects(w.handle(arg), what);   // every call
+          assert.deepEqual(w.log, [], `${value} ${armed} ${batch}`);
+          assert.deepEqual(w.runs, []);
+          assert.deepEqual(w.events, []);
+        }
+      }
+    }
+    assert.equal(runner.connections, 0);
+    assert.equal(await count(t.user), 0);
+    assert.equal(await count(t.run), 0);
+  } finally {
+    await runner.close();
+  }
 });
 
 // ---- real kills -----------------------------------------------------------------
