@@ -19,8 +19,10 @@
 # a fake SQS client, a lost reply, a stuck transaction, claimWait, and the
 # batch handler idempotentBatch's: mixed verdicts in one receive, a key twice,
 # a lost reply to the batch claim, a fenced key, ID002's fallback; and the
-# sign-off kill points, test/signoff.test.mjs: a fake runner on a Unix socket,
-# a child worker killed at claimed and handled; no broker).
+# sign-off points, test/signoff.test.mjs: a fake runner on a Unix socket,
+# the judged lines, the run's lease (IDEMPOTENCY_SIGNOFF_LEASE), the map
+# without the socket, a child worker killed at claimed and handled; no
+# broker).
 # The e2e cases run twice: with the single handler (handleMessage), then with
 # the workers on handleMessageBatch (e2e.py --batch: one claim_operations and
 # one complete_operations per receive of up to 10, plus case B1, a receive of
