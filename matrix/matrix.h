@@ -162,6 +162,18 @@ void		case_expectations(matrix_ctx *ctx, policy_t checked_as,
 bool		case_selected(const char *list, const char *id);
 void		case_finish(case_result *cr);
 
+/* cases.c, shared with signoff.c: notes, the record, stale_claims() */
+void		case_note(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
+void		case_fail(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
+const char *case_sql_error(PGresult *res, matrix_ctx *ctx);
+void		record_text_of(matrix_ctx *ctx, case_result *cr, const char *job_type,
+						   const char *key, char *buf, size_t sz,
+						   char *result, size_t rsz);
+int			stale_listed(matrix_ctx *ctx, case_result *cr, const char *job_type,
+						 const char *key);
+bool		stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
+					   const char *key, const char *policy_name);
+
 /* worker.c */
 typedef enum worker_mode
 {
