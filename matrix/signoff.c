@@ -2699,7 +2699,7 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 			}
 			if (s->not_armed)
 			{
-				case_note(cr, "Not run: an earlier case found no worker with an armed helper, and every case would wait as long.");
+				case_note(cr, "Not run: in an earlier case no point at all reached the runner (see it), and every case would wait as long.");
 				case_finish(cr);
 				continue;
 			}
