@@ -10,8 +10,8 @@
 # whose helper is not armed; SIGINT and SIGTERM mid-case (exit 130, no
 # worker, job type or record left); effects counted by the handled reports
 # and by effects_sql. See test/signoff/run.sh. Installs python3-psycopg
-# (root) when missing. About 3 minutes (188 s with another job on the 2
-# cores), 110-140 s of it the good job's four policies.
+# (root) when missing. About 3 minutes (188-208 s with other jobs on the 2
+# cores), 110-145 s of it the good job's four policies.
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs python3-psycopg
