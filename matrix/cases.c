@@ -14,6 +14,10 @@
  * Waiting for a lease to run out is done by polling stale_claims() on the
  * runner's connection until it lists the key, never by sleeping a guessed
  * time; a worker dies by SIGKILL while it is paused at the named point.
+ *
+ * The sign-off run (signoff.c) shares case_expectations(), the notes
+ * (case_note, case_fail), the record's text (record_text_of) and the
+ * stale_claims() polling (stale_listed, stale_wait) through matrix.h.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -233,36 +237,74 @@ case_selected(const char *list, const char *id)
  * Helpers
  * --------------------------------------------------------------------- */
 
-static void note(case_env *e, const char *fmt,...) MX_PRINTF(2, 3);
+static void
+case_vnote(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+
+static void
+case_vnote(case_result *cr, const char *fmt, va_list ap)
+{
+	if (cr->notes.len)
+		sb_puts(&cr->notes, "\n");
+	sb_vprintf(&cr->notes, fmt, ap);
+}
 
 /* a sentence for the report, about what was checked */
+void
+case_note(case_result *cr, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	case_vnote(cr, fmt, ap);
+	va_end(ap);
+}
+
+static void
+case_vfail(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+
+static void
+case_vfail(case_result *cr, const char *fmt, va_list ap)
+{
+	if (cr->notes.len)
+		sb_puts(&cr->notes, "\n");
+	sb_puts(&cr->notes, "FAILED: ");
+	sb_vprintf(&cr->notes, fmt, ap);
+	cr->checks_ok = false;
+}
+
+/* a check that did not hold: the case fails, the note says why */
+void
+case_fail(case_result *cr, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	case_vfail(cr, fmt, ap);
+	va_end(ap);
+}
+
+static void note(case_env *e, const char *fmt,...) MX_PRINTF(2, 3);
+
 static void
 note(case_env *e, const char *fmt,...)
 {
 	va_list		ap;
 
-	if (e->cr->notes.len)
-		sb_puts(&e->cr->notes, "\n");
 	va_start(ap, fmt);
-	sb_vprintf(&e->cr->notes, fmt, ap);
+	case_vnote(e->cr, fmt, ap);
 	va_end(ap);
 }
 
 static void fail(case_env *e, const char *fmt,...) MX_PRINTF(2, 3);
 
-/* a check that did not hold: the case fails, the note says why */
 static void
 fail(case_env *e, const char *fmt,...)
 {
 	va_list		ap;
 
-	if (e->cr->notes.len)
-		sb_puts(&e->cr->notes, "\n");
-	sb_puts(&e->cr->notes, "FAILED: ");
 	va_start(ap, fmt);
-	sb_vprintf(&e->cr->notes, fmt, ap);
+	case_vfail(e->cr, fmt, ap);
 	va_end(ap);
-	e->cr->checks_ok = false;
 }
 
 static void
@@ -272,8 +314,8 @@ worker_failed(case_env *e, const worker *w)
 }
 
 /* "SQLSTATE: primary message" of a failed query, on one line */
-static const char *
-sql_error(PGresult *res, matrix_ctx *ctx)
+const char *
+case_sql_error(PGresult *res, matrix_ctx *ctx)
 {
 	static char buf[512];
 	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -289,6 +331,12 @@ sql_error(PGresult *res, matrix_ctx *ctx)
 	while (p > buf && p[-1] == ' ')
 		*--p = '\0';
 	return buf;
+}
+
+static const char *
+sql_error(PGresult *res, matrix_ctx *ctx)
+{
+	return case_sql_error(res, ctx);
 }
 
 /* register the case's own job type; false (noted) if that fails */
@@ -398,24 +446,25 @@ kill_at_pause(case_env *e, worker *w, const char *where)
 	return true;
 }
 
-static int	listed_stale(case_env *e, const char *key);
-
-/* "completed #1", "claimed #1 (stale)", "none", or "?" (noted) */
-static void
-record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
-			size_t rsz)
+/*
+ * "completed #1", "claimed #1 (stale)", "none", or "?" (a failure noted in
+ * cr) for the record of (job_type, key); result gets its stored result.
+ */
+void
+record_text_of(matrix_ctx *ctx, case_result *cr, const char *job_type,
+			   const char *key, char *buf, size_t sz, char *result, size_t rsz)
 {
 	const char *params[2];
 	PGresult   *res;
 
-	params[0] = e->job_type;
+	params[0] = job_type;
 	params[1] = key;
 	/*
 	 * The record, then (for a claim) stale_claims() in a statement of its
 	 * own: on Citus a query of one key runs on the shard's node, where a
 	 * function that reads the distributed table cannot run inside it.
 	 */
-	res = db_exec(e->ctx,
+	res = db_exec(ctx,
 				  "SELECT o.status::text, o.attempt, o.result::text "
 				  "FROM idempotency.operations o "
 				  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
@@ -425,7 +474,7 @@ record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
 		copy_str(result, rsz, "");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		fail(e, "cannot read the record of %s: %s", key, sql_error(res, e->ctx));
+		case_fail(cr, "cannot read the record of %s: %s", key, sql_error(res, ctx));
 		copy_str(buf, sz, "?");
 	}
 	else if (PQntuples(res) == 0)
@@ -436,7 +485,7 @@ record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
 
 		if (strcmp(status, "claimed") == 0)
 		{
-			int			stale = listed_stale(e, key);
+			int			stale = stale_listed(ctx, cr, job_type, key);
 
 			snprintf(buf, sz, "claimed #%s (%s)", PQgetvalue(res, 0, 1),
 					 stale < 0 ? "?" : stale ? "stale" : "young");
@@ -449,23 +498,31 @@ record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
 	PQclear(res);
 }
 
-/* is the key listed by stale_claims()? 1 yes, 0 no, -1 error (noted) */
-static int
-listed_stale(case_env *e, const char *key)
+static void
+record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
+			size_t rsz)
+{
+	record_text_of(e->ctx, e->cr, e->job_type, key, buf, sz, result, rsz);
+}
+
+/* is the key listed by stale_claims()? 1 yes, 0 no, -1 error (noted in cr) */
+int
+stale_listed(matrix_ctx *ctx, case_result *cr, const char *job_type,
+			 const char *key)
 {
 	const char *params[2];
 	PGresult   *res;
 	int			r;
 
-	params[0] = e->job_type;
+	params[0] = job_type;
 	params[1] = key;
-	res = db_exec(e->ctx,
+	res = db_exec(ctx,
 				  "SELECT 1 FROM idempotency.stale_claims($1) s "
 				  "WHERE s.operation_key OPERATOR(pg_catalog.=) $2",
 				  2, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		fail(e, "stale_claims() failed: %s", sql_error(res, e->ctx));
+		case_fail(cr, "stale_claims() failed: %s", sql_error(res, ctx));
 		r = -1;
 	}
 	else
@@ -474,42 +531,56 @@ listed_stale(case_env *e, const char *key)
 	return r;
 }
 
+static int
+listed_stale(case_env *e, const char *key)
+{
+	return stale_listed(e->ctx, e->cr, e->job_type, key);
+}
+
 /*
  * Wait until the claim's lease ran out, by asking the database: poll
- * stale_claims() until it lists the key. No guessed sleep.
+ * stale_claims() until it lists the key. No guessed sleep. policy_name is
+ * for the progress line.
  */
-static bool
-wait_stale(case_env *e, const char *key)
+bool
+stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
+		   const char *key, const char *policy_name)
 {
 	double		t0 = now_seconds();
-	double		limit = e->ctx->lease_s + e->ctx->timeout_s;
+	double		limit = ctx->lease_s + ctx->timeout_s;
 
-	progress(e->ctx, "%s case %s: waiting for the lease (%s) to run out",
-			 policy_names[e->policy], e->cr->id, e->ctx->lease_sql);
+	progress(ctx, "%s case %s: waiting for the lease (%s) to run out",
+			 policy_name, cr->id, ctx->lease_sql);
 	for (;;)
 	{
-		int			r = listed_stale(e, key);
+		int			r = stale_listed(ctx, cr, job_type, key);
 
 		if (r < 0)
 			return false;
 		if (r == 1)
 		{
-			note(e, "The lease ran out %.2f s later: stale_claims() lists the claim.",
-				 now_seconds() - t0);
+			case_note(cr, "The lease ran out %.2f s later: stale_claims() lists the claim.",
+					  now_seconds() - t0);
 			return true;
 		}
 		if (matrix_interrupted)
 		{
-			fail(e, "interrupted");
+			case_fail(cr, "interrupted");
 			return false;
 		}
 		if (now_seconds() - t0 > limit)
 		{
-			fail(e, "stale_claims() did not list %s within %.0f s", key, limit);
+			case_fail(cr, "stale_claims() did not list %s within %.0f s", key, limit);
 			return false;
 		}
 		sleep_ms(POLL_MS);
 	}
+}
+
+static bool
+wait_stale(case_env *e, const char *key)
+{
+	return stale_wait(e->ctx, e->cr, e->job_type, key, policy_names[e->policy]);
 }
 
 static int

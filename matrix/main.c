@@ -50,6 +50,7 @@ usage(FILE *f)
 			"real worker processes, real deaths (SIGKILL at exact points), real concurrency.\n"
 			"\n"
 			"Usage: idempotency-matrix [OPTION]...\n"
+			"       idempotency-matrix --job FILE [--dsn=...] [--policy=...] [--cases=...] [--html=F] [--json=F]\n"
 			"\n"
 			"  -d, --dsn=CONNINFO     libpq connection string or URI (default: PGHOST, PGPORT,\n"
 			"                         PGUSER, PGDATABASE, ... from the environment)\n"
@@ -65,6 +66,8 @@ usage(FILE *f)
 			"      --keep             keep the job types, records and mailboxes for inspection\n"
 			"      --check-as=POLICY  check every policy against POLICY's expectations\n"
 			"                         (tests the runner itself: the mismatching cells must fail)\n"
+			"      --job=FILE         sign off your own job: run cases 1-7 and 9-13 through your queue\n"
+			"                         and your worker command, as FILE says (docs/signoff.md)\n"
 			"  -h, --help             this help\n"
 			"  -V, --version          the runner's version\n"
 			"\n"
@@ -126,7 +129,7 @@ progress(matrix_ctx *ctx, const char *fmt,...)
 	write_all(STDERR_FILENO, line, len);
 }
 
-static void
+void
 progress_clear(matrix_ctx *ctx)
 {
 	if (ctx->progress && ctx->progress_tty)
@@ -146,7 +149,7 @@ on_signal(int sig)
 	matrix_interrupted = 1;
 }
 
-static bool
+bool
 parse_lease(const char *s, double *out)
 {
 	char	   *end;
@@ -180,7 +183,7 @@ policy_by_name(const char *s)
 	return -1;
 }
 
-static bool
+bool
 parse_policies(const char *list, bool *want)
 {
 	char	   *copy = strdup(list);
@@ -210,7 +213,7 @@ parse_policies(const char *list, bool *want)
 	return false;
 }
 
-static const char *
+const char *
 one_line(const char *msg)
 {
 	static char buf[512];
@@ -277,8 +280,9 @@ prepare(matrix_ctx *ctx, bool create_extension)
 	{
 		fprintf(stderr, "idempotency-matrix: cannot connect to the database: %s\n",
 				one_line(PQerrorMessage(ctx->conn)));
-		fprintf(stderr, "Hint: pass --dsn, or set PGHOST, PGPORT, PGUSER and PGDATABASE; "
-				"scripts/matrix starts a throwaway cluster and runs the matrix on it.\n");
+		if (ctx->job == NULL)
+			fprintf(stderr, "Hint: pass --dsn, or set PGHOST, PGPORT, PGUSER and PGDATABASE; "
+					"scripts/matrix starts a throwaway cluster and runs the matrix on it.\n");
 		return 2;
 	}
 	PQsetNoticeProcessor(ctx->conn, ignore_notice, NULL);
@@ -299,6 +303,17 @@ prepare(matrix_ctx *ctx, bool create_extension)
 					 "WHERE extname OPERATOR(pg_catalog.=) 'idempotency'",
 					 ctx->ext_version, sizeof(ctx->ext_version), err, sizeof(err)))
 	{
+		if (ctx->job)
+		{
+			/* a sign-off run: one sentence */
+			if (strcmp(err, "no row") == 0)
+				fprintf(stderr, "idempotency-matrix: the idempotency extension is not installed in database \"%s\" "
+						"(a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)\n",
+						PQdb(ctx->conn));
+			else
+				fprintf(stderr, "idempotency-matrix: cannot check for the idempotency extension: %s\n", err);
+			return 2;
+		}
 		if (strcmp(err, "no row") == 0)
 			fprintf(stderr, "idempotency-matrix: the idempotency extension is not installed in database \"%s\"\n",
 					PQdb(ctx->conn));
@@ -306,6 +321,21 @@ prepare(matrix_ctx *ctx, bool create_extension)
 			fprintf(stderr, "idempotency-matrix: cannot check for the idempotency extension: %s\n", err);
 		fprintf(stderr, "Hint: make install, then CREATE EXTENSION idempotency; or pass --create-extension.\n");
 		return 2;
+	}
+	if (ctx->job)
+	{
+		int			major = 0,
+					minor = 0;
+
+		/* delivery tokens, wait => and the helpers' calls need 0.3 */
+		if (sscanf(ctx->ext_version, "%d.%d", &major, &minor) != 2 ||
+			major < 0 || (major == 0 && minor < 3))
+		{
+			fprintf(stderr, "idempotency-matrix: the idempotency extension in database \"%s\" is version %s, "
+					"and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)\n",
+					PQdb(ctx->conn), ctx->ext_version);
+			return 2;
+		}
 	}
 	query_value(ctx, "SELECT pg_catalog.current_setting('server_version')",
 				ctx->server_version, sizeof(ctx->server_version), err, sizeof(err));
@@ -387,9 +417,20 @@ create_effects_table(matrix_ctx *ctx)
 
 /* remove everything this run made: records, job types, table, mailboxes */
 static void
-cleanup(matrix_ctx *ctx)
+cleanup(matrix_ctx *ctx, bool failed)
 {
 	workers_kill_all();
+	if (ctx->job)
+	{
+		/* every process group the sign-off run started, then its files */
+		signoff_kill_all(ctx);
+		signoff_remove_dir(ctx, ctx->keep || failed);
+	}
+	if (ctx->keep && ctx->job)
+	{
+		fprintf(stderr, "idempotency-matrix: kept job types %s_* and their records (--keep)\n", ctx->prefix);
+		return;
+	}
 	if (ctx->keep)
 	{
 		fprintf(stderr, "idempotency-matrix: kept job types %s_*, their records%s%s, and the mailboxes in %s\n",
@@ -465,6 +506,85 @@ cleanup(matrix_ctx *ctx)
 	}
 }
 
+/*
+ * The sign-off run (--job FILE, docs/signoff.md). The job file, the options
+ * and the case selection are checked before anything starts (exit 2, one
+ * sentence); then, as the reference run: connect, check the extension (0.3
+ * or later here), run, report, and clean up on exit, error or a signal.
+ */
+static int
+signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
+			 const char *refused, const char *policy_arg, bool *want,
+			 const char *html, const char *json, const char *color)
+{
+	struct sigaction sa;
+	int			rc;
+
+	if (refused)
+	{
+		fprintf(stderr, "idempotency-matrix: %s\n", refused);
+		return 2;
+	}
+	if (signoff_load_job(path, job) != 0)
+		return 2;
+	if (policy_arg == NULL)
+		memcpy(want, job->want, sizeof(bool) * N_POLICIES);
+	if (want[POLICY_LOOKUP] && job->value[JF_EFFECTS] == NULL && job->value[JF_EFFECTS_SQL] == NULL)
+	{
+		fprintf(stderr, "idempotency-matrix: the policy lookup needs effects or effects_sql in %s "
+				"(a handled report cannot tell whether the lookup found the effect)\n", path);
+		return 2;
+	}
+	if (signoff_count_cases(ctx->cases, job) == 0)
+	{
+		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case of a sign-off run "
+				"(cases: 1 2 3 4 5 6 7a 7b 9 10 %s12 13)\n",
+				ctx->cases ? ctx->cases : "", job->value[JF_ENQUEUE_OTHER] ? "11 " : "");
+		return 2;
+	}
+	ctx->job = job;
+	ctx->lease_s = job->lease_s;
+	ctx->timeout_s = job->timeout_s;
+	ctx->stress = 0;
+	snprintf(ctx->lease_sql, sizeof(ctx->lease_sql), "%g second%s",
+			 ctx->lease_s, ctx->lease_s == 1.0 ? "" : "s");
+	ctx->color = strcmp(color, "always") == 0 ||
+		(strcmp(color, "auto") == 0 && isatty(STDOUT_FILENO) &&
+		 getenv("NO_COLOR") == NULL &&
+		 !(getenv("TERM") && strcmp(getenv("TERM"), "dumb") == 0));
+	ctx->progress_tty = isatty(STDERR_FILENO);
+	iso_time(ctx->started_at, sizeof(ctx->started_at), false);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = prepare(ctx, false);
+	if (rc != 0)
+	{
+		PQfinish(ctx->conn);
+		return rc;
+	}
+	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
+			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
+	snprintf(ctx->prefix, sizeof(ctx->prefix), "signoff_%.31s", ctx->run_id);
+
+	rc = signoff_run(ctx, want, html, json);
+	if (matrix_interrupted)
+	{
+		progress_clear(ctx);
+		fprintf(stderr, "idempotency-matrix: interrupted; cleaning up\n");
+		rc = 130;
+	}
+	cleanup(ctx, rc == 1);
+	PQfinish(ctx->conn);
+	return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -483,6 +603,7 @@ main(int argc, char **argv)
 		{"create-extension", no_argument, NULL, 6},
 		{"keep", no_argument, NULL, 7},
 		{"check-as", required_argument, NULL, 8},
+		{"job", required_argument, NULL, 9},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}
@@ -509,6 +630,10 @@ main(int argc, char **argv)
 	bool		need_effects = false;
 	int			total = 0;
 	int			done = 0;
+	const char *job_path = NULL;
+	const char *policy_arg = NULL;
+	const char *not_for_job = NULL;	/* an option a sign-off run refuses */
+	static signoff_job job;
 
 	setlocale(LC_ALL, "");
 	memset(ctx, 0, sizeof(*ctx));
@@ -525,6 +650,7 @@ main(int argc, char **argv)
 				ctx->dsn = optarg;
 				break;
 			case 'p':
+				policy_arg = optarg;
 				if (!parse_policies(optarg, want))
 				{
 					fprintf(stderr, "idempotency-matrix: --policy: \"%s\" is not a list of hold, retry, skip, lookup, all\n", optarg);
@@ -532,6 +658,7 @@ main(int argc, char **argv)
 				}
 				break;
 			case 'l':
+				not_for_job = "--lease does not apply to a sign-off run (--job): give lease in the job file";
 				if (!parse_lease(optarg, &ctx->lease_s))
 				{
 					fprintf(stderr, "idempotency-matrix: --lease: \"%s\" is not a number of seconds between 0.1 and 600 (e.g. 2, 1.5, 500ms)\n", optarg);
@@ -543,6 +670,7 @@ main(int argc, char **argv)
 				ctx->cases = optarg;
 				break;
 			case 1:
+				not_for_job = "--stress does not apply to a sign-off run (--job): it has no case 3s";
 				{
 					char	   *end;
 					long		n = strtol(optarg, &end, 10);
@@ -577,12 +705,17 @@ main(int argc, char **argv)
 				ctx->progress = false;
 				break;
 			case 6:
+				not_for_job = "--create-extension does not apply to a sign-off run (--job): it runs in your database, where the extension must be installed already";
 				create_extension = true;
 				break;
 			case 7:
 				ctx->keep = true;
 				break;
+			case 9:
+				job_path = optarg;
+				break;
 			case 8:
+				not_for_job = "--check-as does not apply to a sign-off run (--job)";
 				check_as = policy_by_name(optarg);
 				if (check_as < 0)
 				{
@@ -607,6 +740,9 @@ main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (job_path)
+		return signoff_main(ctx, job_path, &job, not_for_job, policy_arg, want,
+							html, json, color);
 	for (k = 0; k < n_matrix_cases; k++)
 		if (case_selected(cases, matrix_cases[k].id) &&
 			!(strcmp(matrix_cases[k].id, "3s") == 0 && ctx->stress == 0))
@@ -723,7 +859,7 @@ main(int argc, char **argv)
 	if (matrix_interrupted)
 	{
 		fprintf(stderr, "idempotency-matrix: interrupted; cleaning up\n");
-		cleanup(ctx);
+		cleanup(ctx, false);
 		PQfinish(ctx->conn);
 		return 130;
 	}
@@ -734,7 +870,7 @@ main(int argc, char **argv)
 		rc = 2;
 	if (json && report_json(ctx, json, prs, npr) != 0)
 		rc = 2;
-	cleanup(ctx);
+	cleanup(ctx, false);
 	PQfinish(ctx->conn);
 	for (p = 0; p < npr; p++)
 		for (k = 0; k < prs[p].ncases; k++)

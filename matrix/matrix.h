@@ -13,6 +13,8 @@
  *	worker.c	worker processes (fork, one connection each) and their events
  *	provider.c	the fake mail provider: an append-only, fsync'd file
  *	report.c	terminal tables, --html and --json
+ *	signoff.c	the sign-off run (--job): the cases on the user's own job,
+ *				through the user's queue and worker processes
  *	util.c		strings, escaping, clocks
  */
 #ifndef IDEMPOTENCY_MATRIX_H
@@ -108,6 +110,40 @@ typedef struct policy_result
 	double		seconds;
 } policy_result;
 
+/*
+ * A sign-off run's job file (docs/signoff.md): name = value lines. The
+ * values are kept as given; NULL where a field is absent.
+ */
+typedef enum job_field
+{
+	JF_QUEUE,
+	JF_JOB_TYPE,
+	JF_WORKER,
+	JF_ENQUEUE,
+	JF_ENQUEUE_OTHER,
+	JF_EFFECTS,
+	JF_EFFECTS_SQL,
+	JF_POLICIES,
+	JF_LEASE,
+	JF_TIMEOUT,
+	JF_DIR,
+	N_JOB_FIELDS
+} job_field;
+
+extern const char *const job_field_names[N_JOB_FIELDS];
+
+typedef struct signoff_job
+{
+	char		path[1024];		/* the job file, as given */
+	char	   *value[N_JOB_FIELDS];
+	int			line[N_JOB_FIELDS]; /* where each was given; 0: absent */
+	char		dir[1024];		/* where the commands run, absolute */
+	bool		want[N_POLICIES];	/* the job file's policies */
+	double		lease_s;
+	double		timeout_s;
+	const char *effects_source; /* "command", "sql" or "handled reports" */
+} signoff_job;
+
 typedef struct matrix_ctx
 {
 	PGconn	   *conn;			/* the runner's own (control) connection */
@@ -137,14 +173,22 @@ typedef struct matrix_ctx
 	char		isolation[64];
 	char		check_as_note[128];
 	double		seconds;
+
+	/* a sign-off run (--job); NULL: the reference run */
+	const signoff_job *job;
+	char		signoff_dir[256];	/* its socket and worker logs */
 } matrix_ctx;
 
 extern volatile sig_atomic_t matrix_interrupted;
 
 /* main.c */
 void		progress(matrix_ctx *ctx, const char *fmt,...) MX_PRINTF(2, 3);
+void		progress_clear(matrix_ctx *ctx);
 PGresult   *db_exec(matrix_ctx *ctx, const char *sql, int nparams,
 					 const char *const *params);
+bool		parse_lease(const char *s, double *out);
+bool		parse_policies(const char *list, bool *want);
+const char *one_line(const char *msg);
 
 /* cases.c */
 typedef struct case_def
@@ -161,6 +205,18 @@ void		case_expectations(matrix_ctx *ctx, policy_t checked_as,
 							  const case_def *def, case_result *cr);
 bool		case_selected(const char *list, const char *id);
 void		case_finish(case_result *cr);
+
+/* cases.c, shared with signoff.c: notes, the record, stale_claims() */
+void		case_note(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
+void		case_fail(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
+const char *case_sql_error(PGresult *res, matrix_ctx *ctx);
+void		record_text_of(matrix_ctx *ctx, case_result *cr, const char *job_type,
+						   const char *key, char *buf, size_t sz,
+						   char *result, size_t rsz);
+int			stale_listed(matrix_ctx *ctx, case_result *cr, const char *job_type,
+						 const char *key);
+bool		stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
+					   const char *key, const char *policy_name);
 
 /* worker.c */
 typedef enum worker_mode
@@ -237,10 +293,19 @@ int			provider_send(const char *mailbox, bool with_ref, const char *key,
 int			provider_lookup(const char *mailbox, const char *key);
 int			provider_count(const char *mailbox, const char *key);
 
+/* signoff.c */
+int			signoff_load_job(const char *path, signoff_job *job);
+int			signoff_count_cases(const char *cases, const signoff_job *job);
+int			signoff_run(matrix_ctx *ctx, const bool *want, const char *html,
+						const char *json);
+void		signoff_kill_all(matrix_ctx *ctx);
+void		signoff_remove_dir(matrix_ctx *ctx, bool keep_logs);
+
 /* report.c */
 void		report_policy(matrix_ctx *ctx, const policy_result *pr);
 void		report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 						   int *passed, int *failed);
+const char *effect_word(const matrix_ctx *ctx);
 int			report_html(matrix_ctx *ctx, const char *path,
 						const policy_result *prs, int npr);
 int			report_json(matrix_ctx *ctx, const char *path,

@@ -7,6 +7,9 @@
  * then the seed's "expected" words, with a mark per row. A cell that
  * differs from its expectation shows "observed ≠ expected". Then the policy
  * summary (emails in cases 5 and 6) and one total line.
+ *
+ * A sign-off run (ctx->job) has the same tables, with "effects" in place of
+ * "emails", headed by its job file's settings, and a line to sign.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -29,6 +32,13 @@ enum
 	COL_MARK, COL_CASE, COL_TITLE, COL_EMAILS, COL_RECORD, COL_VERDICTS,
 	COL_EXPECTED, N_COLS
 };
+
+/* what the observed column counts: the seed's emails, or the job's effects */
+const char *
+effect_word(const matrix_ctx *ctx)
+{
+	return ctx->job ? "effects" : "emails";
+}
 
 static const char *
 ne(const matrix_ctx *ctx)
@@ -131,8 +141,8 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 {
 	static const char *const head1[N_COLS] =
 	{"", "case", "attempt", "observed", "", "", "expected"};
-	static const char *const head2[N_COLS] =
-	{"", "", "", "emails", "record afterwards", "verdicts", ""};
+	const char *const head2[N_COLS] =
+	{"", "", "", effect_word(ctx), "record afterwards", "verdicts", ""};
 	size_t		width[N_COLS];
 	int			i,
 				c;
@@ -163,9 +173,14 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 		   ctx->color ? C_RESET : "", policy_blurbs[pr->policy]);
 	if (pr->checked_as != pr->policy)
 		printf("  [checked against %s's expectations]", policy_names[pr->checked_as]);
-	printf("\n%sjob types %s_%s_<case>, lease %s, %d of %d cases hold, %.1f s%s\n\n",
-		   ctx->color ? C_DIM : "", ctx->prefix, policy_names[pr->policy],
-		   ctx->lease_sql, passed, pr->ncases, pr->seconds, ctx->color ? C_RESET : "");
+	if (ctx->job)
+		printf("\n%sjob type %s_%s, lease %s, %d of %d cases hold, %.1f s%s\n\n",
+			   ctx->color ? C_DIM : "", ctx->prefix, policy_names[pr->policy],
+			   ctx->lease_sql, passed, pr->ncases, pr->seconds, ctx->color ? C_RESET : "");
+	else
+		printf("\n%sjob types %s_%s_<case>, lease %s, %d of %d cases hold, %.1f s%s\n\n",
+			   ctx->color ? C_DIM : "", ctx->prefix, policy_names[pr->policy],
+			   ctx->lease_sql, passed, pr->ncases, pr->seconds, ctx->color ? C_RESET : "");
 
 	/* two header lines: "observed" spans emails, record and verdicts */
 	{
@@ -229,8 +244,8 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 			continue;
 		printf("%s  case %s (%s):%s\n", ctx->color ? C_RED : "", cr->id,
 			   policy_names[pr->policy], ctx->color ? C_RESET : "");
-		printf("    expected: emails %d; record %s; verdicts %s\n",
-			   cr->exp_emails, cr->exp_record, cr->exp_verdicts);
+		printf("    expected: %s %d; record %s; verdicts %s\n",
+			   effect_word(ctx), cr->exp_emails, cr->exp_record, cr->exp_verdicts);
 		if (cr->notes.len)
 		{
 			const char *p = sb_str(&cr->notes);
@@ -301,9 +316,14 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 				(*failed)++;
 		}
 
-	printf("\n%sPolicy summary%s: emails in the uncertain cases "
-		   "(5: died after the claim, before the email; 6: died after the email)\n\n",
-		   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
+	if (ctx->job)
+		printf("\n%sPolicy summary%s: effects in the uncertain cases "
+			   "(5: killed after the claim, before the handler; 6: killed after the handler)\n\n",
+			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
+	else
+		printf("\n%sPolicy summary%s: emails in the uncertain cases "
+			   "(5: died after the claim, before the email; 6: died after the email)\n\n",
+			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
 	printf("%s%-8s  %6s  %6s  %s%s\n", ctx->color ? C_BOLD : "",
 		   "policy", "case 5", "case 6", "expected", ctx->color ? C_RESET : "");
 	for (i = 0; i < npr; i++)
@@ -331,6 +351,11 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 			   ctx->color ? C_RESET : "");
 	}
 	printf("\nlease %s, %.1f s in all\n", ctx->lease_sql, ctx->seconds);
+	if (ctx->job)
+		printf("\nThis report shows what the runner observed of job type %s on %s with the settings above; "
+			   "it is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.\n"
+			   "Policy chosen: ______________  Signed off by: ______________________  Date: ____________\n\n",
+			   ctx->job->value[JF_JOB_TYPE], ctx->job->value[JF_QUEUE]);
 	/* the last line: the total, alone */
 	printf("%d passed, %d failed\n", *passed, *failed);
 	fflush(stdout);
@@ -437,11 +462,11 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 	sb_printf(h, "<section class=\"policy\" id=\"policy-%s\">\n<h2>Policy %s: ",
 			  policy_names[pr->policy], policy_names[pr->policy]);
 	html_escape(h, policy_blurbs[pr->policy]);
-	sb_printf(h, "</h2>\n<p class=\"muted\">%d of %d cases hold; job types <code>",
-			  passed, pr->ncases);
+	sb_printf(h, "</h2>\n<p class=\"muted\">%d of %d cases hold; job type%s <code>",
+			  passed, pr->ncases, ctx->job ? "" : "s");
 	html_escape(h, ctx->prefix);
-	sb_printf(h, "_%s_&lt;case&gt;</code>, lease %s, %.1f s.",
-			  policy_names[pr->policy], ctx->lease_sql, pr->seconds);
+	sb_printf(h, "_%s%s</code>, lease %s, %.1f s.",
+			  policy_names[pr->policy], ctx->job ? "" : "_&lt;case&gt;", ctx->lease_sql, pr->seconds);
 	if (pr->checked_as != pr->policy)
 		sb_printf(h, " <strong>Checked against the expectations of %s.</strong>",
 				  policy_names[pr->checked_as]);
@@ -455,7 +480,9 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 			"<th scope=\"col\" rowspan=\"2\">case</th><th scope=\"col\" rowspan=\"2\">attempt</th>"
 			"<th scope=\"colgroup\" colspan=\"3\">observed</th>"
 			"<th scope=\"col\" rowspan=\"2\">expected</th></tr>\n"
-			"<tr><th scope=\"col\">emails</th><th scope=\"col\">record afterwards</th>"
+			"<tr><th scope=\"col\">");
+	sb_puts(h, effect_word(ctx));
+	sb_puts(h, "</th><th scope=\"col\">record afterwards</th>"
 			"<th scope=\"col\">verdicts</th></tr>\n</thead>\n<tbody>\n");
 	for (i = 0; i < pr->ncases; i++)
 	{
@@ -493,8 +520,8 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 		const char *p = sb_str(&cr->notes);
 
 		sb_printf(h, "<dt>%s %s</dt>\n", cr->id, cr->pass ? "" : "<span class=\"failed\">(fails)</span>");
-		sb_printf(h, "<dd>expected: emails %d; record %s; verdicts ",
-				  cr->exp_emails, cr->exp_record);
+		sb_printf(h, "<dd>expected: %s %d; record %s; verdicts ",
+				  effect_word(ctx), cr->exp_emails, cr->exp_record);
 		html_escape(h, cr->exp_verdicts);
 		sb_puts(h, "</dd>\n");
 		while (*p)
@@ -549,8 +576,10 @@ typedef struct setting
 {
 	const char *key;
 	const char *label;
-	char		value[300];
+	char		value[1100];
 } setting;
+
+#define MAX_SETTINGS 24
 
 static int
 settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
@@ -567,6 +596,41 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 	}
 #define SET(k, l, ...) do { s[n].key = k; s[n].label = l; \
 		snprintf(s[n].value, sizeof(s[n].value), __VA_ARGS__); n++; } while (0)
+	if (ctx->job)
+	{
+		const signoff_job *job = ctx->job;
+
+		SET("date", "date", "%s", ctx->started_at);
+		SET("job_type", "job type", "%s", job->value[JF_JOB_TYPE]);
+		SET("queue", "queue", "%s", job->value[JF_QUEUE]);
+		SET("worker", "worker command", "%s", job->value[JF_WORKER]);
+		SET("enqueue", "enqueue command", "%s", job->value[JF_ENQUEUE]);
+		if (job->value[JF_ENQUEUE_OTHER])
+			SET("enqueue_other", "enqueue, other arguments", "%s", job->value[JF_ENQUEUE_OTHER]);
+		if (job->value[JF_EFFECTS])
+			SET("effects", "effects counted by", "the command %s", job->value[JF_EFFECTS]);
+		else if (job->value[JF_EFFECTS_SQL])
+			SET("effects", "effects counted by", "the query %s", job->value[JF_EFFECTS_SQL]);
+		else
+			SET("effects", "effects counted by",
+				"the handled reports: handler runs that returned, not proof that an effect landed");
+		SET("policies", "policies", "%s", pols);
+		SET("lease", "lease", "%s", ctx->lease_sql);
+		SET("timeout", "timeout", "%g s", job->timeout_s);
+		SET("cases", "cases", "%s", ctx->cases ? ctx->cases : "all (1-7, 9-13)");
+		SET("job_file", "job file", "%s", job->path);
+		SET("directory", "commands run in", "%s", job->dir);
+		SET("extension_version", "extension", "idempotency %s", ctx->ext_version);
+		SET("server_version", "PostgreSQL", "%s", ctx->server_version_full);
+		SET("server", "server", "%s", ctx->server_desc);
+		SET("isolation", "default isolation", "%s", ctx->isolation);
+		SET("job_type_prefix", "the run's job types", "%s_<policy> (removed afterwards%s)",
+			ctx->prefix, ctx->keep ? ": no, --keep" : "");
+		SET("keys", "operation keys", "signoff-%s-<policy>-<case>-<n>", ctx->run_id);
+		SET("runner", "runner", "idempotency-matrix %s", MATRIX_VERSION);
+		SET("run_time", "run time", "%.1f s", ctx->seconds);
+		return n;
+	}
 	SET("date", "date", "%s", ctx->started_at);
 	SET("extension_version", "extension", "idempotency %s", ctx->ext_version);
 	SET("server_version", "PostgreSQL", "%s", ctx->server_version_full);
@@ -595,7 +659,7 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	int			i;
 	int			passed,
 				failed;
-	setting		set[16];
+	setting		set[MAX_SETTINGS];
 	int			nset = settings_list(ctx, prs, npr, set);
 	int			rc;
 
@@ -605,19 +669,46 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
 	sb_puts(&h, "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
 			"style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n");
-	sb_printf(&h, "<title>Replay matrix: idempotency %s, %d passed, %d failed</title>\n",
-			  ctx->ext_version, passed, failed);
+	if (ctx->job)
+	{
+		sb_puts(&h, "<title>Sign-off: ");
+		html_escape(&h, ctx->job->value[JF_JOB_TYPE]);
+		sb_puts(&h, " on ");
+		html_escape(&h, ctx->job->value[JF_QUEUE]);
+		sb_printf(&h, ", idempotency %s, %d passed, %d failed</title>\n",
+				  ctx->ext_version, passed, failed);
+	}
+	else
+		sb_printf(&h, "<title>Replay matrix: idempotency %s, %d passed, %d failed</title>\n",
+				  ctx->ext_version, passed, failed);
 	sb_printf(&h, "<style>\n%s.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\n</style>\n</head>\n<body>\n",
 			  html_style);
-	sb_puts(&h, "<header>\n<h1>Replay matrix: send_confirmation for ORD-1001</h1>\n");
+	if (ctx->job)
+	{
+		sb_puts(&h, "<header>\n<h1>Sign-off: job type ");
+		html_escape(&h, ctx->job->value[JF_JOB_TYPE]);
+		sb_puts(&h, " on ");
+		html_escape(&h, ctx->job->value[JF_QUEUE]);
+		sb_puts(&h, "</h1>\n");
+	}
+	else
+		sb_puts(&h, "<header>\n<h1>Replay matrix: send_confirmation for ORD-1001</h1>\n");
 	sb_printf(&h, "<p><span class=\"status %s\">%s</span></p>\n",
 			  failed ? "bad" : "ok",
 			  failed ? "Some cases do not hold: see the rows marked FAIL." : "Every case holds.");
-	sb_puts(&h, "<p>Each row is one replay test: how the message arrives, then what was observed "
-			"afterwards (emails the fake provider holds, the record in <code>idempotency.operations</code> "
-			"as status and attempt, and the verdict each worker got), then what must be true. "
-			"Every delivery is a separate process with its own connection; deaths are SIGKILLs at the named point. "
-			"A cell that differs from its expectation shows the expected value under it.</p>\n");
+	if (ctx->job)
+		sb_puts(&h, "<p>Each row is one replay test of this job, through its queue and its worker processes: "
+				"how the message arrives, then what was observed afterwards (the job's effects, counted as the "
+				"settings say once the case's workers had stopped; the record in <code>idempotency.operations</code> "
+				"as status and attempt; and the verdicts the helper reported, in the order they came), then what must be true. "
+				"Deaths are SIGKILLs to the worker's process group at the named point of the helper. "
+				"A cell that differs from its expectation shows the expected value under it.</p>\n");
+	else
+		sb_puts(&h, "<p>Each row is one replay test: how the message arrives, then what was observed "
+				"afterwards (emails the fake provider holds, the record in <code>idempotency.operations</code> "
+				"as status and attempt, and the verdict each worker got), then what must be true. "
+				"Every delivery is a separate process with its own connection; deaths are SIGKILLs at the named point. "
+				"A cell that differs from its expectation shows the expected value under it.</p>\n");
 	sb_puts(&h, "</header>\n<section>\n<h2>Settings</h2>\n<dl class=\"settings\">\n");
 	for (i = 0; i < nset; i++)
 	{
@@ -633,9 +724,13 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	for (i = 0; i < npr; i++)
 		html_policy(&h, ctx, &prs[i]);
 
-	sb_puts(&h, "<section>\n<h2>Policy summary</h2>\n<p>Emails in the uncertain cases: "
-			"5 (the worker died after the claim, before the email) and 6 (after the email, before completion).</p>\n"
-			"<table class=\"summary\">\n<thead><tr><th scope=\"col\">policy</th><th scope=\"col\">case 5</th>"
+	if (ctx->job)
+		sb_puts(&h, "<section>\n<h2>Policy summary</h2>\n<p>Effects in the uncertain cases: "
+				"5 (the worker was killed after the claim, before the handler) and 6 (after the handler, before completion).</p>\n");
+	else
+		sb_puts(&h, "<section>\n<h2>Policy summary</h2>\n<p>Emails in the uncertain cases: "
+				"5 (the worker died after the claim, before the email) and 6 (after the email, before completion).</p>\n");
+	sb_puts(&h, "<table class=\"summary\">\n<thead><tr><th scope=\"col\">policy</th><th scope=\"col\">case 5</th>"
 			"<th scope=\"col\">case 6</th><th scope=\"col\">expected</th><th scope=\"col\">result</th></tr></thead>\n<tbody>\n");
 	for (i = 0; i < npr; i++)
 	{
@@ -661,11 +756,23 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	}
 	sb_puts(&h, "</tbody>\n</table>\n</section>\n");
 	sb_printf(&h, "<p class=\"total\" id=\"total\">%d passed, %d failed</p>\n", passed, failed);
-	sb_puts(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n"
-			"<p>This report shows what the runner observed on the server above, with the settings above. "
-			"It is evidence that the chosen policy is followed for this job, not that a queue became exactly-once.</p>\n"
-			"<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
-			"</section>\n");
+	if (ctx->job)
+	{
+		sb_puts(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n<p>This report shows what the runner observed of job type <code>");
+		html_escape(&h, ctx->job->value[JF_JOB_TYPE]);
+		sb_puts(&h, "</code> on ");
+		html_escape(&h, ctx->job->value[JF_QUEUE]);
+		sb_puts(&h, ", with its worker and enqueue commands and the settings above, on the server above. "
+				"It is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.</p>\n"
+				"<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
+				"</section>\n");
+	}
+	else
+		sb_puts(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n"
+				"<p>This report shows what the runner observed on the server above, with the settings above. "
+				"It is evidence that the chosen policy is followed for this job, not that a queue became exactly-once.</p>\n"
+				"<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
+				"</section>\n");
 	sb_printf(&h, "<script>\n%s</script>\n</body>\n</html>\n", html_script);
 	rc = write_file(path, &h);
 	sb_free(&h);
@@ -684,19 +791,43 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 				k;
 	int			passed,
 				failed;
-	setting		set[16];
+	setting		set[MAX_SETTINGS];
 	int			nset = settings_list(ctx, prs, npr, set);
 	int			rc;
 
 	counts(prs, npr, &passed, &failed);
 	sb_init(&j);
-	sb_puts(&j, "{\n  \"format\": \"idempotency-matrix/1\",\n  \"settings\": {");
+	sb_printf(&j, "{\n  \"format\": \"%s\",\n  \"settings\": {",
+			  ctx->job ? "idempotency-signoff/1" : "idempotency-matrix/1");
 	for (i = 0; i < nset; i++)
 	{
 		sb_printf(&j, "%s\n    ", i ? "," : "");
 		json_string(&j, set[i].key);
 		sb_puts(&j, ": ");
 		json_string(&j, set[i].value);
+	}
+	if (ctx->job)
+	{
+		/* the job file's settings, as given (null where absent) */
+		const signoff_job *job = ctx->job;
+		int			f;
+
+		sb_puts(&j, "\n  },\n  \"signoff\": {\n    \"job_file\": ");
+		json_string(&j, job->path);
+		for (f = 0; f < N_JOB_FIELDS; f++)
+		{
+			sb_printf(&j, ",\n    \"%s\": ", job_field_names[f]);
+			if (job->value[f])
+				json_string(&j, job->value[f]);
+			else
+				sb_puts(&j, "null");
+		}
+		sb_puts(&j, ",\n    \"directory\": ");
+		json_string(&j, job->dir);
+		sb_printf(&j, ",\n    \"effects_source\": \"%s\",\n    \"lease_seconds\": %g,\n    \"timeout_seconds\": %g,\n    \"run\": ",
+				  job->effects_source, job->lease_s, job->timeout_s);
+		json_string(&j, ctx->run_id);
+		sb_puts(&j, ",\n    \"signed_off_by\": null,\n    \"date\": null");
 	}
 	sb_printf(&j, "\n  },\n  \"lease_seconds\": %g,\n  \"policies\": [", ctx->lease_s);
 	for (i = 0; i < npr; i++)
@@ -717,11 +848,11 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			json_string(&j, cr->title);
 			sb_puts(&j, ", \"expected_text\": ");
 			json_string(&j, cr->expected_text);
-			sb_printf(&j, ",\n       \"expected\": {\"emails\": %d, \"record\": ", cr->exp_emails);
+			sb_printf(&j, ",\n       \"expected\": {\"%s\": %d, \"record\": ", effect_word(ctx), cr->exp_emails);
 			json_string(&j, cr->exp_record);
 			sb_puts(&j, ", \"verdicts\": ");
 			json_string(&j, cr->exp_verdicts);
-			sb_puts(&j, "},\n       \"observed\": {\"emails\": ");
+			sb_printf(&j, "},\n       \"observed\": {\"%s\": ", effect_word(ctx));
 			if (cr->ran && cr->obs_emails >= 0)
 				sb_printf(&j, "%d", cr->obs_emails);
 			else
@@ -730,9 +861,9 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			json_string(&j, cr->obs_record);
 			sb_puts(&j, ", \"verdicts\": ");
 			json_string(&j, cr->obs_verdicts);
-			sb_printf(&j, "},\n       \"ran\": %s, \"emails_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
+			sb_printf(&j, "},\n       \"ran\": %s, \"%s_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
 					  "\"checks_ok\": %s, \"pass\": %s, \"seconds\": %.3f,\n       \"notes\": [",
-					  cr->ran ? "true" : "false", cr->emails_ok ? "true" : "false",
+					  cr->ran ? "true" : "false", effect_word(ctx), cr->emails_ok ? "true" : "false",
 					  cr->record_ok ? "true" : "false", cr->verdicts_ok ? "true" : "false",
 					  cr->checks_ok ? "true" : "false", cr->pass ? "true" : "false", cr->seconds);
 			while (*p)
@@ -763,13 +894,13 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		find_case(&prs[i], "5", &c5);
 		find_case(&prs[i], "6", &c6);
 		expected_56(prs[i].checked_as, &e5, &e6);
-		sb_printf(&j, "%s\n    {\"policy\": \"%s\", \"case5_emails\": ", i ? "," : "",
-				  policy_names[prs[i].policy]);
+		sb_printf(&j, "%s\n    {\"policy\": \"%s\", \"case5_%s\": ", i ? "," : "",
+				  policy_names[prs[i].policy], effect_word(ctx));
 		if (c5 && c5->ran && c5->obs_emails >= 0)
 			sb_printf(&j, "%d", c5->obs_emails);
 		else
 			sb_puts(&j, "null");
-		sb_puts(&j, ", \"case6_emails\": ");
+		sb_printf(&j, ", \"case6_%s\": ", effect_word(ctx));
 		if (c6 && c6->ran && c6->obs_emails >= 0)
 			sb_printf(&j, "%d", c6->obs_emails);
 		else

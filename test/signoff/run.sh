@@ -1,0 +1,381 @@
+#!/usr/bin/env bash
+# test/signoff/run.sh: the sign-off run (idempotency-matrix --job FILE,
+# docs/signoff.md) tested end to end on a job that needs no broker: a queue
+# in a directory (dirqueue.py), workers written with pg_idempotency's plain
+# functions and sign-off points (worker.py), enqueue.py and effects.sh, the
+# job file good.job. Hook 84 runs it.
+#
+#   PGHOST=... PGPORT=... PGUSER=... [PGDATABASE=...] test/signoff/run.sh
+#
+# Needs a running server with the idempotency extension installed (make
+# install), reached as a superuser (the test creates the extension if it is
+# missing, two databases of its own that it drops, and reads the test job's
+# effects file with pg_read_file for effects_sql), Debian's python3 with
+# python3-psycopg (/usr/bin/python3), and matrix/idempotency-matrix (built
+# if missing). Steps, each an "ok - ..." or "not ok - ..." line:
+#   1. the good job under hold, retry, skip and lookup: exit 0, every case
+#      holds, also in the JSON report (format, signoff object, each
+#      policy's cases); no worker left, nothing of the run's left in the
+#      database; the time of each policy is printed;
+#   2. the two broken workers (worker.py --broken ...): ignore-verdict under
+#      hold must fail exactly cases 2 3 5 6 7a 7b 9 11 12, complete-first
+#      under retry exactly 6 7b 9, exit 1;
+#   3. bad job files (no worker line, an unknown name, a repeated name, a
+#      line without "="), a database without the extension and one with
+#      0.2: exit 2, the one sentence, nothing started;
+#   4. an enqueue command that exits 3: the case fails naming the command
+#      and the status, with its stderr;
+#   5. a worker whose helper is not armed (env -u IDEMPOTENCY_SIGNOFF):
+#      "the helper is not installed or not armed in that worker", the end
+#      of its log, the later cases not run;
+#   6. SIGINT, and SIGTERM, in the middle of a case with a live worker:
+#      exit 130, no worker process left, no job type or record of the run,
+#      its directory removed;
+#   7. effects counted by the handled reports (no effects line) and by
+#      effects_sql (lookup): the cases hold, the report names the source.
+# The broken, bad-input and interrupt runs use a 1.5 s lease (the job
+# file's lease) to save time; the good job runs with the default lease.
+# The last line: "signoff: N passed, N failed"; exit non-zero on a failure.
+# The logs and reports are kept in a temporary directory (named) on failure.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+runner=$root/matrix/idempotency-matrix
+python=/usr/bin/python3
+psql=(psql -X -q -At -v ON_ERROR_STOP=1)
+[[ -n ${PG_BINDIR:-} && -x $PG_BINDIR/psql ]] && psql[0]=$PG_BINDIR/psql
+
+die() { echo "test/signoff/run.sh: error: $*" >&2; exit 2; }
+
+"$python" -c 'import psycopg' 2>/dev/null ||
+    die "$python cannot import psycopg: install python3-psycopg (Debian)"
+[[ $("${psql[@]}" -c 'SELECT rolsuper FROM pg_roles WHERE rolname = current_user' 2>&1) == t ]] ||
+    die "connect as a superuser (PGUSER)"
+"${psql[@]}" -c 'CREATE EXTENSION IF NOT EXISTS idempotency' >/dev/null ||
+    die "cannot create the extension idempotency"
+make --no-print-directory -s -C "$root/matrix" >/dev/null || die "make -C matrix failed"
+
+out=$(mktemp -d "${TMPDIR:-/tmp}/signoff-test.XXXXXX") || die "mktemp failed"
+# effects_sql reads the effects file as the server's user: let it in
+chmod 755 "$out"
+export SIGNOFF_TEST_DIR=$out/spools
+mkdir -p "$SIGNOFF_TEST_DIR" && chmod 755 "$SIGNOFF_TEST_DIR"
+# the runner's own temp dirs (socket, worker logs) go here too
+export TMPDIR=$out/tmp
+mkdir -p "$TMPDIR"
+
+passed=0
+failed=0
+ok() { echo "ok - $*"; passed=$((passed + 1)); }
+not_ok() {   # not_ok LOG|"" TEXT
+    local log=$1; shift
+    echo "not ok - $*"
+    [[ -n $log && -f $log ]] && sed 's/^/    /' "$log" | tail -n 60
+    failed=$((failed + 1))
+}
+
+dbs=()
+finish() {
+    local db
+    for db in "${dbs[@]}"; do
+        "${psql[@]}" -d postgres -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1
+    done
+    if ((failed == 0)); then
+        rm -rf "$out"
+    else
+        echo "# logs and reports kept in $out"
+    fi
+}
+trap finish EXIT
+
+# a job file: good.job with NAME=VALUE lines replaced or added, the
+# commands still run in test/signoff (dir); VALUE "-" drops the line
+make_job() {   # make_job FILE [NAME=VALUE...]
+    local file=$1; shift
+    grep -v '^#' "$here/good.job" >"$file"
+    echo "dir = $here" >>"$file"
+    local kv name value
+    for kv in "$@"; do
+        name=${kv%%=*} value=${kv#*=}
+        grep -v "^$name *=" "$file" >"$file.tmp"; mv "$file.tmp" "$file"
+        [[ $value == - ]] || echo "$name = $value" >>"$file"
+    done
+}
+
+# the run's job-type prefix and directory, from its banner
+prefix_of() { sed -n 's/^job types \(signoff_[0-9a-f]*\)_<policy>.*/\1/p' "$1" | head -n 1; }
+rundir_of() { sed -n 's/^job types .*, worker logs in \(.*\)$/\1/p' "$1" | head -n 1; }
+
+# workers of a run still alive (their pid files in the spool)
+alive_workers() {   # alive_workers PREFIX
+    local run=${1#signoff_} f pid n=0
+    for f in "$SIGNOFF_TEST_DIR/spool-$run"/pids/*; do
+        [[ -e $f ]] || continue
+        pid=${f##*/}
+        kill -0 "$pid" 2>/dev/null && n=$((n + 1))
+    done
+    echo "$n"
+}
+workers_started() { local run=${1#signoff_}; ls "$SIGNOFF_TEST_DIR/spool-$run/pids" 2>/dev/null | wc -l; }
+
+left_in_db() {   # left_in_db PREFIX: job types + records of the run
+    "${psql[@]}" -c "SELECT (SELECT count(*) FROM idempotency.job_types WHERE job_type LIKE '$1\\_%')
+                          + (SELECT count(*) FROM idempotency.operations WHERE job_type LIKE '$1\\_%')"
+}
+
+# the failing cases of a JSON report, as "policy:case ..." in report order
+failing_cases() {
+    "$python" - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(" ".join(f"{p['policy']}:{c['case']}" for p in r["policies"] for c in p["cases"] if not c["pass"]))
+EOF
+}
+
+# ---------------------------------------------------------------------
+# 1. the good job, every policy, the default lease
+# ---------------------------------------------------------------------
+log=$out/good.log
+start=$SECONDS
+"$runner" --job "$here/good.job" --html "$out/good.html" --json "$out/good.json" >"$log" 2>"$out/good.err"
+rc=$?
+secs=$((SECONDS - start))
+prefix=$(prefix_of "$log")
+total=$(tail -n 1 "$log")
+if ((rc == 0)) && [[ $total == "52 passed, 0 failed" ]]; then
+    ok "the good job under hold, retry, skip and lookup: exit 0, $total ($secs s)"
+else
+    not_ok "$log" "the good job: expected exit 0 and '52 passed, 0 failed'; got exit $rc, '$total'"
+fi
+if grep -qx 'Sign-off run: job type signoff_test_job on dirqueue, idempotency .* on PostgreSQL .*' "$log" &&
+    grep -qx "worker: /usr/bin/python3 worker.py" "$log" &&
+    grep -qx "enqueue: /usr/bin/python3 enqueue.py {key}" "$log" &&
+    grep -qx "effects: the command sh effects.sh {key}" "$log" &&
+    grep -q "runner idempotency-matrix " "$log" &&
+    grep -qx 'Policy chosen: _* *Signed off by: _* *Date: _*' "$log" &&
+    grep -qE '^ +effects +record afterwards +verdicts$' "$log"; then
+    ok "the text report is headed by job type, queue, commands, effects source and versions, counts effects, and has a line to sign"
+else
+    not_ok "$log" "the text report's header, effects column or sign line is missing"
+fi
+if "$python" - "$out/good.json" >"$out/good.check" 2>&1 <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["format"] == "idempotency-signoff/1", r["format"]
+assert r["ok"] is True and r["failed"] == 0 and r["passed"] == 52, (r["ok"], r["passed"], r["failed"])
+s = r["signoff"]
+assert s["job_type"] == "signoff_test_job" and s["queue"] == "dirqueue", s
+assert s["worker"] == "/usr/bin/python3 worker.py" and s["effects_source"] == "command", s
+assert s["lease_seconds"] == 3 and s["timeout_seconds"] == 30, s
+assert [p["policy"] for p in r["policies"]] == ["hold", "retry", "skip", "lookup"]
+for p in r["policies"]:
+    ids = [c["case"] for c in p["cases"]]
+    assert ids == ["1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13"], ids
+    for c in p["cases"]:
+        assert c["pass"] and c["ran"] and c["effects_ok"], (p["policy"], c["case"])
+        assert c["observed"]["effects"] == c["expected"]["effects"], (p["policy"], c["case"])
+        assert c["observed"]["verdicts"] == c["expected"]["verdicts"], (p["policy"], c["case"])
+    print(f"# policy {p['policy']}: {p['seconds']:.1f} s")
+summary = {x["policy"]: (x["case5_effects"], x["case6_effects"]) for x in r["summary"]}
+assert summary == {"hold": (0, 1), "retry": (1, 2), "skip": (0, 1), "lookup": (1, 1)}, summary
+EOF
+then
+    cat "$out/good.check"
+    ok "the JSON report: format idempotency-signoff/1, the signoff object, 13 passing cases per policy, effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
+else
+    not_ok "$out/good.check" "the JSON report of the good job"
+fi
+if grep -q '<h1>Sign-off: job type signoff_test_job on dirqueue</h1>' "$out/good.html" &&
+    grep -q 'Signed off by: ____' "$out/good.html" && grep -q '<th scope="col">effects</th>' "$out/good.html"; then
+    ok "the HTML report: its heading, the effects column and the line to sign"
+else
+    not_ok "" "the HTML report lacks the heading, the effects column or the sign line"
+fi
+if [[ -n $prefix ]] && (($(workers_started "$prefix") > 0)) && [[ $(alive_workers "$prefix") == 0 ]] &&
+    [[ $(left_in_db "$prefix") == 0 ]] && [[ ! -e $(rundir_of "$log") ]]; then
+    ok "after the good run: no worker left ($(workers_started "$prefix") started), no job type or record of $prefix, its directory removed"
+else
+    not_ok "" "after the good run ($prefix): $(alive_workers "$prefix") workers alive, $(left_in_db "$prefix") rows left, or its directory $(rundir_of "$log") is there"
+fi
+
+# ---------------------------------------------------------------------
+# 2. the broken workers: the report must fail exactly these cases
+# ---------------------------------------------------------------------
+check_broken() {   # check_broken VARIANT POLICY EXPECTED...
+    local variant=$1 policy=$2; shift 2
+    local job=$out/$variant.job log=$out/$variant.log want got
+    make_job "$job" "worker=/usr/bin/python3 worker.py --broken $variant" "lease=1.5" "policies=-"
+    "$runner" --job "$job" --policy "$policy" --json "$out/$variant.json" >"$log" 2>&1
+    rc=$?
+    want=$(printf "$policy:%s " "$@"); want=${want% }
+    got=$(failing_cases "$out/$variant.json" 2>&1)
+    if ((rc == 1)) && [[ $got == "$want" ]]; then
+        ok "worker.py --broken $variant under $policy: exit 1, exactly cases $* fail"
+    else
+        not_ok "$log" "worker.py --broken $variant under $policy: expected exit 1 and failing '$want'; got exit $rc, failing '$got'"
+    fi
+}
+# effects on completed, in_progress, held and skipped: duplicates
+check_broken ignore-verdict hold 2 3 5 6 7a 7b 9 11 12
+# the completion before the effect: a kill at handled loses the effect
+check_broken complete-first retry 6 7b 9
+if grep -q "FAILED: the record of signoff-[0-9a-f]*-retry-6-1 is completed #1 already, so stale_claims() will never list it: was the completion sent before the handler returned?" "$out/complete-first.log"; then
+    ok "complete-first: case 6 says the record was completed before the handler returned"
+else
+    not_ok "$out/complete-first.log" "complete-first: case 6 does not say why"
+fi
+
+# ---------------------------------------------------------------------
+# 3. bad input: one sentence, exit 2, nothing started
+# ---------------------------------------------------------------------
+spools_before=$(ls "$SIGNOFF_TEST_DIR" | wc -l)
+types_before=$("${psql[@]}" -c "SELECT count(*) FROM idempotency.job_types WHERE job_type LIKE 'signoff\\_%'")
+bad_input() {   # bad_input WHAT SENTENCE RUNNER-ARGS...
+    local what=$1 sentence=$2; shift 2
+    local log=$out/bad.log
+    "$runner" "$@" >"$log" 2>&1
+    rc=$?
+    if ((rc == 2)) && [[ $(wc -l <"$log") -eq 1 ]] && grep -qxF "$sentence" "$log"; then
+        ok "$what: exit 2 and one sentence"
+    else
+        not_ok "$log" "$what: expected exit 2 and only '$sentence'; got exit $rc"
+    fi
+}
+job=$out/no-worker.job
+make_job "$job" "worker=-"
+bad_input "a job file without worker" \
+    "idempotency-matrix: $job: no \"worker\" line (the command that starts one worker process of your app)" --job "$job"
+job=$out/unknown.job
+make_job "$job" "wokrer=python3 worker.py"
+line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
+bad_input "a job file with an unknown name" \
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout and dir)" --job "$job"
+job=$out/twice.job
+make_job "$job"
+echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
+first=$(grep -n '^enqueue =' "$job" | head -n 1 | cut -d: -f1)
+line=$(grep -n '^enqueue =' "$job" | tail -n 1 | cut -d: -f1)
+bad_input "a job file with a repeated name" \
+    "idempotency-matrix: $job line $line: \"enqueue\" is given twice (also on line $first)" --job "$job"
+job=$out/noeq.job
+make_job "$job"
+echo "worker /usr/bin/python3 worker.py" >>"$job"
+line=$(wc -l <"$job")
+bad_input "a job file with a line without =" \
+    "idempotency-matrix: $job line $line: \"worker /usr/bin/python3 worker.py\" has no \"=\" (each line is name = value)" --job "$job"
+noext=signoff_test_noext_$$
+old=signoff_test_old_$$
+dbs+=("$noext" "$old")
+"${psql[@]}" -d postgres -c "CREATE DATABASE $noext" -c "CREATE DATABASE $old" >/dev/null &&
+    "${psql[@]}" -d "$old" -c "CREATE EXTENSION idempotency VERSION '0.2'" >/dev/null ||
+    not_ok "" "cannot create the databases $noext and $old"
+bad_input "a database without the extension" \
+    "idempotency-matrix: the idempotency extension is not installed in database \"$noext\" (a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)" \
+    --job "$here/good.job" --dsn "dbname=$noext"
+bad_input "a database with the extension 0.2" \
+    "idempotency-matrix: the idempotency extension in database \"$old\" is version 0.2, and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)" \
+    --job "$here/good.job" --dsn "dbname=$old"
+if [[ $(ls "$SIGNOFF_TEST_DIR" | wc -l) == "$spools_before" ]] &&
+    [[ $("${psql[@]}" -c "SELECT count(*) FROM idempotency.job_types WHERE job_type LIKE 'signoff\\_%'") == "$types_before" ]]; then
+    ok "the refused runs started nothing: no worker, no enqueue, no job type"
+else
+    not_ok "" "a refused run started something (a spool or a job type appeared)"
+fi
+
+# ---------------------------------------------------------------------
+# 4. an enqueue command that fails
+# ---------------------------------------------------------------------
+job=$out/enqueue3.job
+make_job "$job" "enqueue=sh -c 'echo the queue is down >&2; exit 3' {key}" "lease=1.5"
+log=$out/enqueue3.log
+"$runner" --job "$job" --policy hold --cases 1 >"$log" 2>&1
+rc=$?
+if ((rc == 1)) &&
+    grep -qE "^    FAILED: the enqueue command \`sh -c 'echo the queue is down >&2; exit 3' 'signoff-[0-9a-f]+-hold-1-1'\` exited with status 3$" "$log" &&
+    grep -qx '      | the queue is down' "$log"; then
+    ok "an enqueue command that exits 3: the case fails naming the command, status 3 and its stderr"
+else
+    not_ok "$log" "an enqueue command that exits 3: expected exit 1, the command, 'exited with status 3' and its stderr"
+fi
+
+# ---------------------------------------------------------------------
+# 5. a worker whose helper is not armed
+# ---------------------------------------------------------------------
+job=$out/unarmed.job
+make_job "$job" "worker=env -u IDEMPOTENCY_SIGNOFF /usr/bin/python3 worker.py" "lease=1.5" "timeout=5"
+log=$out/unarmed.log
+start=$SECONDS
+"$runner" --job "$job" --policy hold --cases 1,2 >"$log" 2>&1
+rc=$?
+if ((rc == 1)) && grep -q "the helper is not installed or not armed in that worker" "$log" &&
+    grep -qE '^      \| .* worker [0-9]+: started; lease 1.5 s' "$log" &&
+    grep -q "Not run: in an earlier case no point at all reached the runner" "$log" &&
+    ((SECONDS - start < 30)); then
+    ok "a worker without IDEMPOTENCY_SIGNOFF: 'not installed or not armed', the end of its log, case 2 not run ($((SECONDS - start)) s)"
+else
+    not_ok "$log" "a worker without IDEMPOTENCY_SIGNOFF: expected exit 1, 'not installed or not armed', its log's end and case 2 not run; got exit $rc"
+fi
+
+# ---------------------------------------------------------------------
+# 6. interrupted while a worker is alive (case 9: held at handled)
+# ---------------------------------------------------------------------
+for sig in INT TERM; do
+    job=$out/interrupt.job
+    make_job "$job" "lease=1.5"
+    log=$out/interrupt-$sig.log
+    "$runner" --job "$job" --policy hold --cases 9 >"$log" 2>"$log.err" &
+    pid=$!
+    for _ in $(seq 600); do
+        grep -q 'hold case 9: waiting for the lease' "$log.err" 2>/dev/null && break
+        sleep 0.05
+    done
+    prefix=$(prefix_of "$log")
+    before=$(alive_workers "$prefix")
+    kill -"$sig" "$pid"
+    wait "$pid"
+    rc=$?
+    after=$(alive_workers "$prefix")
+    left=$(left_in_db "$prefix")
+    rundir=$(rundir_of "$log")
+    if ((rc == 130)) && [[ -n $prefix && $before -ge 1 && $after == 0 && $left == 0 && -n $rundir && ! -e $rundir ]] &&
+        grep -qx 'idempotency-matrix: interrupted; cleaning up' "$log.err"; then
+        ok "SIG$sig in case 9 ($before worker alive): exit 130, no worker left, no job type or record of $prefix, its directory removed"
+    else
+        cat "$log.err" >>"$log"
+        not_ok "$log" "SIG$sig: expected exit 130 and nothing left; got exit $rc, workers alive before $before, after $after, rows left '$left', directory '$rundir'"
+    fi
+done
+
+# ---------------------------------------------------------------------
+# 7. the other effect sources
+# ---------------------------------------------------------------------
+job=$out/handled.job
+make_job "$job" "effects=-" "policies=hold" "lease=1.5"
+log=$out/handled.log
+"$runner" --job "$job" --cases 1,5,6 --json "$out/handled.json" >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && [[ $(tail -n 1 "$log") == "3 passed, 0 failed" ]] &&
+    grep -qx 'effects: the handled reports (handler runs that returned; not proof that an effect landed)' "$log" &&
+    "$python" -c 'import json,sys; assert json.load(open(sys.argv[1]))["signoff"]["effects_source"] == "handled reports"' "$out/handled.json"; then
+    ok "no effects line: the handled reports are counted, and the report says so (cases 1, 5, 6 hold)"
+else
+    not_ok "$log" "no effects line: expected exit 0, '3 passed, 0 failed' and the handled reports named; got exit $rc"
+fi
+# effects_sql: the server reads the effects file; the key names the run
+sql="SELECT count(*) FROM pg_catalog.regexp_split_to_table(pg_catalog.pg_read_file('$SIGNOFF_TEST_DIR/spool-' || pg_catalog.split_part(\$1, '-', 2) || '/effects', 0, 100000000, true), E'\\n') AS l WHERE pg_catalog.split_part(l, ' ', 1) = \$1"
+job=$out/sql.job
+make_job "$job" "effects=-" "effects_sql=$sql" "policies=lookup" "lease=1.5"
+log=$out/sql.log
+"$runner" --job "$job" --cases 5,6 --json "$out/sql.json" >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && [[ $(tail -n 1 "$log") == "2 passed, 0 failed" ]] && grep -q '^effects: the query SELECT count' "$log" &&
+    grep -q 'verify (not found)' "$log" && grep -q 'verify (found)' "$log" &&
+    "$python" -c 'import json,sys; assert json.load(open(sys.argv[1]))["signoff"]["effects_source"] == "sql"' "$out/sql.json"; then
+    ok "effects_sql under lookup: cases 5 and 6 hold (verify not found, then found), the report names the query"
+else
+    not_ok "$log" "effects_sql under lookup: expected exit 0 and '2 passed, 0 failed'; got exit $rc"
+fi
+
+echo "signoff: $passed passed, $failed failed"
+((failed == 0 && passed > 0))

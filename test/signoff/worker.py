@@ -1,0 +1,169 @@
+"""worker.py [--broken ignore-verdict|complete-first]: one worker process
+of the sign-off run's test job (hook 84), on the directory queue of
+dirqueue.py, written with pg_idempotency's plain functions and sign-off
+points as docs/signoff-protocol.md says.
+
+It takes one message at a time and runs the protocol:
+
+    claim (fingerprint of the message's arguments)
+      run/verify:  Heartbeat (every quarter of the lease: the run's,
+                   signoff_lease()); point claimed; "fail" there: release
+                   the claim and drop the message (a known failure; the
+                   runner's next enqueue is the retry); else the handler:
+                   verify looks the key up in the effects file first
+                   (lookup policy), run appends one fsync'd line
+                   "key attempt pid"; the heartbeat stops; point handled;
+                   complete (ID003: taken over, logged)
+      otherwise:   point judged; in_progress: the message is put back, due
+                   after the lease; completed, held, skipped: dropped
+      ID002, class 22: point judged (verdict error); dropped
+
+SIGTERM: the message in hand is finished, then the process exits.
+
+The broken variants, for the runner's own test (they must fail):
+  --broken ignore-verdict   the effect also on completed, in_progress,
+                            held and skipped (after the judged point)
+  --broken complete-first   complete, then the handled point, then the
+                            effect
+SIGNOFF_TEST_BROKEN=... does the same as --broken."""
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "helpers", "python"))
+
+import psycopg  # noqa: E402
+
+import dirqueue  # noqa: E402
+import pg_idempotency as idem  # noqa: E402
+
+JOB = "signoff_test_job"      # the job type in the job file
+log = logging.getLogger("worker")
+stopping = False
+
+
+def on_term(signum, frame):
+    global stopping
+    stopping = True
+
+
+def effect(spool, key, attempt):
+    """the job's effect: one line, on disk before it counts"""
+    fd = os.open(dirqueue.effects_file(spool), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{key} {attempt} {os.getpid()}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def found(spool, key):
+    """the lookup policy's question: did an effect of the key happen?"""
+    try:
+        with open(dirqueue.effects_file(spool)) as f:
+            return any(line.split(" ", 1)[0] == key for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def handle(spool, path, message, lease, broken):
+    key = message["key"]
+    fp = idem.fingerprint(message["args"])
+
+    def done():
+        os.unlink(path)
+
+    def again(delay):
+        dirqueue.put(spool, {k: v for k, v in message.items() if k != "not_before"}, delay)
+        os.unlink(path)
+
+    try:
+        c = idem.claim(JOB, key, fp)
+    except psycopg.Error as err:
+        if idem.is_busy(err):
+            idem.signoff_point("judged", JOB, key, verdict="busy", sqlstate=err.sqlstate)
+            return again(lease)
+        if not idem.claim_error_heals(err):
+            idem.signoff_point("judged", JOB, key, verdict="error", sqlstate=err.sqlstate)
+            log.info("%s: refused (%s): %s", key, err.sqlstate, err)
+            return done()
+        log.warning("%s: claim failed, again in 1 s: %s", key, err)
+        return again(1.0)
+
+    if not c.runs:
+        idem.signoff_point("judged", JOB, key, c)
+        log.info("%s: %s #%s", key, c.verdict, c.attempt)
+        if broken == "ignore-verdict":
+            effect(spool, key, c.attempt)
+        if c.verdict == "in_progress":
+            return again(lease)
+        return done()
+
+    beat = idem.Heartbeat(JOB, key, c.attempt, every=lease / 4).start()
+    try:
+        if idem.signoff_point("claimed", JOB, key, c, heartbeat=True) == "fail":
+            beat.stop()
+            idem.release(JOB, key, c.attempt)
+            log.info("%s: known failure: released attempt %s", key, c.attempt)
+            return done()
+        if broken == "complete-first":
+            beat.stop()
+            idem.complete(JOB, key, c.attempt, {"pid": os.getpid()})
+            idem.signoff_point("handled", JOB, key, c, heartbeat=True)
+            effect(spool, key, c.attempt)
+            return done()
+        if c.verdict == "verify" and found(spool, key):
+            value = {"found": True}
+        else:
+            effect(spool, key, c.attempt)
+            value = {"pid": os.getpid(), "attempt": c.attempt}
+    finally:
+        beat.stop()
+    idem.signoff_point("handled", JOB, key, c, heartbeat=True)
+    try:
+        idem.complete(JOB, key, c.attempt, value)
+        log.info("%s: %s #%s completed", key, c.verdict, c.attempt)
+    except psycopg.Error as err:
+        if err.sqlstate != "ID003":
+            raise
+        log.info("%s: attempt %s taken over (ID003)", key, c.attempt)
+    return done()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first"),
+                        default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
+    broken = parser.parse_args().broken
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s worker {os.getpid()}: %(message)s")
+    signal.signal(signal.SIGTERM, on_term)
+    spool = dirqueue.spool()
+    mine = os.path.join(spool, "processing", str(os.getpid()))
+    os.makedirs(mine, exist_ok=True)
+    with open(os.path.join(spool, "pids", str(os.getpid())), "w") as f:
+        f.write(f"{os.getpid()}\n")
+    lease = idem.signoff_lease() or 30.0
+    log.info("started%s; lease %s s; job types %s", f" (broken: {broken})" if broken else "",
+             lease, os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES", "-"))
+    while not stopping:
+        taken = dirqueue.take(spool, mine)
+        if taken is None:
+            time.sleep(0.02)
+            continue
+        try:
+            handle(spool, *taken, lease, broken)
+        except Exception:   # noqa: BLE001 -- a failed job: logged, its message dropped
+            log.error("%s failed:\n%s", taken[1].get("key"), traceback.format_exc())
+            if os.path.exists(taken[0]):
+                os.unlink(taken[0])
+    log.info("stopped (SIGTERM)")
+
+
+if __name__ == "__main__":
+    main()
