@@ -39,7 +39,9 @@
 --   temp schema is left out.
 --
 -- Toast relations are named after their table's OID (pg_toast_16384); they
--- are printed as pg_toast.pg_toast_<the table's name>.
+-- are printed as pg_toast.pg_toast_<the table's name>. The column option
+-- pg_attver=N that 15.20 (this host's) writes on every column (N differs from
+-- one CREATE TABLE to the next) is printed as pg_attver=*.
 --
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
