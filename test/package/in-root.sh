@@ -81,12 +81,16 @@ share=/usr/share/postgresql/$major/extension
 lib=/usr/lib/postgresql/$major/lib
 version=$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$share/idempotency.control" 2>/dev/null)
 missing=()
-for f in "$share/idempotency.control" "$share/idempotency--0.1.sql" "$share/idempotency--0.1--0.2.sql" \
+# idempotency--$version.sql: the default version's own install script,
+# which CREATE EXTENSION runs (without it, the upgrade chain would run and
+# still give $version)
+for f in "$share/idempotency.control" "$share/idempotency--$version.sql" \
+         "$share/idempotency--0.1.sql" "$share/idempotency--0.1--0.2.sql" "$share/idempotency--0.2--0.3.sql" \
          "$lib/idempotency.so" /usr/bin/idempotency-matrix /usr/share/man/man1/idempotency-matrix.1.gz; do
     [[ -f $f ]] || missing+=("$f")
 done
 if ((${#missing[@]} == 0)) && [[ -n $version ]]; then
-    ok "installed: the control file (default_version $version), the SQL scripts, idempotency.so, /usr/bin/idempotency-matrix and its manual page"
+    ok "installed: the control file (default_version $version), the SQL scripts (idempotency--$version.sql among them), idempotency.so, /usr/bin/idempotency-matrix and its manual page"
 else
     not_ok "" "missing after install: ${missing[*]:-no default_version in the control file}"
 fi
