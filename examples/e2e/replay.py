@@ -470,7 +470,9 @@ class Run:
                 with open(f"/proc/{pid}/stat") as f:
                     if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
                         break   # dead; its parent has not reaped it yet
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):
+                # gone; or reaped between open() and read(), which then
+                # fails with ESRCH (seen under load in the Debian 12 root)
                 break
             time.sleep(0.01)
         self.killed.add(pid)
