@@ -333,19 +333,39 @@ case_sql_error(PGresult *res, matrix_ctx *ctx)
 	return buf;
 }
 
-static const char *
-sql_error(PGresult *res, matrix_ctx *ctx)
+/* register the case's own job type; false (noted) if that fails */
+/*
+ * A job type of the run's: the run's lease and the policy, no max_attempts,
+ * no retention; false with the error in err
+ */
+bool
+job_type_register(matrix_ctx *ctx, const char *job_type, policy_t policy,
+				  char *err, size_t esz)
 {
-	return case_sql_error(res, ctx);
+	const char *params[3];
+	PGresult   *res;
+	bool		ok;
+
+	params[0] = job_type;
+	params[1] = ctx->lease_sql;
+	params[2] = policy_names[policy];
+	res = db_exec(ctx,
+				  "INSERT INTO idempotency.job_types "
+				  "(job_type, lease, stale_policy, max_attempts, retention) "
+				  "VALUES ($1, $2::interval, $3::idempotency.stale_policy, NULL, NULL)",
+				  3, params);
+	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	if (!ok)
+		snprintf(err, esz, "cannot register job type %s: %s", job_type, case_sql_error(res, ctx));
+	PQclear(res);
+	return ok;
 }
 
-/* register the case's own job type; false (noted) if that fails */
 static bool
 env_setup(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr,
 		  case_env *e)
 {
-	const char *params[3];
-	PGresult   *res;
+	char		err[600];
 	bool		ok;
 
 	memset(e, 0, sizeof(*e));
@@ -359,18 +379,9 @@ env_setup(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr,
 	snprintf(e->mailbox, sizeof(e->mailbox), "%s/%s-%s.mbox",
 			 ctx->maildir, policy_names[policy], cr->id);
 
-	params[0] = e->job_type;
-	params[1] = ctx->lease_sql;
-	params[2] = policy_names[policy];
-	res = db_exec(ctx,
-				  "INSERT INTO idempotency.job_types "
-				  "(job_type, lease, stale_policy, max_attempts, retention) "
-				  "VALUES ($1, $2::interval, $3::idempotency.stale_policy, NULL, NULL)",
-				  3, params);
-	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	ok = job_type_register(ctx, e->job_type, policy, err, sizeof(err));
 	if (!ok)
-		fail(e, "cannot register job type %s: %s", e->job_type, sql_error(res, ctx));
-	PQclear(res);
+		fail(e, "%s", err);
 	cr->ran = ok;
 	return ok;
 }
@@ -450,31 +461,57 @@ kill_at_pause(case_env *e, worker *w, const char *where)
  * "completed #1", "claimed #1 (stale)", "none", or "?" (a failure noted in
  * cr) for the record of (job_type, key); result gets its stored result.
  */
+/* the record of (job_type, key): status, attempt, result (zero or one row) */
+PGresult *
+record_query(matrix_ctx *ctx, const char *job_type, const char *key)
+{
+	const char *params[2];
+
+	params[0] = job_type;
+	params[1] = key;
+	return db_exec(ctx,
+				   "SELECT o.status::text, o.attempt, o.result::text "
+				   "FROM idempotency.operations o "
+				   "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
+				   "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
+				   2, params);
+}
+
+/*
+ * stale_claims()'s row of (job_type, key): attempt, claimed_by, policy,
+ * stale_for, and whether its lease has run out (zero or one row)
+ */
+PGresult *
+stale_claim_query(matrix_ctx *ctx, const char *job_type, const char *key)
+{
+	const char *params[2];
+
+	params[0] = job_type;
+	params[1] = key;
+	return db_exec(ctx,
+				   "SELECT attempt, claimed_by, stale_policy::text, stale_for::text, "
+				   "       lease_expired_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
+				   "FROM idempotency.stale_claims($1) "
+				   "WHERE operation_key OPERATOR(pg_catalog.=) $2",
+				   2, params);
+}
+
 void
 record_text_of(matrix_ctx *ctx, case_result *cr, const char *job_type,
 			   const char *key, char *buf, size_t sz, char *result, size_t rsz)
 {
-	const char *params[2];
-	PGresult   *res;
-
-	params[0] = job_type;
-	params[1] = key;
 	/*
 	 * The record, then (for a claim) stale_claims() in a statement of its
 	 * own: on Citus a query of one key runs on the shard's node, where a
 	 * function that reads the distributed table cannot run inside it.
 	 */
-	res = db_exec(ctx,
-				  "SELECT o.status::text, o.attempt, o.result::text "
-				  "FROM idempotency.operations o "
-				  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
-				  "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
-				  2, params);
+	PGresult   *res = record_query(ctx, job_type, key);
+
 	if (result)
 		copy_str(result, rsz, "");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		case_fail(cr, "cannot read the record of %s: %s", key, sql_error(res, ctx));
+		case_fail(cr, "cannot read the record of %s: %s", key, case_sql_error(res, ctx));
 		copy_str(buf, sz, "?");
 	}
 	else if (PQntuples(res) == 0)
@@ -522,7 +559,7 @@ stale_listed(matrix_ctx *ctx, case_result *cr, const char *job_type,
 				  2, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		case_fail(cr, "stale_claims() failed: %s", sql_error(res, ctx));
+		case_fail(cr, "stale_claims() failed: %s", case_sql_error(res, ctx));
 		r = -1;
 	}
 	else
@@ -608,14 +645,6 @@ fingerprint(const char *payload, char *buf, size_t sz)
 	snprintf(buf, sz, "fnv1a64:%016llx", h);
 }
 
-static void
-append(char *buf, size_t sz, const char *s)
-{
-	size_t		len = strlen(buf);
-
-	snprintf(buf + len, sz - len, "%s%s", len ? ", " : "", s);
-}
-
 /* the common end: the mailbox and the record of the case's main key */
 static void
 observe(case_env *e, const char *key)
@@ -641,7 +670,7 @@ case_1(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 		return;
 	s = spec_for(&e, "ORD-1001");
 	deliver(&e, &w, &s, "w1");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w, v, sizeof(v)));
 	if (strcmp(w.verdict, "run") == 0 && !w.completed)
 		fail(&e, "%s did not complete: %s", w.name, w.complete_error);
 	observe(&e, "ORD-1001");
@@ -661,9 +690,9 @@ case_2(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 		return;
 	s = spec_for(&e, "ORD-1001");
 	deliver(&e, &w1, &s, "w1");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
 	deliver(&e, &w2, &s, "w2");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 	if (strcmp(w2.verdict, "completed") == 0)
 	{
 		if (w1.message_id[0] && strstr(w2.result, w1.message_id))
@@ -715,7 +744,7 @@ grouped_verdicts(case_env *e, worker *ws, int n, char *out, size_t sz)
 				snprintf(item, sizeof(item), "%d%s %.63s", count, x, texts[i]);
 			else
 				snprintf(item, sizeof(item), "%.63s", texts[i]);
-			append(out, sz, item);
+			list_append(out, sz, item);
 		}
 }
 
@@ -854,7 +883,7 @@ case_4(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 
 		if (!worker_wait(ctx, &ws[i], NULL))
 			worker_failed(&e, &ws[i]);
-		append(cr->obs_verdicts, CELL, worker_verdict_text(&ws[i], v, sizeof(v)));
+		list_append(cr->obs_verdicts, CELL, worker_verdict_text(&ws[i], v, sizeof(v)));
 	}
 	for (i = 0; i < started; i++)
 		worker_dispose(&ws[i]);
@@ -866,7 +895,7 @@ case_4(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 		if (n != 1)
 			fail(&e, "%s got %d emails", keys[i], n);
 		record_text(&e, keys[i], rec, sizeof(rec), NULL, 0);
-		append(cr->obs_record, CELL, rec);
+		list_append(cr->obs_record, CELL, rec);
 	}
 	note(&e, "Both orders were delivered at the same instant, with payloads that differ only in the order number; each got its own email.");
 }
@@ -900,12 +929,12 @@ death(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr,
 					   ? "after its claim committed, before the email"
 					   : "after the email left, before completion"))
 		return;
-	append(cr->obs_verdicts, CELL, "run (killed)");
+	list_append(cr->obs_verdicts, CELL, "run (killed)");
 	if (after_lease && !wait_stale(&e, "ORD-1001"))
 		return;
 	s.pauses = 0;
 	deliver(&e, &w2, &s, "w2");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 	observe(&e, "ORD-1001");
 	record_text(&e, "ORD-1001", v, sizeof(v), result, sizeof(result));
 	if (!after_lease)
@@ -964,7 +993,7 @@ effect_rows(case_env *e, const char *key)
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		n = atoi(PQgetvalue(res, 0, 0));
 	else
-		fail(e, "cannot count effect rows: %s", sql_error(res, e->ctx));
+		fail(e, "cannot count effect rows: %s", case_sql_error(res, e->ctx));
 	PQclear(res);
 	return n;
 }
@@ -1007,7 +1036,7 @@ case_8(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	if (!kill_at_pause(&e, &w1, "inside its transaction, after the claim and the effect row, before COMMIT"))
 		return;
 	snprintf(pid, sizeof(pid), "%d", w1.backend_pid);
-	append(cr->obs_verdicts, CELL, "run (killed in transaction)");
+	list_append(cr->obs_verdicts, CELL, "run (killed in transaction)");
 
 	/*
 	 * The dead client's backend notices, rolls back and exits (through a
@@ -1042,7 +1071,7 @@ case_8(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 
 	s.pauses = 0;
 	deliver(&e, &w2, &s, "w2");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 	record_text(&e, "ORD-1001", after, sizeof(after), NULL, 0);
 	snprintf(cr->obs_record, CELL, "%.90s, then %.90s", before, after);
 	cr->obs_emails = effect_rows(&e, "ORD-1001");
@@ -1078,7 +1107,7 @@ case_9(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 		worker_dispose(&w1);
 		return;
 	}
-	append(cr->obs_verdicts, CELL, "run (slow)");
+	list_append(cr->obs_verdicts, CELL, "run (slow)");
 	note(&e, "%s claimed (attempt %d), sent the email and stalled (alive, connected).",
 		 w1.name, w1.attempt);
 	if (!wait_stale(&e, "ORD-1001"))
@@ -1088,7 +1117,7 @@ case_9(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	}
 	s.pauses = 0;
 	deliver(&e, &w2, &s, "w2");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 
 	/* the slow worker wakes up and completes with its old attempt */
 	worker_go(&w1);
@@ -1096,12 +1125,12 @@ case_9(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 		worker_failed(&e, &w1);
 	worker_dispose(&w1);
 	if (w1.completed)
-		append(cr->obs_verdicts, CELL, "late completion ok");
+		list_append(cr->obs_verdicts, CELL, "late completion ok");
 	else
 	{
 		snprintf(v, sizeof(v), "late completion %s",
 				 w1.complete_error[0] ? w1.complete_error : "no answer");
-		append(cr->obs_verdicts, CELL, v);
+		list_append(cr->obs_verdicts, CELL, v);
 		if (w1.complete_error[0])
 			note(&e, "%s's completion with attempt %d was refused: %s (%s).",
 				 w1.name, w1.attempt, w1.complete_error, w1.error_text);
@@ -1134,11 +1163,11 @@ case_10(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	s = spec_for(&e, "ORD-1001");
 	s.mode = W_RELEASE;
 	deliver(&e, &w1, &s, "w1");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
-	append(cr->obs_verdicts, CELL, w1.released ? "released" : "release failed");
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, w1.released ? "released" : "release failed");
 	s.mode = W_NORMAL;
 	deliver(&e, &w2, &s, "w2");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 	note(&e, "%s: the provider refused before sending, so the worker released the claim; %s then ran as attempt %d.",
 		 w1.name, w2.name, w2.attempt);
 	observe(&e, "ORD-1001");
@@ -1165,15 +1194,15 @@ case_11(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	s = spec_for(&e, "ORD-1001");
 	s.fingerprint = fp1;
 	deliver(&e, &w1, &s, "w1");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w1, v, sizeof(v)));
 	s.fingerprint = fp2;
 	deliver(&e, &w2, &s, "w2");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 	if (w2.claim_error[0])
 		note(&e, "%s (different payload) got %s: %s.", w2.name, w2.claim_error, w2.error_text);
 	s.fingerprint = fp1;
 	deliver(&e, &w3, &s, "w3");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w3, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w3, v, sizeof(v)));
 	note(&e, "%s (the original payload again) got \"%s\".", w3.name, w3.verdict);
 	observe(&e, "ORD-1001");
 	record_text(&e, "ORD-1001", v, sizeof(v), result, sizeof(result));
@@ -1236,7 +1265,7 @@ case_12(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 					  2, params);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		{
-			fail(&e, "cannot watch the claim: %s", sql_error(res, ctx));
+			fail(&e, "cannot watch the claim: %s", case_sql_error(res, ctx));
 			PQclear(res);
 			break;
 		}
@@ -1260,10 +1289,10 @@ case_12(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 		}
 		sleep_ms(POLL_MS);
 	}
-	append(cr->obs_verdicts, CELL, w1.extended > 0 ? "run (heartbeats)" : "run (no heartbeat)");
+	list_append(cr->obs_verdicts, CELL, w1.extended > 0 ? "run (heartbeats)" : "run (no heartbeat)");
 	s.mode = W_NORMAL;
 	deliver(&e, &w2, &s, "w2");
-	append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
+	list_append(cr->obs_verdicts, CELL, worker_verdict_text(&w2, v, sizeof(v)));
 	if (listed_stale(&e, "ORD-1001") == 1)
 		listed++;
 	worker_go(&w1);
@@ -1293,7 +1322,6 @@ case_13(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	case_env	e;
 	worker		w1;
 	worker_spec s;
-	const char *params[2];
 	PGresult   *res;
 	char		name[64];
 	int			early;
@@ -1317,18 +1345,11 @@ case_13(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 		note(&e, "Inside the lease stale_claims() does not list it.");
 	if (!wait_stale(&e, "ORD-1001"))
 	{
-		append(cr->obs_verdicts, CELL, "run (killed), not listed");
+		list_append(cr->obs_verdicts, CELL, "run (killed), not listed");
 		observe(&e, "ORD-1001");
 		return;
 	}
-	params[0] = e.job_type;
-	params[1] = "ORD-1001";
-	res = db_exec(ctx,
-				  "SELECT attempt, claimed_by, stale_policy::text, stale_for::text, "
-				  "       lease_expired_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
-				  "FROM idempotency.stale_claims($1) "
-				  "WHERE operation_key OPERATOR(pg_catalog.=) $2",
-				  2, params);
+	res = stale_claim_query(ctx, e.job_type, "ORD-1001");
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 	{
 		bool		ok = atoi(PQgetvalue(res, 0, 0)) == 1 &&
@@ -1336,7 +1357,7 @@ case_13(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 			strcmp(PQgetvalue(res, 0, 2), policy_names[policy]) == 0 &&
 			strcmp(PQgetvalue(res, 0, 4), "t") == 0;
 
-		append(cr->obs_verdicts, CELL, ok ? "run (killed), listed by stale_claims()"
+		list_append(cr->obs_verdicts, CELL, ok ? "run (killed), listed by stale_claims()"
 			   : "run (killed), listed wrongly");
 		if (ok)
 			note(&e, "stale_claims() lists it with attempt 1, claimed_by %s, policy %s, stale for %s.",
@@ -1348,8 +1369,8 @@ case_13(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	}
 	else
 	{
-		append(cr->obs_verdicts, CELL, "run (killed), not listed");
-		fail(&e, "stale_claims(): %s", sql_error(res, ctx));
+		list_append(cr->obs_verdicts, CELL, "run (killed), not listed");
+		fail(&e, "stale_claims(): %s", case_sql_error(res, ctx));
 	}
 	PQclear(res);
 	observe(&e, "ORD-1001");

@@ -507,6 +507,70 @@ cleanup(matrix_ctx *ctx, bool failed)
 }
 
 /*
+ * What every run sets up before it connects: colour (--color, NO_COLOR,
+ * TERM=dumb), progress on a terminal, the lease as SQL, the start time, and
+ * SIGINT/SIGTERM/SIGHUP setting matrix_interrupted (the run then cleans up).
+ */
+static void
+begin_run(matrix_ctx *ctx, const char *color)
+{
+	struct sigaction sa;
+
+	ctx->color = strcmp(color, "always") == 0 ||
+		(strcmp(color, "auto") == 0 && isatty(STDOUT_FILENO) &&
+		 getenv("NO_COLOR") == NULL &&
+		 !(getenv("TERM") && strcmp(getenv("TERM"), "dumb") == 0));
+	ctx->progress_tty = isatty(STDERR_FILENO);
+	snprintf(ctx->lease_sql, sizeof(ctx->lease_sql), "%g second%s",
+			 ctx->lease_s, ctx->lease_s == 1.0 ? "" : "s");
+	iso_time(ctx->started_at, sizeof(ctx->started_at), false);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* the run's id and its job types' prefix, base_<id>: unique to this run */
+static void
+name_run(matrix_ctx *ctx, const char *base)
+{
+	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
+			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
+	snprintf(ctx->prefix, sizeof(ctx->prefix), "%s_%.31s", base, ctx->run_id);
+}
+
+/*
+ * The summary, the --html and --json reports, and the results freed: exit
+ * status 0 (every case held), 1 (some failed) or 2 (a report not written)
+ */
+int
+report_all(matrix_ctx *ctx, policy_result *prs, int npr, const char *html,
+		   const char *json)
+{
+	int			passed = 0,
+				failed = 0;
+	int			rc;
+	int			p,
+				k;
+
+	report_summary(ctx, prs, npr, &passed, &failed);
+	rc = failed == 0 && passed > 0 ? 0 : 1;
+	if (html && report_html(ctx, html, prs, npr) != 0)
+		rc = 2;
+	if (json && report_json(ctx, json, prs, npr) != 0)
+		rc = 2;
+	for (p = 0; p < npr; p++)
+		for (k = 0; k < prs[p].ncases; k++)
+			sb_free(&prs[p].cases[k].notes);
+	free(prs);
+	return rc;
+}
+
+/*
  * The sign-off run (--job FILE, docs/signoff.md). The job file, the options
  * and the case selection are checked before anything starts (exit 2, one
  * sentence); then, as the reference run: connect, check the extension (0.3
@@ -517,7 +581,6 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 			 const char *refused, const char *policy_arg, bool *want,
 			 const char *html, const char *json, const char *color)
 {
-	struct sigaction sa;
 	int			rc;
 
 	if (refused)
@@ -546,22 +609,7 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 	ctx->lease_s = job->lease_s;
 	ctx->timeout_s = job->timeout_s;
 	ctx->stress = 0;
-	snprintf(ctx->lease_sql, sizeof(ctx->lease_sql), "%g second%s",
-			 ctx->lease_s, ctx->lease_s == 1.0 ? "" : "s");
-	ctx->color = strcmp(color, "always") == 0 ||
-		(strcmp(color, "auto") == 0 && isatty(STDOUT_FILENO) &&
-		 getenv("NO_COLOR") == NULL &&
-		 !(getenv("TERM") && strcmp(getenv("TERM"), "dumb") == 0));
-	ctx->progress_tty = isatty(STDERR_FILENO);
-	iso_time(ctx->started_at, sizeof(ctx->started_at), false);
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	begin_run(ctx, color);
 
 	rc = prepare(ctx, false);
 	if (rc != 0)
@@ -569,9 +617,7 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 		PQfinish(ctx->conn);
 		return rc;
 	}
-	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
-			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
-	snprintf(ctx->prefix, sizeof(ctx->prefix), "signoff_%.31s", ctx->run_id);
+	name_run(ctx, "signoff");
 
 	rc = signoff_run(ctx, want, html, json);
 	if (matrix_interrupted)
@@ -622,10 +668,7 @@ main(int argc, char **argv)
 	int			rc;
 	int			p,
 				k;
-	int			passed = 0,
-				failed = 0;
 	double		t0;
-	struct sigaction sa;
 	const char *tmp;
 	bool		need_effects = false;
 	int			total = 0;
@@ -754,28 +797,13 @@ main(int argc, char **argv)
 		return 2;
 	}
 
-	ctx->color = strcmp(color, "always") == 0 ||
-		(strcmp(color, "auto") == 0 && isatty(STDOUT_FILENO) &&
-		 getenv("NO_COLOR") == NULL &&
-		 !(getenv("TERM") && strcmp(getenv("TERM"), "dumb") == 0));
-	ctx->progress_tty = isatty(STDERR_FILENO);
-	snprintf(ctx->lease_sql, sizeof(ctx->lease_sql), "%g second%s",
-			 ctx->lease_s, ctx->lease_s == 1.0 ? "" : "s");
 	/* the longest wait for one step of one worker */
 	ctx->timeout_s = 30.0 + 3.0 * ctx->lease_s;
-	iso_time(ctx->started_at, sizeof(ctx->started_at), false);
+	begin_run(ctx, color);
 	if (check_as >= 0)
 		snprintf(ctx->check_as_note, sizeof(ctx->check_as_note),
 				 "every policy checked against the expectations of %s (--check-as)",
 				 policy_names[check_as]);
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 
 	rc = prepare(ctx, create_extension);
 	if (rc != 0)
@@ -783,10 +811,7 @@ main(int argc, char **argv)
 		PQfinish(ctx->conn);
 		return rc;
 	}
-
-	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
-			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
-	snprintf(ctx->prefix, sizeof(ctx->prefix), "idempotency_matrix_%.31s", ctx->run_id);
+	name_run(ctx, "idempotency_matrix");
 	tmp = getenv("TMPDIR");
 	snprintf(ctx->maildir, sizeof(ctx->maildir), "%s/idempotency-matrix.XXXXXX",
 			 tmp && *tmp ? tmp : "/tmp");
@@ -864,17 +889,8 @@ main(int argc, char **argv)
 		return 130;
 	}
 
-	report_summary(ctx, prs, npr, &passed, &failed);
-	rc = failed == 0 && passed > 0 ? 0 : 1;
-	if (html && report_html(ctx, html, prs, npr) != 0)
-		rc = 2;
-	if (json && report_json(ctx, json, prs, npr) != 0)
-		rc = 2;
+	rc = report_all(ctx, prs, npr, html, json);
 	cleanup(ctx, false);
 	PQfinish(ctx->conn);
-	for (p = 0; p < npr; p++)
-		for (k = 0; k < prs[p].ncases; k++)
-			sb_free(&prs[p].cases[k].notes);
-	free(prs);
 	return rc;
 }

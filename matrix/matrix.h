@@ -74,6 +74,7 @@ double		now_seconds(void);
 void		sleep_ms(int ms);
 void		iso_time(char *buf, size_t sz, bool utc_millis);
 void		copy_str(char *dst, size_t sz, const char *src);
+void		list_append(char *buf, size_t sz, const char *s);
 
 /* one row of the matrix: a case under one policy */
 #define CELL 192
@@ -186,6 +187,8 @@ void		progress(matrix_ctx *ctx, const char *fmt,...) MX_PRINTF(2, 3);
 void		progress_clear(matrix_ctx *ctx);
 PGresult   *db_exec(matrix_ctx *ctx, const char *sql, int nparams,
 					 const char *const *params);
+int			report_all(matrix_ctx *ctx, policy_result *prs, int npr,
+					   const char *html, const char *json);
 bool		parse_lease(const char *s, double *out);
 bool		parse_policies(const char *list, bool *want);
 const char *one_line(const char *msg);
@@ -210,6 +213,10 @@ void		case_finish(case_result *cr);
 void		case_note(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
 void		case_fail(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
 const char *case_sql_error(PGresult *res, matrix_ctx *ctx);
+bool		job_type_register(matrix_ctx *ctx, const char *job_type, policy_t policy,
+							  char *err, size_t esz);
+PGresult   *record_query(matrix_ctx *ctx, const char *job_type, const char *key);
+PGresult   *stale_claim_query(matrix_ctx *ctx, const char *job_type, const char *key);
 void		record_text_of(matrix_ctx *ctx, case_result *cr, const char *job_type,
 						   const char *key, char *buf, size_t sz,
 						   char *result, size_t rsz);

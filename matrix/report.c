@@ -173,14 +173,11 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 		   ctx->color ? C_RESET : "", policy_blurbs[pr->policy]);
 	if (pr->checked_as != pr->policy)
 		printf("  [checked against %s's expectations]", policy_names[pr->checked_as]);
-	if (ctx->job)
-		printf("\n%sjob type %s_%s, lease %s, %d of %d cases hold, %.1f s%s\n\n",
-			   ctx->color ? C_DIM : "", ctx->prefix, policy_names[pr->policy],
-			   ctx->lease_sql, passed, pr->ncases, pr->seconds, ctx->color ? C_RESET : "");
-	else
-		printf("\n%sjob types %s_%s_<case>, lease %s, %d of %d cases hold, %.1f s%s\n\n",
-			   ctx->color ? C_DIM : "", ctx->prefix, policy_names[pr->policy],
-			   ctx->lease_sql, passed, pr->ncases, pr->seconds, ctx->color ? C_RESET : "");
+	/* a sign-off run has one job type per policy, the reference one per case */
+	printf("\n%sjob type%s %s_%s%s, lease %s, %d of %d cases hold, %.1f s%s\n\n",
+		   ctx->color ? C_DIM : "", ctx->job ? "" : "s", ctx->prefix, policy_names[pr->policy],
+		   ctx->job ? "" : "_<case>", ctx->lease_sql, passed, pr->ncases, pr->seconds,
+		   ctx->color ? C_RESET : "");
 
 	/* two header lines: "observed" spans emails, record and verdicts */
 	{
@@ -316,14 +313,10 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 				(*failed)++;
 		}
 
-	if (ctx->job)
-		printf("\n%sPolicy summary%s: effects in the uncertain cases "
-			   "(5: killed after the claim, before the handler; 6: killed after the handler)\n\n",
-			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
-	else
-		printf("\n%sPolicy summary%s: emails in the uncertain cases "
-			   "(5: died after the claim, before the email; 6: died after the email)\n\n",
-			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
+	printf("\n%sPolicy summary%s: %s in the uncertain cases (%s)\n\n",
+		   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "", effect_word(ctx),
+		   ctx->job ? "5: killed after the claim, before the handler; 6: killed after the handler"
+		   : "5: died after the claim, before the email; 6: died after the email");
 	printf("%s%-8s  %6s  %6s  %s%s\n", ctx->color ? C_BOLD : "",
 		   "policy", "case 5", "case 6", "expected", ctx->color ? C_RESET : "");
 	for (i = 0; i < npr; i++)
@@ -724,12 +717,11 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	for (i = 0; i < npr; i++)
 		html_policy(&h, ctx, &prs[i]);
 
-	if (ctx->job)
-		sb_puts(&h, "<section>\n<h2>Policy summary</h2>\n<p>Effects in the uncertain cases: "
-				"5 (the worker was killed after the claim, before the handler) and 6 (after the handler, before completion).</p>\n");
-	else
-		sb_puts(&h, "<section>\n<h2>Policy summary</h2>\n<p>Emails in the uncertain cases: "
-				"5 (the worker died after the claim, before the email) and 6 (after the email, before completion).</p>\n");
+	sb_puts(&h, ctx->job
+			? "<section>\n<h2>Policy summary</h2>\n<p>Effects in the uncertain cases: "
+			"5 (the worker was killed after the claim, before the handler) and 6 (after the handler, before completion).</p>\n"
+			: "<section>\n<h2>Policy summary</h2>\n<p>Emails in the uncertain cases: "
+			"5 (the worker died after the claim, before the email) and 6 (after the email, before completion).</p>\n");
 	sb_puts(&h, "<table class=\"summary\">\n<thead><tr><th scope=\"col\">policy</th><th scope=\"col\">case 5</th>"
 			"<th scope=\"col\">case 6</th><th scope=\"col\">expected</th><th scope=\"col\">result</th></tr></thead>\n<tbody>\n");
 	for (i = 0; i < npr; i++)
@@ -763,16 +755,14 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		sb_puts(&h, "</code> on ");
 		html_escape(&h, ctx->job->value[JF_QUEUE]);
 		sb_puts(&h, ", with its worker and enqueue commands and the settings above, on the server above. "
-				"It is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.</p>\n"
-				"<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
-				"</section>\n");
+				"It is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.</p>\n");
 	}
 	else
 		sb_puts(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n"
 				"<p>This report shows what the runner observed on the server above, with the settings above. "
-				"It is evidence that the chosen policy is followed for this job, not that a queue became exactly-once.</p>\n"
-				"<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
-				"</section>\n");
+				"It is evidence that the chosen policy is followed for this job, not that a queue became exactly-once.</p>\n");
+	sb_puts(&h, "<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
+			"</section>\n");
 	sb_printf(&h, "<script>\n%s</script>\n</body>\n</html>\n", html_script);
 	rc = write_file(path, &h);
 	sb_free(&h);

@@ -1818,17 +1818,9 @@ wait_held(signoff_state *s, int ki, const char *point)
 static bool
 record_row(signoff_state *s, const char *key, char *status, size_t ssz, int *attempt)
 {
-	const char *params[2];
-	PGresult   *res;
+	PGresult   *res = record_query(s->ctx, s->job_type, key);
 	bool		found = false;
 
-	params[0] = s->job_type;
-	params[1] = key;
-	res = db_exec(s->ctx,
-				  "SELECT o.status::text, o.attempt FROM idempotency.operations o "
-				  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
-				  "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
-				  2, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		case_fail(s->cr, "cannot read the record of %s: %s", key, case_sql_error(res, s->ctx));
 	else if (PQntuples(res) == 1)
@@ -1945,14 +1937,6 @@ enqueue(signoff_state *s, int ki, job_field which)
  * What a case observed
  * --------------------------------------------------------------------- */
 
-static void
-append(char *buf, size_t sz, const char *s)
-{
-	size_t		len = strlen(buf);
-
-	snprintf(buf + len, sz - len, "%s%s", len ? ", " : "", s);
-}
-
 /* a delivery as the matrix shows it: "run", "run (killed)", "held", "ID002" */
 static void
 delivery_text(const delivery *d, char *buf, size_t sz)
@@ -2033,7 +2017,7 @@ judge_verdicts(signoff_state *s, const char *observed)
 			j++;
 		else
 		{
-			append(extras, sizeof(extras), obs[i]);
+			list_append(extras, sizeof(extras), obs[i]);
 			if (!runs_nothing(obs[i]))
 				ok = false;
 		}
@@ -2090,7 +2074,7 @@ observe(signoff_state *s, const char *suffix)
 			char		rec[CELL];
 
 			record_text_of(s->ctx, cr, s->job_type, s->keys[ki], rec, sizeof(rec), NULL, 0);
-			append(cr->obs_record, CELL, rec);
+			list_append(cr->obs_record, CELL, rec);
 		}
 	for (ki = 0; ki < s->nkeys; ki++)
 		for (i = case_first_delivery; i < s->nd; i++)
@@ -2100,12 +2084,12 @@ observe(signoff_state *s, const char *suffix)
 			if (s->d[i].stray || strcmp(s->d[i].key, s->keys[ki]) != 0)
 				continue;
 			delivery_text(&s->d[i], t, sizeof(t));
-			append(items, sizeof(items), t);
+			list_append(items, sizeof(items), t);
 			if (s->d[i].after[0])
-				append(items, sizeof(items), s->d[i].after);
+				list_append(items, sizeof(items), s->d[i].after);
 		}
 	if (suffix && suffix[0])
-		append(items, sizeof(items), suffix);
+		list_append(items, sizeof(items), suffix);
 	judge_verdicts(s, items);
 }
 
@@ -2493,7 +2477,6 @@ sc_13(signoff_state *s)
 	exch	   *x;
 	int			early;
 	char		suffix[64] = "";
-	const char *params[2];
 	PGresult   *res;
 
 	arm_point(s, 0, "claimed");
@@ -2511,14 +2494,7 @@ sc_13(signoff_state *s)
 		copy_str(suffix, sizeof(suffix), "not listed");
 		goto out;
 	}
-	params[0] = s->job_type;
-	params[1] = s->keys[0];
-	res = db_exec(s->ctx,
-				  "SELECT attempt, claimed_by, stale_policy::text, stale_for::text, "
-				  "       lease_expired_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
-				  "FROM idempotency.stale_claims($1) "
-				  "WHERE operation_key OPERATOR(pg_catalog.=) $2",
-				  2, params);
+	res = stale_claim_query(s->ctx, s->job_type, s->keys[0]);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 	{
 		bool		ok = atoi(PQgetvalue(res, 0, 0)) == 1 &&
@@ -2548,28 +2524,6 @@ out:
 /* ---------------------------------------------------------------------
  * The run
  * --------------------------------------------------------------------- */
-
-static bool
-register_job_type(signoff_state *s, char *err, size_t esz)
-{
-	const char *params[3];
-	PGresult   *res;
-	bool		ok;
-
-	params[0] = s->job_type;
-	params[1] = s->ctx->lease_sql;
-	params[2] = policy_names[s->policy];
-	res = db_exec(s->ctx,
-				  "INSERT INTO idempotency.job_types "
-				  "(job_type, lease, stale_policy, max_attempts, retention) "
-				  "VALUES ($1, $2::interval, $3::idempotency.stale_policy, NULL, NULL)",
-				  3, params);
-	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
-	if (!ok)
-		snprintf(err, esz, "cannot register job type %s: %s", s->job_type, case_sql_error(res, s->ctx));
-	PQclear(res);
-	return ok;
-}
 
 static void
 print_banner(signoff_state *s)
@@ -2611,9 +2565,6 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 				k;
 	int			total = 0,
 				done = 0;
-	int			passed = 0,
-				failed = 0;
-	int			rc;
 	double		t0;
 
 	memset(s, 0, sizeof(*s));
@@ -2675,7 +2626,7 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 		s->policy = (policy_t) p;
 		snprintf(s->job_type, sizeof(s->job_type), "%s_%s", ctx->prefix, policy_names[p]);
 		snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
-		registered = register_job_type(s, err, sizeof(err));
+		registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
 		for (k = 0; k < N_SIGNOFF_CASES && !matrix_interrupted; k++)
 		{
 			const signoff_case *sc = &signoff_cases[k];
@@ -2740,15 +2691,5 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 		free(prs);
 		return 130;
 	}
-	report_summary(ctx, prs, npr, &passed, &failed);
-	rc = failed == 0 && passed > 0 ? 0 : 1;
-	if (html && report_html(ctx, html, prs, npr) != 0)
-		rc = 2;
-	if (json && report_json(ctx, json, prs, npr) != 0)
-		rc = 2;
-	for (p = 0; p < npr; p++)
-		for (k = 0; k < prs[p].ncases; k++)
-			sb_free(&prs[p].cases[k].notes);
-	free(prs);
-	return rc;
+	return report_all(ctx, prs, npr, html, json);
 }

@@ -223,3 +223,12 @@ copy_str(char *dst, size_t sz, const char *src)
 		return;
 	snprintf(dst, sz, "%s", src ? src : "");
 }
+
+/* append s to the list in buf ("a, b, c"), within sz bytes */
+void
+list_append(char *buf, size_t sz, const char *s)
+{
+	size_t		len = strlen(buf);
+
+	snprintf(buf + len, sz - len, "%s%s", len ? ", " : "", s);
+}
