@@ -61,3 +61,22 @@ module DatabaseTest
     pid
   end
 end
+
+# The Sidekiq tests' job class: job type `type`, class name `name` (part of
+# the middleware's fingerprint), the middleware's options. No Redis:
+# perform_in records what would be scheduled (klass.scheduled).
+module SidekiqJobs
+  def job_class(type, name: "UnitJob", **extra)
+    Class.new do
+      include Sidekiq::Job
+      include PgIdempotency::Job
+      sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }.merge(extra)
+      define_singleton_method(:name) { name }
+      def perform(_key); end
+
+      def self.scheduled = (@scheduled ||= [])
+      def self.set(**) = self
+      def self.perform_in(delay, *args) = scheduled << [delay, *args]
+    end
+  end
+end

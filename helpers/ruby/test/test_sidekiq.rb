@@ -27,6 +27,7 @@ PgIdempotency::SidekiqCompat.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
 
 class SidekiqMiddlewareTest < Minitest::Test
   include DatabaseTest
+  include SidekiqJobs
 
   def prefix = "sidekiq_unit"
 
@@ -37,20 +38,6 @@ class SidekiqMiddlewareTest < Minitest::Test
     Thread.current[:idempotency_pg] = Thread.current[:idempotency_pg_beat] = nil
   end
 
-  def job_class(type, **extra)
-    Class.new do
-      include Sidekiq::Job
-      include PgIdempotency::Job
-      sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }.merge(extra)
-      def self.name = "UnitJob"
-      def perform(_key); end
-
-      # no Redis here: perform_in records what would be scheduled
-      def self.scheduled = (@scheduled ||= [])
-      def self.set(**) = self
-      def self.perform_in(delay, *args) = scheduled << [delay, *args]
-    end
-  end
 
   # a connection that runs the first statement on the server (recorded:
   # autocommit), then loses the connection before the reply is read

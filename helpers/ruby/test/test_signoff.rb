@@ -79,6 +79,7 @@ end
 
 class SignoffTest < Minitest::Test
   include DatabaseTest
+  include SidekiqJobs
 
   def prefix = "signoff_unit"
 
@@ -107,20 +108,7 @@ class SignoffTest < Minitest::Test
     @runner
   end
 
-  def job_class(type, **extra)
-    Class.new do
-      include Sidekiq::Job
-      include PgIdempotency::Job
-      sidekiq_options idempotency: { "job_type" => type, "lease" => LEASE }.merge(extra)
-      def self.name = "SignoffJob"
-      def perform(_key); end
-
-      # no Redis here: perform_in records what would be scheduled
-      def self.scheduled = (@scheduled ||= [])
-      def self.set(**) = self
-      def self.perform_in(delay, *args) = scheduled << [delay, *args]
-    end
-  end
+  def job_class(type, **extra) = super(type, name: "SignoffJob", **extra)
 
   # the middleware on the job of `key` (perform: the block); the events
   def run_job(klass, key, &perform)
