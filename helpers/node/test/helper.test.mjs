@@ -30,6 +30,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
+import { countingPool } from './counting-pool.mjs';
 import { idempotent, idempotentBatch, fingerprintOf, KnownFailure } from 'pg-idempotency';
 
 const LEASE = 1;            // seconds
@@ -272,20 +273,6 @@ test('claimWait: the lock_timeout (55P03) postpones the message like in_progress
 
 // ---- idempotentBatch --------------------------------------------------------
 
-// a pool that records the SQL of every query (on its clients and its own)
-function countingPool(log, base = pool) {
-  const wrapClient = (c) => new Proxy(c, {
-    get(t, p) {
-      if (p === 'query') return (sql, params) => { log.push({ sql, params }); return t.query(sql, params); };
-      const v = t[p];
-      return typeof v === 'function' ? v.bind(t) : v;
-    },
-  });
-  return {
-    connect: async () => wrapClient(await base.connect()),
-    query: (sql, params) => { log.push({ sql, params }); return base.query(sql, params); },
-  };
-}
 
 const calls = (log, fn) => log.filter((q) => new RegExp(`idempotency\\.${fn}\\(`).test(q.sql)).length;
 
@@ -299,7 +286,7 @@ function wrapBatch(type, sqs, { behave = {}, extra = {} } = {}) {
     runs.push({ key: ctx.key, attempt: ctx.attempt, verify: ctx.verify });
     if (behave[ctx.key]) return behave[ctx.key](ctx);
     return { sent: payload.order };
-  }, { pool: countingPool(log), sqs, queueUrl: QUEUE_URL, jobType: type, key: (p) => p.order,
+  }, { pool: countingPool(log, pool), sqs, queueUrl: QUEUE_URL, jobType: type, key: (p) => p.order,
        heartbeat: 250, retryAfter: RETRY_AFTER, worker: 'unit-test',
        onVerdict: (e) => events.push(e), ...extra });
   return { handle, runs, events, log, verdicts: (key) => events.filter((e) => e.key === key)
@@ -412,7 +399,7 @@ test('batch: a lost reply to the claim: sent again with the same tokens, run wit
       throw new Error('Connection terminated unexpectedly');
     },
   };
-  const counting = countingPool(log);
+  const counting = countingPool(log, pool);
   const flaky = { connect: async () => (lost ? counting.connect() : (lost = true, losing)),
                   query: counting.query };
   const events = [];

@@ -28,6 +28,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { countingPool } from './counting-pool.mjs';
 import { fingerprintOf, idempotent, idempotentBatch, parseJobTypes, parseLease, signoff, signoffPoint }
   from 'pg-idempotency';
 
@@ -186,20 +187,6 @@ function withEnv(env, make) {
 const armedEnv = (runner, { user, run }) => ({ IDEMPOTENCY_SIGNOFF: runner.path,
                                                IDEMPOTENCY_SIGNOFF_JOB_TYPES: `other=x,${user}=${run}` });
 
-// a pool that records the SQL of every query (on its clients and its own)
-function countingPool(log) {
-  const wrapClient = (c) => new Proxy(c, {
-    get(t, p) {
-      if (p === 'query') return (sql, params) => { log.push({ sql, params }); return t.query(sql, params); };
-      const v = t[p];
-      return typeof v === 'function' ? v.bind(t) : v;
-    },
-  });
-  return {
-    connect: async () => wrapClient(await pool.connect()),
-    query: (sql, params) => { log.push({ sql, params }); return pool.query(sql, params); },
-  };
-}
 const callsOf = (log, fn) => log.filter((q) => new RegExp(`idempotency\\.${fn}\\(`).test(q.sql));
 // the job type of every idempotency.* call the helper made
 const typesCalled = (log) => [...new Set(log.filter((q) => /idempotency\./.test(q.sql)).map((q) => q.params[0]))];
@@ -226,7 +213,7 @@ function wrap(type, env, { batch = false, behave = {}, opts: extra = {} } = {}) 
     if (behave[ctx.key]) return behave[ctx.key](ctx);
     return { sent: payload.order };
   };
-  const opts = { pool: countingPool(log), sqs, queueUrl: QUEUE_URL, jobType: type, key: (p) => p.order,
+  const opts = { pool: countingPool(log, pool), sqs, queueUrl: QUEUE_URL, jobType: type, key: (p) => p.order,
                  heartbeat: HEARTBEAT, retryAfter: RETRY_AFTER, worker: 'signoff-test',
                  onVerdict: (e) => events.push(e), ...extra };
   const handle = withEnv(env, () => (batch ? idempotentBatch : idempotent)(handler, opts));
