@@ -207,3 +207,17 @@ def kill_at(runner, point, mode, types, effect, lease=60):
             worker.wait()
         worker.stdout.close()
     return yours, runs
+
+
+def check_killed_at(runner, point, mode, types, tmp_path):
+    """kill_at, and what a death at the point must leave: an uncompleted
+    claim of the run's job type, nothing of yours, and the handler's effect
+    only after handled"""
+    effect = tmp_path / "effect"
+    yours, runs = kill_at(runner, point, mode, types, effect)
+    assert runner.points() == ["claimed", "handled"][:1 + (point == "handled")]
+    assert types.record(runs, "K-kill") == "claimed #1"
+    assert types.record(yours, "K-kill") == "none"
+    assert effect.exists() == (point == "handled")
+    if point == "handled":
+        assert effect.read_text() == "K-kill\n"

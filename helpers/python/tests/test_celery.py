@@ -50,7 +50,7 @@ from celery.exceptions import Retry            # noqa: E402
 
 import pg_idempotency                          # noqa: E402
 from pg_idempotency.celery import IdempotentTask   # noqa: E402
-from conftest import kill_at                   # noqa: E402
+from conftest import check_killed_at            # noqa: E402
 
 LEASE = 1.0
 
@@ -440,9 +440,4 @@ def test_signoff_malformed_map_fails_before_the_claim(make_task, types, runner):
 
 @pytest.mark.parametrize("point", ["claimed", "handled"])
 def test_signoff_killed_at(point, types, runner, tmp_path):
-    effect = tmp_path / "effect"
-    yours, runs = kill_at(runner, point, "celery", types, effect)
-    assert runner.points() == ["claimed", "handled"][:1 + (point == "handled")]
-    assert types.record(runs, "K-kill") == "claimed #1"
-    assert types.record(yours, "K-kill") == "none"
-    assert effect.exists() == (point == "handled")
+    check_killed_at(runner, point, "celery", types, tmp_path)

@@ -11,7 +11,7 @@ import socket
 import pytest
 
 import pg_idempotency as idem
-from conftest import kill_at, start_worker
+from conftest import check_killed_at, start_worker
 
 LEASE = 1.0
 
@@ -190,13 +190,4 @@ def test_continue_completes(types, runner, tmp_path):
 
 @pytest.mark.parametrize("point", ["claimed", "handled"])
 def test_killed_at(point, types, runner, tmp_path):
-    effect = tmp_path / "effect"
-    yours, runs = kill_at(runner, point, "plain", types, effect)
-    assert runner.points() == ["claimed", "handled"][:1 + (point == "handled")]
-    # dead at the point: an uncompleted claim of the run's job type
-    assert types.record(runs, "K-kill") == "claimed #1"
-    assert types.record(yours, "K-kill") == "none"
-    # the handler ran before handled, not before claimed
-    assert effect.exists() == (point == "handled")
-    if point == "handled":
-        assert effect.read_text() == "K-kill\n"
+    check_killed_at(runner, point, "plain", types, tmp_path)
