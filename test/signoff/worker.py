@@ -14,9 +14,10 @@ It takes one message at a time and runs the protocol:
                    (lookup policy), run appends one fsync'd line
                    "key attempt pid"; the heartbeat stops; point handled;
                    complete (ID003: taken over, logged)
-      otherwise:   point judged; in_progress: the message is put back, due
-                   after the lease; completed, held, skipped: dropped
-      ID002, class 22: point judged (verdict error); dropped
+      otherwise:   (claim() reported the point judged) in_progress: the
+                   message is put back, due after the lease; completed,
+                   held, skipped: dropped
+      ID002, class 22: (judged, verdict error, reported by claim()) dropped
 
 SIGTERM: the message in hand is finished, then the process exits.
 
@@ -85,18 +86,15 @@ def handle(spool, path, message, lease, broken):
     try:
         c = idem.claim(JOB, key, fp)
     except psycopg.Error as err:
-        if idem.is_busy(err):
-            idem.signoff_point("judged", JOB, key, verdict="busy", sqlstate=err.sqlstate)
+        if idem.is_busy(err):       # claim() reported the point judged
             return again(lease)
         if not idem.claim_error_heals(err):
-            idem.signoff_point("judged", JOB, key, verdict="error", sqlstate=err.sqlstate)
             log.info("%s: refused (%s): %s", key, err.sqlstate, err)
             return done()
         log.warning("%s: claim failed, again in 1 s: %s", key, err)
         return again(1.0)
 
-    if not c.runs:
-        idem.signoff_point("judged", JOB, key, c)
+    if not c.runs:                  # claim() reported the point judged
         log.info("%s: %s #%s", key, c.verdict, c.attempt)
         if broken == "ignore-verdict":
             effect(spool, key, c.attempt)

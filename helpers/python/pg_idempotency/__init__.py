@@ -50,7 +50,8 @@ The sign-off points (docs/signoff-protocol.md, version 1): only when the
 sign-off runner started the worker with IDEMPOTENCY_SIGNOFF (its Unix
 socket), signoff_point("claimed" | "handled", ...) tells the runner where the
 worker is and waits for its answer ("continue"; "fail" at claimed: release,
-do not call the handler; no answer: the runner kills the worker there).
+do not call the handler; no answer: the runner kills the worker there);
+claim() reports the third point, "judged", for an answer that runs nothing.
 IDEMPOTENCY_SIGNOFF_JOB_TYPES ("yours=run's,...") maps the job types of
 every claim, complete, release and extend_lease (signoff_job_type);
 IDEMPOTENCY_SIGNOFF_LEASE is the run's lease (signoff_lease), for the timings
@@ -225,7 +226,13 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
     (other fingerprint) and class 22 are the caller's bugs
     (claim_error_heals(err) is false); is_busy(err): as in_progress; anything
     else may heal: try again later with a new delivery. job_type is mapped
-    by signoff_job_type (here, in complete, release and extend_lease)."""
+    by signoff_job_type (here, in complete, release and extend_lease).
+
+    An answer that runs nothing (completed, in_progress, held, skipped; the
+    bound; ID002 and class 22) is the sign-off point "judged" (nothing
+    unless IDEMPOTENCY_SIGNOFF is set), reported here, before the caller
+    acknowledges, postpones or fails the message."""
+    yours = job_type
     job_type = signoff_job_type(job_type)   # before anything is sent
     delivery = delivery or new_delivery()
     params = (job_type, key, fingerprint, worker_id() if worker is None else worker, delivery)
@@ -238,9 +245,18 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
                 return conn.execute(CLAIM_SQL, params + (True,)).fetchone()
         return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
 
-    verdict, attempt, result = reconnecting(call, dsn=dsn, reconnect_for=reconnect_for,
-                                            on_lost=on_lost)
-    return Claim(verdict, attempt, result, delivery)
+    try:
+        verdict, attempt, result = reconnecting(call, dsn=dsn, reconnect_for=reconnect_for,
+                                                on_lost=on_lost)
+    except psycopg.Error as err:
+        if is_busy(err) or not claim_error_heals(err):
+            signoff_point("judged", yours, key, verdict="busy" if is_busy(err) else "error",
+                          sqlstate=err.sqlstate)
+        raise
+    claimed = Claim(verdict, attempt, result, delivery)
+    if not claimed.runs:
+        signoff_point("judged", yours, key, claimed)
+    return claimed
 
 
 def _write(function, params, *, dsn, reconnect_for, on_lost):

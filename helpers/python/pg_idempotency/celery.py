@@ -164,10 +164,6 @@ class IdempotentTask(Task):
                 on_lost=lost)
         except psycopg.Error as err:
             event.update(verdict="claim error", attempt=None, sqlstate=err.sqlstate or "connection")
-            if err.sqlstate in BUSY or not claim_error_heals(err):
-                # the sign-off run's judged point (docs/signoff-protocol.md)
-                pg_idempotency.signoff_point("judged", job_type, key, sqlstate=err.sqlstate,
-                                             verdict="busy" if err.sqlstate in BUSY else "error")
             if err.sqlstate in BUSY:
                 # the claim hit its bound (claim_wait's lock_timeout, or with
                 # wait => false a lock met between its check and its write):
@@ -186,8 +182,6 @@ class IdempotentTask(Task):
         verdict, attempt, result = claimed.verdict, claimed.attempt, claimed.result
         event.update(verdict=verdict, attempt=attempt)
 
-        if verdict not in ("run", "verify"):
-            pg_idempotency.signoff_point("judged", job_type, key, claimed)
         if verdict in ("completed", "skipped", "held"):
             self.on_verdict({**event, "action": "ack"})
             return result

@@ -8,6 +8,7 @@ import json
 import os
 import socket
 
+import psycopg
 import pytest
 
 import pg_idempotency as idem
@@ -74,17 +75,40 @@ def test_the_line(types, runner, admin):
 def test_judged_line(types, runner):
     t = types.make("hold", LEASE)
     runner.arm()
-    c = idem.claim(t, "K-judged")
-    assert c.verdict == "run"
-    assert idem.signoff_point("judged", t, "K-judged", idem.claim(t, "K-judged")) == "continue"
     assert idem.signoff_point("judged", t, "K-judged", verdict="busy", sqlstate="55P03") == "continue"
-    base = {"v": 1, "point": "judged", "job_type": t, "key": "K-judged", "pid": os.getpid(),
-            "heartbeat": False}
-    assert runner.lines == [{**base, "attempt": 1, "verdict": "in_progress"},
-                            {**base, "attempt": None, "verdict": "busy", "sqlstate": "55P03"}]
+    assert runner.lines == [{"v": 1, "point": "judged", "job_type": t, "key": "K-judged",
+                             "pid": os.getpid(), "heartbeat": False, "attempt": None,
+                             "verdict": "busy", "sqlstate": "55P03"}]
     runner.answer = lambda m: "fail"   # fail is no answer at judged
     with pytest.raises(idem.SignoffError, match="'fail' is not one of continue"):
         idem.signoff_point("judged", t, "K-judged", verdict="error", sqlstate="ID002")
+
+
+def test_claim_reports_judged(types, runner, admin):
+    """claim() itself reports every answer that runs nothing, once, under
+    the run's job type: in_progress, completed, busy (55P03), error (ID002);
+    a run reports nothing (its points are the caller's: claimed, handled)"""
+    yours, runs = types.make("hold", LEASE), types.make("hold", LEASE)
+    runner.arm(job_types=f"{yours}={runs}")
+    c = idem.claim(yours, "K-j", "fp")
+    assert (c.verdict, runner.lines) == ("run", [])
+    assert idem.claim(yours, "K-j", "fp").verdict == "in_progress"
+    idem.complete(yours, "K-j", c.attempt)
+    assert idem.claim(yours, "K-j", "fp").verdict == "completed"
+    with pytest.raises(psycopg.Error) as e:
+        idem.claim(yours, "K-j", "other")
+    assert e.value.sqlstate == "ID002"
+    with psycopg.connect("", autocommit=False) as stuck:   # an uncommitted claim of K-busy
+        stuck.execute("SELECT idempotency.claim_operation(%s, 'K-busy', 'fp', 'stuck')", (runs,))
+        with pytest.raises(psycopg.Error) as e:
+            idem.claim(yours, "K-busy", "fp", wait=0.05)
+        assert idem.is_busy(e.value)
+    base = {"v": 1, "point": "judged", "job_type": runs, "pid": os.getpid(), "heartbeat": False}
+    assert runner.lines == [
+        {**base, "key": "K-j", "verdict": "in_progress", "attempt": 1},
+        {**base, "key": "K-j", "verdict": "completed", "attempt": 1},
+        {**base, "key": "K-j", "verdict": "error", "attempt": None, "sqlstate": "ID002"},
+        {**base, "key": "K-busy", "verdict": "busy", "attempt": None, "sqlstate": "55P03"}]
 
 
 def test_fail_at_claimed_is_returned(types, runner):

@@ -225,22 +225,38 @@ module PgIdempotency
   # the claim may wait for another transaction's uncommitted claim of the
   # key (0: wait => false). Raises PG::Error: busy?(e) for a claim that hit
   # its bound, ID002 for the key with another fingerprint, ...
+  #
+  # An answer that runs nothing (completed, in_progress, held, skipped; the
+  # bound; ID002 and class 22) is the sign-off point :judged, reported here
+  # (nothing unless IDEMPOTENCY_SIGNOFF is set), before the caller
+  # acknowledges, postpones or fails the job.
   def self.claim(conn, job_type, key, fingerprint: nil, worker: nil, delivery: SecureRandom.uuid,
                  wait: 0, within: 30, on_reconnect: nil)
+    yours = job_type
     job_type = signoff_job_type(job_type)
     wait = wait.to_f
     params = [job_type, key.to_s, fingerprint, worker, delivery, wait.positive?]
-    row = conn.run(on_reconnect: on_reconnect, within: within) do |c|
-      if wait.positive?
-        c.transaction do
-          c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
+    begin
+      row = conn.run(on_reconnect: on_reconnect, within: within) do |c|
+        if wait.positive?
+          c.transaction do
+            c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
+            c.exec_params(CLAIM_SQL, params)
+          end
+        else
           c.exec_params(CLAIM_SQL, params)
         end
-      else
-        c.exec_params(CLAIM_SQL, params)
+      end.first
+    rescue PG::Error => e
+      code = sqlstate(e)
+      if busy?(e) || code == "ID002" || code&.start_with?("22")
+        signoff_point(:judged, yours, key, attempt: nil, sqlstate: code, verdict: busy?(e) ? "busy" : "error")
       end
-    end.first
-    Claim.new(verdict: row["verdict"], attempt: row["attempt"].to_i, result: row["result"], delivery: delivery)
+      raise
+    end
+    claim = Claim.new(verdict: row["verdict"], attempt: row["attempt"].to_i, result: row["result"], delivery: delivery)
+    signoff_point(:judged, yours, key, attempt: claim.attempt, verdict: claim.verdict) unless claim.run?
+    claim
   end
 
   # complete_operation(job_type, key, attempt, result); result: nil, a JSON

@@ -312,6 +312,35 @@ class SignoffTest < Minitest::Test
     db&.close
   end
 
+  # the plain claim reports judged itself, once per answer that runs nothing
+  def test_plain_claim_reports_judged
+    yours, runs = mapped_types
+    r = runner { |_m| "continue" }
+    db = PgIdempotency::Connection.new
+    c = PgIdempotency.claim(db, yours, "S13", fingerprint: "fp")
+    assert_equal ["run", []], [c.verdict, r.messages]
+    assert_equal "in_progress", PgIdempotency.claim(db, yours, "S13", fingerprint: "fp").verdict
+    PgIdempotency.complete(db, yours, "S13", c.attempt)
+    assert_equal "completed", PgIdempotency.claim(db, yours, "S13", fingerprint: "fp").verdict
+    err = assert_raises(PG::Error) { PgIdempotency.claim(db, yours, "S13", fingerprint: "other") }
+    assert_equal "ID002", PgIdempotency.sqlstate(err)
+    stuck = PG.connect
+    stuck.exec("BEGIN")
+    stuck.exec_params("SELECT idempotency.claim_operation($1, 'S14', 'fp', 'stuck')", [runs])
+    err = assert_raises(PG::Error) { PgIdempotency.claim(db, yours, "S14", fingerprint: "fp", wait: 0.05) }
+    assert PgIdempotency.busy?(err)
+    base = { "v" => 1, "point" => "judged", "job_type" => runs, "pid" => Process.pid, "heartbeat" => false }
+    assert_equal [base.merge("key" => "S13", "attempt" => 1, "verdict" => "in_progress"),
+                  base.merge("key" => "S13", "attempt" => 1, "verdict" => "completed"),
+                  base.merge("key" => "S13", "attempt" => nil, "verdict" => "error", "sqlstate" => "ID002"),
+                  base.merge("key" => "S14", "attempt" => nil, "verdict" => "busy", "sqlstate" => "55P03")],
+                 r.messages
+  ensure
+    stuck&.exec("ROLLBACK")
+    stuck&.close
+    db&.close
+  end
+
   def test_malformed_map_raises_before_anything_is_claimed
     type = job_type("hold")
     r = runner { |_m| "continue" }

@@ -141,11 +141,6 @@ module PgIdempotency
         code = PgIdempotency.sqlstate(e)
         error = { "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
                   "sqlstate" => code || "connection" }
-        if PgIdempotency.busy?(e) || code == "ID002" || code&.start_with?("22")
-          # the sign-off run's judged point: the claim's answer, not a lost connection
-          PgIdempotency.signoff_point(:judged, job_type, key, attempt: nil, sqlstate: code,
-                                                              verdict: PgIdempotency.busy?(e) ? "busy" : "error")
-        end
         if PgIdempotency.busy?(e)
           # the claim hit its bound ("claim_wait"'s lock_timeout, or with
           # wait => false a lock met between its check and its write): as in_progress
@@ -160,9 +155,6 @@ module PgIdempotency
       verdict, attempt = claim.verdict, claim.attempt
       event = { "key" => key, "verdict" => verdict, "attempt" => attempt, "jid" => job["jid"] }
 
-      unless %w[run verify].include?(verdict)
-        PgIdempotency.signoff_point(:judged, job_type, key, attempt: attempt, verdict: verdict)
-      end
       case verdict
       when "completed", "skipped", "held"
         return notify(event, "ack")
