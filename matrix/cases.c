@@ -577,11 +577,13 @@ listed_stale(case_env *e, const char *key)
 /*
  * Wait until the claim's lease ran out, by asking the database: poll
  * stale_claims() until it lists the key. No guessed sleep. policy_name is
- * for the progress line.
+ * for the progress line. Between two polls idle(idle_arg, ms) runs (the
+ * sign-off run serves its socket there); NULL: sleep.
  */
 bool
 stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
-		   const char *key, const char *policy_name)
+		   const char *key, const char *policy_name,
+		   void (*idle) (void *arg, int ms), void *idle_arg)
 {
 	double		t0 = now_seconds();
 	double		limit = ctx->lease_s + ctx->timeout_s;
@@ -610,14 +612,17 @@ stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
 			case_fail(cr, "stale_claims() did not list %s within %.0f s", key, limit);
 			return false;
 		}
-		sleep_ms(POLL_MS);
+		if (idle)
+			idle(idle_arg, POLL_MS);
+		else
+			sleep_ms(POLL_MS);
 	}
 }
 
 static bool
 wait_stale(case_env *e, const char *key)
 {
-	return stale_wait(e->ctx, e->cr, e->job_type, key, policy_names[e->policy]);
+	return stale_wait(e->ctx, e->cr, e->job_type, key, policy_names[e->policy], NULL, NULL);
 }
 
 static int

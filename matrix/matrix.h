@@ -223,7 +223,8 @@ void		record_text_of(matrix_ctx *ctx, case_result *cr, const char *job_type,
 int			stale_listed(matrix_ctx *ctx, case_result *cr, const char *job_type,
 						 const char *key);
 bool		stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
-					   const char *key, const char *policy_name);
+					   const char *key, const char *policy_name,
+					   void (*idle) (void *arg, int ms), void *idle_arg);
 
 /* worker.c */
 typedef enum worker_mode

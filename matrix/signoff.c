@@ -2093,6 +2093,13 @@ observe(signoff_state *s, const char *suffix)
 	judge_verdicts(s, items);
 }
 
+/* stale_wait()'s idle: the socket is served while a lease runs out */
+static void
+pump_idle(void *arg, int ms)
+{
+	pump((signoff_state *) arg, ms);
+}
+
 /* the record of key ki must be a claim for stale_claims() to list it */
 static bool
 wait_stale_checked(signoff_state *s, int ki)
@@ -2106,7 +2113,8 @@ wait_stale_checked(signoff_state *s, int ki)
 				  "was the completion sent before the handler returned?", s->keys[ki], status, attempt);
 		return false;
 	}
-	return stale_wait(s->ctx, s->cr, s->job_type, s->keys[ki], policy_names[s->policy]);
+	return stale_wait(s->ctx, s->cr, s->job_type, s->keys[ki], policy_names[s->policy],
+					  pump_idle, s);
 }
 
 /* ---------------------------------------------------------------------
