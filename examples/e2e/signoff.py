@@ -1,0 +1,187 @@
+"""signoff.py: an example job signed off through its real queue, the way a
+user signs off their own (idempotency-matrix --job FILE, docs/signoff.md).
+
+    PY examples/e2e/signoff.py QUEUE [--job FILE] [--policy hold,retry,skip] [--keep]
+
+QUEUE is celery, sidekiq or sqs. The driver starts what a user already has
+running: the queue's broker on 127.0.0.1 (the adapter of examples/QUEUE/e2e.py
+starts it, as for the end-to-end test) and an SMTP sink (smtp_sink.py) that
+the example's mail provider sends to. Then, once per policy, with a fresh
+queue (the adapter's begin(policy)), it runs
+
+    matrix/idempotency-matrix --job examples/QUEUE/signoff.job --policy P --json ... --html ...
+
+with the broker's and the sink's settings in the environment the job file's
+commands see (the adapter's _env(): CELERY_BROKER_URL, REDIS_URL, the SQS
+endpoint, the queue's name ...; SMTP_HOST, SMTP_PORT and MAIL_SINK_LOG).
+The job file is what a user writes: it does not know this driver, and the
+runner does not know the example.
+
+Checks, one "ok"/"not ok" line per policy: the runner exits 0; its JSON
+report has every case passing, counted by the job file's effects command
+(the sink), not by the handled reports; and the sink received at least one
+email of the run. The runner's text report is printed. The last line is
+"signoff QUEUE: N passed, N failed"; exit 0 when none failed.
+
+Run with the python the example's e2e test uses (the Celery venv's, for
+Celery; /usr/bin/python3 otherwise). Needs python3-aiosmtpd and psycopg, a
+PostgreSQL with the extension from libpq's environment, and
+matrix/idempotency-matrix (built here with make -C matrix when missing).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import replay  # noqa: E402
+import smtp_sink  # noqa: E402
+
+RUNNER = os.path.join(ROOT, "matrix", "idempotency-matrix")
+
+
+def load_adapter(queue):
+    """the replay.Adapter subclass of examples/QUEUE/e2e.py, constructed"""
+    d = os.path.join(ROOT, "examples", queue)
+    path = os.path.join(d, "e2e.py")
+    if not os.path.exists(path):
+        raise SystemExit(f"signoff.py: no {path}")
+    sys.path.insert(0, d)
+    spec = importlib.util.spec_from_file_location(f"e2e_{queue}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    classes = [v for v in vars(mod).values()
+               if isinstance(v, type) and issubclass(v, replay.Adapter) and v is not replay.Adapter]
+    if len(classes) != 1:
+        raise SystemExit(f"signoff.py: {path} must define one replay.Adapter, has {len(classes)}")
+    return classes[0]()
+
+
+class Sink:
+    def __init__(self, tmp):
+        self.log = os.path.join(tmp, "mail-sink.log")
+        port_file = os.path.join(tmp, "mail-sink.port")
+        self.out = open(os.path.join(tmp, "mail-sink.out"), "w")
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", smtp_sink.__file__, "serve", self.log, "--port-file", port_file],
+            stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 30
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                raise SystemExit(f"signoff.py: the SMTP sink did not start; see {self.out.name}")
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.port = int(f.read())
+
+    def env(self):
+        return {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(self.port), "MAIL_SINK_LOG": self.log}
+
+    def emails(self):
+        try:
+            with open(self.log) as f:
+                return sum(1 for _ in f)
+        except FileNotFoundError:
+            return 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.out.close()
+
+
+def check_report(path):
+    """(ok, text): every case passes, effects counted by the command"""
+    try:
+        with open(path) as f:
+            r = json.load(f)
+    except (OSError, ValueError) as err:
+        return False, f"no JSON report: {err}"
+    source = r.get("signoff", {}).get("effects_source")
+    if source != "command":
+        return False, f"effects counted by {source!r}, not by the job file's command (the sink)"
+    cases = [(p["policy"], c) for p in r.get("policies", []) for c in p.get("cases", [])]
+    if not cases:
+        return False, "the report has no case"
+    bad = [f"{p}:{c['case']}" for p, c in cases if not c.get("pass")]
+    if bad:
+        return False, "failing cases " + " ".join(bad)
+    return True, f"{len(cases)} cases pass"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="sign off an example job through its real queue")
+    ap.add_argument("queue", choices=["celery", "sidekiq", "sqs"])
+    ap.add_argument("--job", help="the job file (default examples/QUEUE/signoff.job)")
+    ap.add_argument("--policy", default="hold,retry,skip")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args(argv)
+    job = os.path.abspath(args.job or os.path.join(ROOT, "examples", args.queue, "signoff.job"))
+    if not os.access(RUNNER, os.X_OK):
+        subprocess.run(["make", "--no-print-directory", "-s", "-C", os.path.dirname(RUNNER)],
+                       check=True, stdout=subprocess.DEVNULL)
+    adapter = load_adapter(args.queue)
+    tmp = tempfile.mkdtemp(prefix=f"signoff-{args.queue}-")
+    os.chmod(tmp, 0o755)
+    passed = failed = 0
+    t0 = time.time()
+    sink = None
+    try:
+        sink = Sink(tmp)
+        tb = time.time()
+        adapter.start_broker(tmp)
+        print(f"== {adapter.title}: {os.path.relpath(job, ROOT)} signed off through the real queue; "
+              f"broker up in {time.time() - tb:.1f} s ({adapter.broker_desc}), "
+              f"SMTP sink on 127.0.0.1:{sink.port}", flush=True)
+        for policy in args.policy.split(","):
+            adapter.begin(policy)
+            env = adapter._env()
+            env.update(sink.env())
+            report = os.path.join(tmp, f"{policy}.json")
+            before = sink.emails()
+            tp = time.time()
+            p = subprocess.run([RUNNER, "--job", job, "--policy", policy, "--json", report,
+                                "--html", os.path.join(tmp, f"{policy}.html")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            seconds = time.time() - tp
+            print(p.stdout, end="", flush=True)
+            ok, text = check_report(report)
+            sent = sink.emails() - before
+            if p.returncode != 0:
+                ok, text = False, f"runner exit {p.returncode}; {text}"
+            elif ok and sent == 0:
+                ok, text = False, "the sink received no email"
+            print(f"{'ok' if ok else 'not ok'} - {args.queue} {policy}: {text}, "
+                  f"{sent} emails at the sink, {seconds:.1f} s", flush=True)
+            if ok:
+                passed += 1
+            else:
+                failed += 1
+                args.keep = True
+    finally:
+        adapter.stop_broker()
+        if sink:
+            sink.stop()
+        if args.keep:
+            print(f"kept: {tmp} (reports, mail-sink.log, the broker's log)")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{adapter.title}: {time.time() - t0:.1f} s in all")
+    print(f"signoff {args.queue}: {passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
