@@ -22,8 +22,8 @@
 # the judged lines, the run's lease (IDEMPOTENCY_SIGNOFF_LEASE), the map
 # without the socket, a child worker killed at claimed and handled; no
 # broker).
-# Three modes, in this order (SQS_E2E_MODES=single, batch and/or signoff
-# runs some of them):
+# Four modes, in this order (SQS_E2E_MODES=single, batch, signoff and/or
+# second runs some of them):
 #   single   e2e.py with the single handler (handleMessage), cases 5 6 8 9
 #            12-16 (SQS_E2E_SINGLE_CASES; empty: all): its cases 1-4 and 7
 #            are left to the sign-off below, which runs the seed's cases 1-7
@@ -39,8 +39,11 @@
 #            (examples/e2e/signoff.py sqs: idempotency-matrix --job
 #            examples/sqs/signoff.job under hold, retry and skip, with an SMTP
 #            sink, examples/e2e/smtp_sink.py, counting the emails the mail
-#            provider sends; every case must hold).
-# E2E_POLICIES (default hold,retry,skip) applies to all three.
+#            provider sends; every case must hold);
+#   second   a job the examples do not have, signed off the same way under
+#            retry (examples/sqs/second-job/signoff.py: notify_shipment, one
+#            webhook POST per shipment, counted by a local HTTP server).
+# E2E_POLICIES (default hold,retry,skip) applies to the first three.
 # Needs extension 0.3 (delivery, wait). Installs
 # when missing: python3-psycopg and python3-aiosmtpd (root); Node.js 20 (the npm packages need it;
 # Debian 12 packages 18): a node 20+ on PATH is used, else Debian's npm
@@ -49,8 +52,8 @@
 # examples/e2e/deps.sh); then the npm packages of helpers/node and of
 # examples/sqs (npm ci from their lock files; examples/sqs depends on
 # pg-idempotency as file:../../helpers/node, installed as a packed copy, and
-# is installed again when the package's files change). The broker and the
-# SMTP sink are started and stopped by the tests.
+# is installed again when the package's files change). The brokers, the
+# SMTP sink and the HTTP counter are started and stopped by the tests.
 set -euo pipefail
 source examples/e2e/deps.sh
 # both checks first, so that a non-root user is told everything at once
@@ -67,18 +70,24 @@ echo "== 80-sqs: unit tests: $((SECONDS - t0)) s"
 rc=0
 policies=${E2E_POLICIES:-hold,retry,skip}
 single_cases=${SQS_E2E_SINGLE_CASES-5,6,8,9,12,13,14,15,16}
-for mode in ${SQS_E2E_MODES:-single batch signoff}; do
+for mode in ${SQS_E2E_MODES:-single batch signoff second}; do
     case $mode in
         single) args=(${single_cases:+--cases "$single_cases"}) ;;
         batch) args=(--batch) ;;
-        signoff) ;;
-        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, signoff)" >&2; exit 2 ;;
+        signoff|second) ;;
+        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, signoff, second)" >&2; exit 2 ;;
     esac
     t0=$SECONDS
     if [[ $mode == signoff ]]; then
         echo "== 80-sqs: the sign-off of examples/sqs/signoff.job (examples/e2e/signoff.py sqs)"
         /usr/bin/python3 examples/e2e/signoff.py sqs --policy "$policies" || rc=1
         echo "== 80-sqs: sign-off: $((SECONDS - t0)) s"
+        continue
+    fi
+    if [[ $mode == second ]]; then
+        echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.py)"
+        /usr/bin/python3 examples/sqs/second-job/signoff.py --policy retry || rc=1
+        echo "== 80-sqs: second job: $((SECONDS - t0)) s"
         continue
     fi
     echo "== 80-sqs: the e2e cases, $mode handler${args[1]:+ (cases ${args[1]})}"
