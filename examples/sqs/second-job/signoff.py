@@ -124,7 +124,8 @@ def main(argv=None):
             # a broker (and queue) per policy: nothing one policy left in
             # the queue reaches the next one's workers
             broker, broker_env = start_broker(tmp, f"notify_shipment_{policy}")
-            env = dict(os.environ, **NODE_ENV, **broker_env, **counter_env)
+            # TMPDIR: the runner's directory (socket, worker logs) inside ours
+            env = dict(os.environ, **NODE_ENV, **broker_env, **counter_env, TMPDIR=tmp)
             report = os.path.join(tmp, f"{policy}.json")
             before = calls(counter_env["WEBHOOK_LOG"])
             tp = time.time()
@@ -152,7 +153,7 @@ def main(argv=None):
         stop(broker)
         stop(counter)
         if args.keep:
-            print(f"kept: {tmp} (reports, webhook.log, broker.log)")
+            print(f"kept: {tmp} (reports, webhook.log, broker.log, the runner's worker logs)")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"notify_shipment: {time.time() - t0:.1f} s in all")
