@@ -1,7 +1,14 @@
-// mail-provider.mjs: a fake mail provider outside the database. Every email
-// is one line appended to $MAIL_LOG and fsync'd before send() returns, so an
-// email that "left" cannot be rolled back. Like the seed's provider it takes
-// no reference and cannot be searched.
+// mail-provider.mjs: the mail provider, outside the database. With
+// $SMTP_PORT set, every email is sent through SMTP to $SMTP_HOST (default
+// 127.0.0.1) with the header `X-Operation-Key: <the job's key>` (smtp.mjs);
+// the server's 250 to the message means sent (the sign-off run's sink,
+// examples/e2e/smtp_sink.py, counts them by that header). A failure before
+// the message's end was sent (a refused connection, a 4xx/5xx reply to the
+// envelope) is Refused: certainly not sent. Without $SMTP_PORT (the
+// end-to-end test), every email is one line appended to $MAIL_LOG and
+// fsync'd before send() returns. Either way an email that "left" cannot be
+// rolled back, and like the seed's provider it takes no reference and
+// cannot be searched.
 //
 // Test hook (only when $E2E_DIR is set): the end-to-end test makes a worker
 // stop exactly before or after an email by creating the FIFO
@@ -11,6 +18,7 @@
 // it go on. The test also makes the provider refuse the next email of a key
 // (Refused, nothing is sent) by creating the file $E2E_DIR/refuse-<key>.
 import { promises as fsp } from 'node:fs';
+import { smtpSend } from './smtp.mjs';
 
 /** The provider refused the request (say HTTP 429): nothing was sent. */
 export class Refused extends Error {}
@@ -47,12 +55,26 @@ async function checkpoint(key, point) {
 export async function sendEmail({ to, subject, key }) {
   if (await refused(key)) throw new Refused(`429 too many requests: ${to} not sent`);
   await checkpoint(key, 'before');
-  const fh = await fsp.open(process.env.MAIL_LOG ?? 'outbox.log', 'a');
-  try {
-    await fh.write(`${new Date().toISOString()}\t${key}\t${to}\t${subject}\tpid ${process.pid}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
+  if (process.env.SMTP_PORT) {
+    try {
+      await smtpSend({
+        host: process.env.SMTP_HOST || '127.0.0.1', port: process.env.SMTP_PORT,
+        from: process.env.MAIL_FROM ?? 'shop@example.test', to,
+        headers: { Subject: subject, 'X-Operation-Key': key },
+        body: `Thank you for your order ${key}.\n`,
+      });
+    } catch (err) {
+      if (err.sent === false) throw new Refused(err.message);
+      throw err;   // the server may have taken it: uncertain
+    }
+  } else {
+    const fh = await fsp.open(process.env.MAIL_LOG ?? 'outbox.log', 'a');
+    try {
+      await fh.write(`${new Date().toISOString()}\t${key}\t${to}\t${subject}\tpid ${process.pid}\n`);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
   }
   await checkpoint(key, 'after');
   return { accepted: true };

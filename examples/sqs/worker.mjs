@@ -52,12 +52,13 @@ const options = {
   },
 };
 
+const visibilityTimeout = Math.ceil(lease) + 2;   // longer than the lease: a crash's redelivery meets a stale claim
 const consumer = Consumer.create({
   queueUrl,
   sqs,
   batchSize: batch ? batchSize : 1,
   waitTimeSeconds: 1,
-  visibilityTimeout: Math.ceil(lease) + 2,  // longer than the lease: a crash's redelivery meets a stale claim
+  visibilityTimeout,
   heartbeatInterval: Math.max(1, Math.floor(lease / 2)),
   attributeNames: ['ApproximateReceiveCount'],
   ...(batch ? { handleMessageBatch: idempotentBatch(sendConfirmation, options) }
@@ -66,6 +67,20 @@ const consumer = Consumer.create({
 consumer.on('error', (err) => console.error('consumer:', err.message));
 consumer.on('processing_error', (err) => console.error('processing:', err.message));
 consumer.start();
+// SIGTERM, SIGINT: stop receiving, finish the message in hand (and those a
+// receive still open brings: sqs-consumer handles them), then exit. Waiting
+// for the open receive matters: the broker would otherwise hand a message
+// to a long poll whose process is gone, and the message would stay
+// invisible for its visibility timeout. At most one visibility timeout.
+let stopping = false;
 for (const sig of ['SIGTERM', 'SIGINT']) {
-  process.on(sig, () => { consumer.stop(); pool.end().finally(() => process.exit(0)); });
+  process.on(sig, async () => {
+    if (stopping) return;
+    stopping = true;
+    consumer.stop();
+    const until = Date.now() + visibilityTimeout * 1000;
+    while (consumer.status.isPolling && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+    await pool.end().catch(() => {});
+    process.exit(0);
+  });
 }

