@@ -30,12 +30,14 @@
 # matrix/idempotency-matrix --job examples/sidekiq/signoff.job, with a
 # redis-server and an SMTP sink, examples/e2e/smtp_sink.py) under hold,
 # retry and skip: the seed's cases 1-7 and 9-13 through the example's own
-# workers and enqueue command, effects counted at the sink.
+# workers and enqueue command, effects counted at the sink. Then a job the
+# examples do not have, examples/sidekiq/second-job (an HTTP POST, counted
+# by the receiving server), signed off the same way under retry.
 #
-# E2E_POLICIES (default hold,retry,skip) limits the policies of both. Needs
-# extension 0.3 (delivery, wait). Installs ruby-rubygems, ruby-sidekiq,
-# ruby-pg, redis-server, python3-psycopg and python3-aiosmtpd (root) when
-# missing.
+# E2E_POLICIES (default hold,retry,skip) limits the policies of the e2e
+# test and of the sign-off. Needs extension 0.3 (delivery, wait). Installs
+# ruby-rubygems, ruby-sidekiq, ruby-pg, redis-server, python3-psycopg and
+# python3-aiosmtpd (root) when missing.
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs ruby-rubygems ruby-sidekiq ruby-pg redis-server python3-psycopg python3-aiosmtpd
@@ -49,4 +51,5 @@ if [[ -n ${rest#,} ]]; then
     /usr/bin/python3 examples/sidekiq/e2e.py --policy "${rest#,}" --cases 8,12 || rc=1
 fi
 /usr/bin/python3 examples/e2e/signoff.py sidekiq --policy "$policies" || rc=1
+/usr/bin/python3 examples/sidekiq/second-job/run.py || rc=1
 exit $rc
