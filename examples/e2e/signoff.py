@@ -149,6 +149,9 @@ def main(argv=None):
             adapter.begin(policy)
             env = adapter._env()
             env.update(sink.env())
+            # the runner's directory (its socket, the worker logs it keeps
+            # when a case fails) inside ours: kept with the reports
+            env["TMPDIR"] = tmp
             report = os.path.join(tmp, f"{policy}.json")
             before = sink.emails()
             tp = time.time()
@@ -175,7 +178,7 @@ def main(argv=None):
         if sink:
             sink.stop()
         if args.keep:
-            print(f"kept: {tmp} (reports, mail-sink.log, the broker's log)")
+            print(f"kept: {tmp} (reports, mail-sink.log, the broker's log, the runner's worker logs)")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"{adapter.title}: {time.time() - t0:.1f} s in all")
