@@ -69,7 +69,8 @@ def main():
             http_port = int(f.read())
         env = dict(os.environ, GEM_HOME=os.path.join(os.path.dirname(HERE), "gems"), RUBYOPT="-W0",
                    REDIS_URL=f"redis://127.0.0.1:{port}/0",
-                   WAREHOUSE_URL=f"http://127.0.0.1:{http_port}/orders", WAREHOUSE_LOG=log)
+                   WAREHOUSE_URL=f"http://127.0.0.1:{http_port}/orders", WAREHOUSE_LOG=log,
+                   TMPDIR=tmp)   # the runner's worker logs, kept on failure, with ours
         report = os.path.join(tmp, "report.json")
         t = time.time()
         p = subprocess.run([RUNNER, "--job", os.path.join(HERE, "signoff.job"), "--json", report], env=env)
@@ -107,7 +108,7 @@ def main():
         if ok:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            print(f"kept: {tmp} (warehouse.log, report.json)")
+            print(f"kept: {tmp} (warehouse.log, report.json, the runner's worker logs)")
     print(f"second job: {'ok' if ok else 'not ok'}")
     return 0 if ok else 1
 
