@@ -92,13 +92,14 @@ class Sidekiq(replay.Adapter):
 
     def begin(self, policy):
         self.queue = f"send_confirmation_e2e_{policy}"
-        self.job_type = replay.adapter_job(self, policy)
 
     def _env(self, env=None):
-        # deprecation warnings (redis-rb 4.8 about Sidekiq 6.4's calls): off
+        # the broker and the queue only: the job type and the lease are the
+        # workers' (replay.Run.env() gives the test's; the sign-off run,
+        # examples/e2e/signoff.py, maps send_confirmation to its own).
+        # Deprecation warnings (redis-rb 4.8 about Sidekiq 6.4's calls): off
         return dict(env or os.environ, GEM_HOME=GEM_HOME, REDIS_URL=self.url, SIDEKIQ_QUEUE=self.queue,
-                    JOB_TYPE=self.job_type, LEASE_SECONDS=str(replay.LEASE), SIDEKIQ_POLL="0.5",
-                    RUBYOPT="-W0")
+                    SIDEKIQ_POLL="0.5", RUBYOPT="-W0")
 
     def worker_command(self):
         return (["sidekiq", "-r", "./worker.rb", "-c", "1", "-q", self.queue, "-t", "5"],

@@ -1,6 +1,15 @@
-# A fake mail provider outside the database: every email is one line appended
-# to $MAIL_LOG and fsync'd before send returns, so an email that left cannot
-# be rolled back. It takes no reference and cannot be searched.
+# The example's mail provider, outside the database. It takes no reference
+# and cannot be searched.
+#
+# With $SMTP_PORT set: every email is sent through SMTP to $SMTP_HOST
+# (default 127.0.0.1):$SMTP_PORT with the header X-Operation-Key: <the job's
+# key>; the server's 250 means sent (the sign-off run's sink,
+# examples/e2e/smtp_sink.py, counts by that header). A 4xx or 5xx answer, or
+# a refused connection, is Refused: nothing was sent. Other errors (a lost
+# connection) leave it uncertain.
+# Without it (the end-to-end test): every email is one line appended to
+# $MAIL_LOG and fsync'd before send returns, so an email that left cannot be
+# rolled back.
 #
 # Test hook (only when $E2E_DIR is set): the end-to-end test stops a worker
 # exactly before or after an email by creating the FIFO
@@ -9,6 +18,7 @@
 # on the FIFO until the test writes to it, or kill -9s the worker. The test
 # also makes the provider refuse the next email of a key (Refused, nothing is
 # sent) by creating the file $E2E_DIR/refuse-<key>.
+require "net/smtp"
 require "time"
 
 module MailProvider
@@ -40,11 +50,35 @@ module MailProvider
   def self.send_email(to:, subject:, key:)
     raise Refused, "429 too many requests: #{to} not sent" if refused?(key)
     checkpoint(key, "before")
-    File.open(ENV.fetch("MAIL_LOG", "outbox.log"), "a") do |f|
-      f.write("#{Time.now.iso8601(6)}\t#{key}\t#{to}\t#{subject}\tpid #{Process.pid}\n")
-      f.fsync
+    if ENV["SMTP_PORT"]
+      smtp(to: to, subject: subject, key: key)
+    else
+      File.open(ENV.fetch("MAIL_LOG", "outbox.log"), "a") do |f|
+        f.write("#{Time.now.iso8601(6)}\t#{key}\t#{to}\t#{subject}\tpid #{Process.pid}\n")
+        f.fsync
+      end
     end
     checkpoint(key, "after")
     { "accepted" => true }
+  end
+
+  FROM = "orders@shop.example.test"
+
+  # one email through SMTP; returns when the server answered 250 to the data
+  def self.smtp(to:, subject:, key:)
+    message = <<~MAIL.gsub("\n", "\r\n")
+      From: #{FROM}
+      To: #{to}
+      Subject: #{subject}
+      Date: #{Time.now.rfc2822}
+      X-Operation-Key: #{key}
+
+      Thank you for your order #{key}.
+    MAIL
+    Net::SMTP.start(ENV.fetch("SMTP_HOST", "127.0.0.1"), Integer(ENV["SMTP_PORT"]), helo: "localhost") do |smtp|
+      smtp.send_message(message, FROM, to)
+    end
+  rescue Net::SMTPServerBusy, Net::SMTPFatalError, Errno::ECONNREFUSED => e   # 4xx, 5xx, no server
+    raise Refused, "SMTP: #{e.message.strip}: #{to} not sent"
   end
 end
