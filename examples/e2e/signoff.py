@@ -3,24 +3,29 @@ user signs off their own (idempotency-matrix --job FILE, docs/signoff.md).
 
     PY examples/e2e/signoff.py QUEUE [--job FILE] [--policy hold,retry,skip] [--keep]
 
+e.g. examples/e2e/signoff.py sidekiq --job examples/sidekiq/second-job/signoff.job --policy retry
+
 QUEUE is celery, sidekiq or sqs. The driver starts what a user already has
 running: the queue's broker on 127.0.0.1 (the adapter of examples/QUEUE/e2e.py
-starts it, as for the end-to-end test) and an SMTP sink (smtp_sink.py) that
-the example's mail provider sends to. Then, once per policy, with a fresh
-queue (the adapter's begin(policy)), it runs
+starts it, as for the end-to-end test) and the receiving ends of the effects
+(sink.py): an SMTP server the example mail providers send to, and an HTTP
+server for jobs whose effect is an HTTP call. Then, once per policy, with a
+fresh queue (the adapter's begin(policy)), it runs
 
     matrix/idempotency-matrix --job examples/QUEUE/signoff.job --policy P --json ... --html ...
 
-with the broker's and the sink's settings in the environment the job file's
+with the broker's and the sinks' settings in the environment the job file's
 commands see (the adapter's _env(): CELERY_BROKER_URL, REDIS_URL, the SQS
-endpoint, the queue's name ...; SMTP_HOST, SMTP_PORT and MAIL_SINK_LOG).
+endpoint, the queue's name ...; SMTP_HOST, SMTP_PORT and MAIL_SINK_LOG;
+HTTP_SINK_URL and HTTP_SINK_LOG), and TMPDIR set to the driver's own
+temporary directory (the runner's socket and kept worker logs go there).
 The job file is what a user writes: it does not know this driver, and the
 runner does not know the example.
 
 Checks, one "ok"/"not ok" line per policy: the runner exits 0; its JSON
 report has every case passing, counted by the job file's effects command
-(the sink), not by the handled reports; and the sink received at least one
-email of the run. The runner's text report is printed. The last line is
+(a sink), not by the handled reports; and the sinks received at least one
+effect of the run. The runner's text report is printed. The last line is
 "signoff QUEUE: N passed, N failed"; exit 0 when none failed.
 
 Run with the python the example's e2e test uses (the Celery venv's, for
@@ -42,7 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import replay  # noqa: E402
-import smtp_sink  # noqa: E402
+import sink  # noqa: E402
 
 RUNNER = os.path.join(ROOT, "matrix", "idempotency-matrix")
 
@@ -65,26 +70,31 @@ def load_adapter(queue):
 
 
 class Sink:
-    def __init__(self, tmp):
-        self.log = os.path.join(tmp, "mail-sink.log")
-        port_file = os.path.join(tmp, "mail-sink.port")
-        self.out = open(os.path.join(tmp, "mail-sink.out"), "w")
+    """sink.py serve KIND, in a process of its own"""
+
+    def __init__(self, tmp, kind):
+        self.kind = kind
+        self.log = os.path.join(tmp, f"{kind}-sink.log")
+        port_file = os.path.join(tmp, f"{kind}-sink.port")
+        self.out = open(os.path.join(tmp, f"{kind}-sink.out"), "w")
         self.proc = subprocess.Popen(
-            ["/usr/bin/python3", smtp_sink.__file__, "serve", self.log, "--port-file", port_file],
+            ["/usr/bin/python3", sink.__file__, "serve", kind, self.log, "--port-file", port_file],
             stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 30
         while not os.path.exists(port_file):
             if self.proc.poll() is not None or time.time() > deadline:
                 self.stop()
-                raise SystemExit(f"signoff.py: the SMTP sink did not start; see {self.out.name}")
+                raise SystemExit(f"signoff.py: the {kind} sink did not start; see {self.out.name}")
             time.sleep(0.05)
         with open(port_file) as f:
             self.port = int(f.read())
 
     def env(self):
-        return {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(self.port), "MAIL_SINK_LOG": self.log}
+        if self.kind == "smtp":
+            return {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(self.port), "MAIL_SINK_LOG": self.log}
+        return {"HTTP_SINK_URL": f"http://127.0.0.1:{self.port}", "HTTP_SINK_LOG": self.log}
 
-    def emails(self):
+    def effects(self):
         try:
             with open(self.log) as f:
                 return sum(1 for _ in f)
@@ -111,7 +121,7 @@ def check_report(path):
         return False, f"no JSON report: {err}"
     source = r.get("signoff", {}).get("effects_source")
     if source != "command":
-        return False, f"effects counted by {source!r}, not by the job file's command (the sink)"
+        return False, f"effects counted by {source!r}, not by the job file's command (a sink)"
     cases = [(p["policy"], c) for p in r.get("policies", []) for c in p.get("cases", [])]
     if not cases:
         return False, "the report has no case"
@@ -137,23 +147,24 @@ def main(argv=None):
     os.chmod(tmp, 0o755)
     passed = failed = 0
     t0 = time.time()
-    sink = None
+    sinks = []
     try:
-        sink = Sink(tmp)
+        sinks = [Sink(tmp, "smtp"), Sink(tmp, "http")]
         tb = time.time()
         adapter.start_broker(tmp)
         print(f"== {adapter.title}: {os.path.relpath(job, ROOT)} signed off through the real queue; "
               f"broker up in {time.time() - tb:.1f} s ({adapter.broker_desc}), "
-              f"SMTP sink on 127.0.0.1:{sink.port}", flush=True)
+              f"sinks: SMTP on 127.0.0.1:{sinks[0].port}, HTTP on 127.0.0.1:{sinks[1].port}", flush=True)
         for policy in args.policy.split(","):
             adapter.begin(policy)
             env = adapter._env()
-            env.update(sink.env())
+            for s in sinks:
+                env.update(s.env())
             # the runner's directory (socket, worker logs) inside ours: kept
             # or removed with it, out of reach of a clean-up of /tmp by others
             env["TMPDIR"] = tmp
             report = os.path.join(tmp, f"{policy}.json")
-            before = sink.emails()
+            before = sum(s.effects() for s in sinks)
             tp = time.time()
             p = subprocess.run([RUNNER, "--job", job, "--policy", policy, "--json", report,
                                 "--html", os.path.join(tmp, f"{policy}.html")],
@@ -161,13 +172,13 @@ def main(argv=None):
             seconds = time.time() - tp
             print(p.stdout, end="", flush=True)
             ok, text = check_report(report)
-            sent = sink.emails() - before
+            sent = sum(s.effects() for s in sinks) - before
             if p.returncode != 0:
                 ok, text = False, f"runner exit {p.returncode}; {text}"
             elif ok and sent == 0:
-                ok, text = False, "the sink received no email"
+                ok, text = False, "the sinks received no effect"
             print(f"{'ok' if ok else 'not ok'} - {args.queue} {policy}: {text}, "
-                  f"{sent} emails at the sink, {seconds:.1f} s", flush=True)
+                  f"{sent} effects at the sinks, {seconds:.1f} s", flush=True)
             if ok:
                 passed += 1
             else:
@@ -175,10 +186,10 @@ def main(argv=None):
                 args.keep = True
     finally:
         adapter.stop_broker()
-        if sink:
-            sink.stop()
+        for s in sinks:
+            s.stop()
         if args.keep:
-            print(f"kept: {tmp} (reports, mail-sink.log, the broker's log, the runner's worker logs)")
+            print(f"kept: {tmp} (reports, the sinks' logs, the broker's log, the runner's worker logs)")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"{adapter.title}: {time.time() - t0:.1f} s in all")

@@ -4,7 +4,7 @@
 # With $SMTP_PORT set: every email is sent through SMTP to $SMTP_HOST
 # (default 127.0.0.1):$SMTP_PORT with the header X-Operation-Key: <the job's
 # key>; the server's 250 means sent (the sign-off run's sink,
-# examples/e2e/smtp_sink.py, counts by that header). A 4xx or 5xx answer, or
+# examples/e2e/sink.py, counts by that header). A 4xx or 5xx answer, or
 # a refused connection, is Refused: nothing was sent. Other errors (a lost
 # connection) leave it uncertain.
 # Without it (the end-to-end test): every email is one line appended to

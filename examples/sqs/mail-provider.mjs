@@ -2,7 +2,7 @@
 // $SMTP_PORT set, every email is sent through SMTP to $SMTP_HOST (default
 // 127.0.0.1) with the header `X-Operation-Key: <the job's key>` (smtp.mjs);
 // the server's 250 to the message means sent (the sign-off run's sink,
-// examples/e2e/smtp_sink.py, counts them by that header). A failure before
+// examples/e2e/sink.py, counts them by that header). A failure before
 // the message's end was sent (a refused connection, a 4xx/5xx reply to the
 // envelope) is Refused: certainly not sent. Without $SMTP_PORT (the
 // end-to-end test), every email is one line appended to $MAIL_LOG and

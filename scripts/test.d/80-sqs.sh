@@ -38,11 +38,12 @@
 #   signoff  the example job signed off as a user signs off theirs
 #            (examples/e2e/signoff.py sqs: idempotency-matrix --job
 #            examples/sqs/signoff.job under hold, retry and skip, with an SMTP
-#            sink, examples/e2e/smtp_sink.py, counting the emails the mail
+#            sink, examples/e2e/sink.py, counting the emails the mail
 #            provider sends; every case must hold);
 #   second   a job the examples do not have, signed off the same way under
-#            retry (examples/sqs/second-job/signoff.py: notify_shipment, one
-#            webhook POST per shipment, counted by a local HTTP server).
+#            retry (examples/sqs/second-job/signoff.job: notify_shipment, one
+#            webhook POST per shipment, counted by the HTTP sink of
+#            examples/e2e/sink.py).
 # E2E_POLICIES (default hold,retry,skip) applies to the first three.
 # Needs extension 0.3 (delivery, wait). Installs
 # when missing: python3-psycopg and python3-aiosmtpd (root); Node.js 20 (the npm packages need it;
@@ -53,7 +54,7 @@
 # examples/sqs (npm ci from their lock files; examples/sqs depends on
 # pg-idempotency as file:../../helpers/node, installed as a packed copy, and
 # is installed again when the package's files change). The brokers, the
-# SMTP sink and the HTTP counter are started and stopped by the tests.
+# SMTP and HTTP sinks are started and stopped by the tests.
 set -euo pipefail
 source examples/e2e/deps.sh
 # both checks first, so that a non-root user is told everything at once
@@ -85,8 +86,8 @@ for mode in ${SQS_E2E_MODES:-single batch signoff second}; do
         continue
     fi
     if [[ $mode == second ]]; then
-        echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.py)"
-        /usr/bin/python3 examples/sqs/second-job/signoff.py --policy retry || rc=1
+        echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.job)"
+        /usr/bin/python3 examples/e2e/signoff.py sqs --job examples/sqs/second-job/signoff.job --policy retry || rc=1
         echo "== 80-sqs: second job: $((SECONDS - t0)) s"
         continue
     fi

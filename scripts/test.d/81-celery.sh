@@ -36,11 +36,12 @@
 # examples/celery/signoff.job under hold, retry and skip, with one Celery
 # worker process per worker the runner starts, killed at the helper's
 # sign-off points, and the emails counted at an SMTP sink
-# (examples/e2e/smtp_sink.py) that the example's mail provider sends to:
+# (examples/e2e/sink.py) that the example's mail provider sends to:
 # every case (1-7, 9-13) must hold under each policy. Then a second job that
 # the examples do not have, with another kind of effect
-# (examples/celery/second-job/run.py: record_payment, an HTTP POST to a
-# local counting ledger), signed off the same way under retry.
+# (examples/celery/second-job/signoff.job: record_payment, an HTTP POST to
+# a ledger, counted by the HTTP sink of examples/e2e/sink.py), signed off
+# the same way under retry.
 #
 # E2E_POLICIES=... runs the end-to-end test's whole matrix under those
 # policies instead (no case left out). Each of the three runs is run even if
@@ -68,5 +69,5 @@ else
     "$py" examples/celery/e2e.py --policy retry,skip --cases 8,12 || rc=1
 fi
 "$py" examples/e2e/signoff.py celery || rc=1
-"$py" examples/celery/second-job/run.py --policy retry || rc=1
+"$py" examples/e2e/signoff.py celery --job examples/celery/second-job/signoff.job --policy retry || rc=1
 exit "$rc"

@@ -28,11 +28,12 @@
 #
 # Last, the sign-off (examples/e2e/signoff.py sidekiq: the runner,
 # matrix/idempotency-matrix --job examples/sidekiq/signoff.job, with a
-# redis-server and an SMTP sink, examples/e2e/smtp_sink.py) under hold,
+# redis-server and an SMTP sink, examples/e2e/sink.py) under hold,
 # retry and skip: the seed's cases 1-7 and 9-13 through the example's own
 # workers and enqueue command, effects counted at the sink. Then a job the
-# examples do not have, examples/sidekiq/second-job (an HTTP POST, counted
-# by the receiving server), signed off the same way under retry.
+# examples do not have, examples/sidekiq/second-job/signoff.job (an HTTP
+# POST, counted by the HTTP sink of examples/e2e/sink.py), signed off the
+# same way under retry.
 #
 # E2E_POLICIES (default hold,retry,skip) limits the policies of the e2e
 # test and of the sign-off. Needs extension 0.3 (delivery, wait). Installs
@@ -51,5 +52,5 @@ if [[ -n ${rest#,} ]]; then
     /usr/bin/python3 examples/sidekiq/e2e.py --policy "${rest#,}" --cases 8,12 || rc=1
 fi
 /usr/bin/python3 examples/e2e/signoff.py sidekiq --policy "$policies" || rc=1
-/usr/bin/python3 examples/sidekiq/second-job/run.py || rc=1
+/usr/bin/python3 examples/e2e/signoff.py sidekiq --job examples/sidekiq/second-job/signoff.job --policy retry || rc=1
 exit $rc

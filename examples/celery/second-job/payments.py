@@ -5,7 +5,7 @@ payment to the ledger (an HTTP POST to $LEDGER_URL), once per payment.
 
 Message: record_payment(payment="PAY-1", amount_cents=1250). The operation
 key is the payment's reference. The request carries the header
-X-Operation-Key: <payment>; a 2xx answer means posted, a 4xx means refused
+Idempotency-Key: <payment>; a 2xx answer means posted, a 4xx means refused
 (nothing was recorded: a known failure, released and retried).
 """
 import json
@@ -58,7 +58,7 @@ def record_payment(payment, amount_cents):
     body = json.dumps({"payment": payment, "amount_cents": amount_cents}).encode()
     req = urllib.request.Request(os.environ.get("LEDGER_URL", "http://127.0.0.1:8080/payments"),
                                  data=body, method="POST",
-                                 headers={"Content-Type": "application/json", "X-Operation-Key": payment})
+                                 headers={"Content-Type": "application/json", "Idempotency-Key": payment})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return {"status": resp.status}

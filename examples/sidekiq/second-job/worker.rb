@@ -1,7 +1,7 @@
 # A second Sidekiq job, for the sign-off run only (not in the examples'
 # end-to-end tests): notify_warehouse POSTs an order's key to a warehouse's
 # HTTP endpoint ($WAREHOUSE_URL), one call per order. The effect is the
-# call, counted by the receiving server (counter.py).
+# call, counted by the receiving server (in the sign-off, examples/e2e/sink.py).
 #
 #   GEM_HOME=../gems REDIS_URL=... WAREHOUSE_URL=http://127.0.0.1:PORT/orders \
 #     sidekiq -r ./worker.rb -c 1 -q notify_warehouse
