@@ -9,11 +9,9 @@ is the order reference (it names the effect), not the Celery task id.
 """
 import json
 import os
-import signal
 import time
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_init
 
 import mail_provider
 from pg_idempotency.celery import IdempotentTask, KnownFailure
@@ -26,36 +24,6 @@ app.conf.update(
     task_default_queue=os.environ.get("CELERY_QUEUE", "send_confirmation"),
     broker_connection_retry_on_startup=True,
 )
-
-
-_pool_process = False
-
-
-@worker_process_init.connect
-def _in_pool_process(**_):
-    global _pool_process
-    _pool_process = True
-
-
-# A pool process ignores SIGTERM while it runs a task, as Celery makes it
-# ignore SIGINT: when SIGTERM reaches the whole process group (systemd's
-# default KillMode=control-group, the sign-off runner's stop), the task in
-# hand finishes (its email sent and completed) and the main process's warm
-# shutdown ends the pool. Otherwise the pool process dies in the middle of
-# the task, e.g. after the email, before complete_operation: the claim then
-# waits for its lease and the policy.
-@task_prerun.connect
-def _finish_task_on_sigterm(**_):
-    if _pool_process:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-@task_postrun.connect
-def _sigterm_again(**_):
-    if _pool_process:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 LEASE = float(os.environ.get("LEASE_SECONDS", "600"))   # as in idempotency.job_types
 
 

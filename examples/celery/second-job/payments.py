@@ -10,13 +10,11 @@ Idempotency-Key: <payment>; a 2xx answer means posted, a 4xx means refused
 """
 import json
 import os
-import signal
 import urllib.error
 import urllib.request
 import zlib
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_init
 
 from pg_idempotency.celery import IdempotentTask, KnownFailure
 
@@ -28,28 +26,6 @@ app.conf.update(
     task_default_queue=os.environ.get("CELERY_QUEUE", "record_payment"),
     broker_connection_retry_on_startup=True,
 )
-
-_pool_process = False
-
-
-@worker_process_init.connect
-def _in_pool_process(**_):
-    global _pool_process
-    _pool_process = True
-
-
-# as in ../tasks.py: a pool process finishes the task in hand when SIGTERM
-# reaches the whole process group
-@task_prerun.connect
-def _finish_task_on_sigterm(**_):
-    if _pool_process:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-@task_postrun.connect
-def _sigterm_again(**_):
-    if _pool_process:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @app.task(base=IdempotentTask, name="record_payment", key_arg="payment", lease=300,

@@ -67,6 +67,17 @@ by someone else's transaction.
 Use with task_acks_late = True and task_reject_on_worker_lost = True, so that
 a killed worker's message is redelivered.
 
+A stop finishes the task in hand: in a prefork pool process, SIGTERM is
+ignored from the claim to the completion (or release) of a task, as Celery
+makes pool processes ignore SIGINT (finish_on_sigterm = True, the default).
+A SIGTERM to the worker's whole process group (systemd's default
+KillMode=control-group, a terminal's kill of the job) otherwise killed the
+pool process in the middle of the task, e.g. after the email and before
+complete_operation: the claim then waited out its lease and the policy
+decided, for a shutdown that was meant to be warm. The main process's warm
+shutdown ends the pool once the task is done; SIGKILL still kills at once.
+Threads and other pools (solo, threads, gevent) are left alone.
+
 The calls to the database are pg_idempotency's plain functions (claim,
 complete, release, Heartbeat), with reconnect_for capped at half the lease.
 
@@ -80,12 +91,16 @@ lease, as any other exception of the body. The job types are mapped by
 IDEMPOTENCY_SIGNOFF_JOB_TYPES in every call (pg_idempotency.signoff_job_type).
 """
 
+import contextlib
 import inspect
 import logging
 import random
+import signal
+import threading
 
 import psycopg
 from celery import Task
+from celery.signals import worker_process_init
 
 import pg_idempotency
 from pg_idempotency import BUSY, KnownFailure, claim_error_heals
@@ -93,6 +108,28 @@ from pg_idempotency import BUSY, KnownFailure, claim_error_heals
 __all__ = ["IdempotentTask", "KnownFailure"]
 
 log = logging.getLogger(__name__)
+
+_in_pool_process = False   # set in each prefork pool process as it starts
+
+
+@worker_process_init.connect(weak=False)
+def _pool_process_started(**_):
+    global _in_pool_process
+    _in_pool_process = True
+
+
+@contextlib.contextmanager
+def _sigterm_ignored(enabled):
+    """SIGTERM ignored inside the block, in a prefork pool process's main
+    thread (finish_on_sigterm); the handler before it restored after"""
+    if not (enabled and _in_pool_process and threading.current_thread() is threading.main_thread()):
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class IdempotentTask(Task):
@@ -110,6 +147,8 @@ class IdempotentTask(Task):
     reconnect_for = 30.0   # seconds to keep trying a call whose connection was lost
                            # (the claim with its delivery token, complete, release);
                            # at most half the lease, at least one try more
+    finish_on_sigterm = True   # a prefork pool process finishes the task in hand
+                               # when SIGTERM reaches it (ignored until the end)
 
     # -- override these as needed ---------------------------------------
     def bound_arguments(self, args, kwargs):
@@ -140,6 +179,10 @@ class IdempotentTask(Task):
         return max(0.0, min(self.reconnect_for, lease / 2))
 
     def __call__(self, *args, **kwargs):
+        with _sigterm_ignored(self.finish_on_sigterm):
+            return self._protocol(args, kwargs)
+
+    def _protocol(self, args, kwargs):
         job_type = self.job_type or self.name
         key = self.operation_key(args, kwargs)
         lease, every = self.lease, self.heartbeat or self.lease / 4

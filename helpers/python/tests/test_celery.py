@@ -441,3 +441,85 @@ def test_signoff_malformed_map_fails_before_the_claim(make_task, types, runner):
 @pytest.mark.parametrize("point", ["claimed", "handled"])
 def test_signoff_killed_at(point, types, runner, tmp_path):
     check_killed_at(runner, point, "celery", types, tmp_path)
+
+
+# -- finish_on_sigterm: a pool process finishes the task in hand ------------
+
+@pytest.fixture
+def sigterm_seen(monkeypatch):
+    """a SIGTERM handler of the test's own (restored afterwards); returns
+    the list of the signals it received"""
+    import signal
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    yield seen
+    signal.signal(signal.SIGTERM, previous)
+
+
+def sigterm_task(make_task, fail=False, **options):
+    """a task whose body records the SIGTERM handler it runs under and sends
+    itself a SIGTERM (optionally then raising)"""
+    import os
+    import signal
+    task, calls, verdicts = make_task("hold", **options)
+    during = []
+
+    def body(self, order):
+        during.append(signal.getsignal(signal.SIGTERM))
+        os.kill(os.getpid(), signal.SIGTERM)
+        if fail:
+            raise RuntimeError("the provider's answer was lost")
+        return {"sent": order}
+    task.run = body.__get__(task)
+    return task, during
+
+
+def test_sigterm_ignored_in_a_pool_process(make_task, types, monkeypatch, sigterm_seen):
+    import signal
+    import pg_idempotency.celery as pc
+    monkeypatch.setattr(pc, "_in_pool_process", True)
+    task, during = sigterm_task(make_task)
+    assert call_eagerly(task, "K-term") == {"sent": "K-term"}
+    assert during == [signal.SIG_IGN]          # ignored while the task ran
+    assert sigterm_seen == []                  # so the SIGTERM was not delivered
+    assert types.record(task.job_type, "K-term") == "completed #1"
+    os_handler = signal.getsignal(signal.SIGTERM)
+    assert os_handler not in (signal.SIG_IGN, signal.SIG_DFL)   # the test's handler is back
+
+
+def test_sigterm_handler_restored_after_a_failure(make_task, types, monkeypatch, sigterm_seen):
+    import signal
+    import pg_idempotency.celery as pc
+    monkeypatch.setattr(pc, "_in_pool_process", True)
+    task, during = sigterm_task(make_task, fail=True)
+    with pytest.raises(RuntimeError):
+        call_eagerly(task, "K-term-fail")
+    assert during == [signal.SIG_IGN]
+    import os
+    os.kill(os.getpid(), signal.SIGTERM)       # the test's handler gets it again
+    assert sigterm_seen == [signal.SIGTERM]
+    assert types.record(task.job_type, "K-term-fail") == "claimed #1"
+
+
+def test_sigterm_left_alone_outside_a_pool_process_or_when_off(make_task, monkeypatch, sigterm_seen):
+    import signal
+    import pg_idempotency.celery as pc
+    # the main process (solo pool, eager calls): not a pool process
+    monkeypatch.setattr(pc, "_in_pool_process", False)
+    task, during = sigterm_task(make_task)
+    call_eagerly(task, "K-term-main")
+    # a pool process, but finish_on_sigterm = False
+    monkeypatch.setattr(pc, "_in_pool_process", True)
+    task2, during2 = sigterm_task(make_task, finish_on_sigterm=False)
+    call_eagerly(task2, "K-term-off")
+    assert during[0] not in (signal.SIG_IGN, signal.SIG_DFL)
+    assert during2[0] not in (signal.SIG_IGN, signal.SIG_DFL)
+    assert sigterm_seen == [signal.SIGTERM, signal.SIGTERM]   # both delivered to the handler
+
+
+def test_a_pool_process_is_recognised_by_worker_process_init(monkeypatch):
+    import pg_idempotency.celery as pc
+    from celery.signals import worker_process_init
+    monkeypatch.setattr(pc, "_in_pool_process", False)
+    worker_process_init.send(sender=None)
+    assert pc._in_pool_process is True
