@@ -923,6 +923,9 @@ def main(adapter, argv=None):
                     help="comma-separated case numbers (default: all, with the system's own)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
+    # a SIGTERM (scripts/test stopping the hook) ends the run through the
+    # finally blocks below, so the workers and the broker are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     policies = args.policy.split(",")
     all_cases = [(c, t, x, CASE_POLICIES.get(c)) for c, t, x in CASES] + list(adapter.extra_cases)
     cases = args.cases.split(",") if args.cases else [c for c, _, _, _ in all_cases]

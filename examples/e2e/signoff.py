@@ -38,6 +38,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,6 +139,9 @@ def main(argv=None):
     ap.add_argument("--policy", default="hold,retry,skip")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
+    # a SIGTERM (scripts/test stopping the hook) ends the run through the
+    # finally below, so the broker and the sinks are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     job = os.path.abspath(args.job or os.path.join(ROOT, "examples", args.queue, "signoff.job"))
     if not os.access(RUNNER, os.X_OK):
         subprocess.run(["make", "--no-print-directory", "-s", "-C", os.path.dirname(RUNNER)],
@@ -166,11 +170,23 @@ def main(argv=None):
             report = os.path.join(tmp, f"{policy}.json")
             before = sum(s.effects() for s in sinks)
             tp = time.time()
-            p = subprocess.run([RUNNER, "--job", job, "--policy", policy, "--json", report,
-                                "--html", os.path.join(tmp, f"{policy}.html")],
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            p = subprocess.Popen([RUNNER, "--job", job, "--policy", policy, "--json", report,
+                                  "--html", os.path.join(tmp, f"{policy}.html")],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            try:
+                output, _ = p.communicate()
+            except BaseException:
+                # SIGTERM or Ctrl-C: the runner kills its workers and deletes
+                # its job types and records on SIGTERM; wait for that
+                p.terminate()
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                raise
             seconds = time.time() - tp
-            print(p.stdout, end="", flush=True)
+            print(output, end="", flush=True)
             ok, text = check_report(report)
             sent = sum(s.effects() for s in sinks) - before
             if p.returncode != 0:
