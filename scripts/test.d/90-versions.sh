@@ -30,9 +30,9 @@
 # do not (CI time: about 10 minutes). Debian 13 runs them. Neither root runs
 # the example jobs' sign-offs through the real brokers (hooks 80-82 with
 # SIGNOFF_POLICIES=none), nor Debian 12's hook 55 (the release tarball): the
-# host runs both, the roots run the helpers' unit tests and the end-to-end
-# tests, and Debian 13 runs hook 84 (the sign-off run itself, on PostgreSQL
-# 17). Measured: with the sign-offs under retry in both roots, each root ran
+# host runs both; in the roots the end-to-end tests then run every case, as
+# before the sign-offs took cases 1-7 over, and Debian 13 runs hook 84 (the
+# sign-off run itself, on PostgreSQL 17). Measured: with the sign-offs under retry in both roots, each root ran
 # past 2400 s beside the host's hooks, and the whole run took 61 minutes.
 #
 # Settings: TEST_RELEASES (default "bookworm trixie forky"), TEST_ROOT_JOBS
