@@ -105,6 +105,28 @@ SELECT idempotency.complete_operation('send_confirmation', 'ORD-1006', 1);
 SELECT * FROM completions_seen;
 DROP TRIGGER see_completion ON idempotency.operations;
 
+-- the foreign key distribute() adds on Citus (here by hand): its check
+-- triggers are the only ones the fast update may leave out, since it never
+-- changes job_type; completion and duplicate as before
+ALTER TABLE idempotency.operations ADD CONSTRAINT operations_job_type_fkey
+    FOREIGN KEY (job_type) REFERENCES idempotency.job_types (job_type);
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1050', 1, '{"fk": true}');
+SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1050');
+-- a deferrable one is left to the executor; so is a foreign key from
+-- another table to the records, whose triggers sit on them
+ALTER TABLE idempotency.operations ALTER CONSTRAINT operations_job_type_fkey
+    DEFERRABLE INITIALLY DEFERRED;
+BEGIN;
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1051', 1);
+COMMIT;
+ALTER TABLE idempotency.operations DROP CONSTRAINT operations_job_type_fkey;
+CREATE TABLE receipts (job_type text, operation_key text,
+    FOREIGN KEY (job_type, operation_key) REFERENCES idempotency.operations ON UPDATE CASCADE);
+INSERT INTO receipts VALUES ('send_confirmation', 'ORD-1052');
+SELECT idempotency.complete_operation('send_confirmation', 'ORD-1052', 1);
+SELECT r.operation_key, o.status FROM receipts r JOIN idempotency.operations o USING (job_type, operation_key);
+DROP TABLE receipts;
+
 -- a stored generated column is computed on completion
 ALTER TABLE idempotency.operations ADD COLUMN done boolean
     GENERATED ALWAYS AS (status = 'completed') STORED;

@@ -50,7 +50,7 @@ stale_claims(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	args[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 
-	idem_begin(&call, "stale_claims()", false);
+	idem_begin(&call, "stale_claims()", false, NULL);
 	if (PG_ARGISNULL(0))
 		idem_execute(ST_STALE_ALL, args, NULL, 0);
 	else
@@ -120,7 +120,7 @@ resolve_operation(PG_FUNCTION_ARGS)
 				 errdetail("A resolution is 'completed' or 'retry'."),
 				 errhint("Use 'completed' (the effect happened) or 'retry' (it did not).")));
 
-	idem_begin(&call, "resolve_operation()", true);
+	idem_begin(&call, "resolve_operation()", true, NULL);
 	for (tries = 0;; tries++)
 	{
 		TimestampTz now = GetCurrentTimestamp();
@@ -230,8 +230,8 @@ purge_operations(PG_FUNCTION_ARGS)
 	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency purge batch",
 									  ALLOCSET_DEFAULT_SIZES);
 
-	idem_begin(&call, "purge_operations()", true);
-	if (call.citus)
+	idem_begin(&call, "purge_operations()", true, NULL);
+	if (call.target.kind == TARGET_CITUS)
 	{
 		deleted = purge_distributed(now);
 		idem_end(&call);
@@ -342,8 +342,8 @@ purge_block_range(PG_FUNCTION_ARGS)
 	args[1] = PointerGetDatum(&first_tid);
 	args[2] = PointerGetDatum(&end_tid);
 
-	idem_begin(&call, "purge_block_range()", true);
-	if (call.citus)
+	idem_begin(&call, "purge_block_range()", true, NULL);
+	if (call.target.kind == TARGET_CITUS)
 		/* no heap blocks to walk here: block 0 stands for the whole table */
 		deleted = first_block == 0 ? purge_distributed(args[0]) : 0;
 	else

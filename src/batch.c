@@ -351,12 +351,12 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 		{
 			bool		result_isnull = !have_results || results.nulls[k];
 
-			outcomes[k].done = idem_complete_one(true, job_type, order[i].key, attempt,
+			outcomes[k].done = idem_complete_one(true, false, job_type, order[i].key, attempt,
 												 result_isnull ? (Datum) 0 : results.values[k],
 												 result_isnull, &outcomes[k].refusal);
 		}
 		else
-			outcomes[k].done = idem_release_one(true, job_type, order[i].key, attempt,
+			outcomes[k].done = idem_release_one(true, false, job_type, order[i].key, attempt,
 												&outcomes[k].refusal);
 	}
 

@@ -99,11 +99,12 @@ take_over(const IdemCall *call, const ClaimArgs *a, const OperationState *state,
  * once, where the write would wait for that transaction to end.
  */
 static bool
-busy(const ClaimArgs *a, Verdict *v, bool late)
+busy(const IdemCall *call, const ClaimArgs *a, Verdict *v, bool late)
 {
 	int32		attempt = 1;
 
-	if ((a->wait && !late) || !idem_key_busy(a->job_type, a->key, &attempt))
+	if ((a->wait && !late) ||
+		!idem_key_busy(&call->target, a->job_type, a->key, &attempt))
 		return false;
 	set_verdict(v, "in_progress", attempt);
 	return true;
@@ -134,9 +135,9 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 		 * The probe saw no record: insert at once. The INSERT selects the
 		 * job type (and checks the caller's role), so when it inserts
 		 * nothing the lookup of the next round says why. (No probe runs
-		 * where Citus manages the tables: the lookup comes first there.)
+		 * through Citus's planner: the lookup comes first there.)
 		 */
-		if (tries == 0 && absent && !call->citus)
+		if (tries == 0 && absent && call->target.kind != TARGET_CITUS)
 			state.found = false;
 		else
 			idem_worker_lookup(call, job_type, key, &state);
@@ -146,7 +147,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 			Datum		values[7];
 			char		nulls[7];
 
-			if (busy(a, v, late))
+			if (busy(call, a, v, late))
 				return;
 			memset(nulls, ' ', sizeof(nulls));
 			values[0] = PointerGetDatum(job_type);
@@ -168,7 +169,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 			 * Waits for a concurrent uncommitted claim of the same key; does
 			 * nothing if that one committed, and we read it again.
 			 */
-			if (idem_execute(call->citus ?
+			if (idem_execute(call->target.kind == TARGET_CITUS ?
 							 (call->deliveries ? ST_INSERT_VALUES_DELIVERY : ST_INSERT_VALUES) :
 							 call->deliveries ? ST_INSERT_DELIVERY :
 							 call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
@@ -206,7 +207,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 				return;
 
 			case OPERATION_RELEASED:
-				if (busy(a, v, late))
+				if (busy(call, a, v, late))
 					return;
 				if (take_over(call, a, &state, now, false))
 				{
@@ -250,7 +251,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 				{
 					Datum		values[5];
 
-					if (busy(a, v, late))
+					if (busy(call, a, v, late))
 						return;
 
 					values[0] = PointerGetDatum(job_type);
@@ -270,7 +271,7 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 			case STALE_LOOKUP:
 				if (state.max_attempts == 0 || state.attempt < state.max_attempts)
 				{
-					if (busy(a, v, late))
+					if (busy(call, a, v, late))
 						return;
 					if (take_over(call, a, &state, now, state.policy == STALE_LOOKUP))
 					{
@@ -343,13 +344,16 @@ idem_claim_one(const ClaimArgs *a, int version, Verdict *v)
 	IdemCall	call;
 	ProbeResult probe;
 
+	Target		target;
+
 	/* a duplicate of a completed key is answered by the probe alone */
 	set_verdict(v, "completed", 0);
-	probe = idem_probe(GetUserId(), version >= 2, a->job_type, a->key, a->fingerprint,
-					   &v->attempt, &v->result, &v->result_isnull);
+	idem_target(a->key, &target);
+	probe = idem_probe(&target, GetUserId(), version >= 2, a->job_type, a->key,
+					   a->fingerprint, &v->attempt, &v->result, &v->result_isnull);
 	if (probe != PROBE_COMPLETED)
 	{
-		idem_begin_worker(&call, "claim_operation()", version >= 2);
+		idem_begin_worker(&call, "claim_operation()", version >= 2, &target);
 		call.deliveries = version >= 3;
 		claim(&call, v, a, probe == PROBE_ABSENT, false);
 		idem_end(&call);
@@ -394,7 +398,7 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 	{
 		int			p = pending[i];
 
-		if (!busy(&a[p], v[p], false))
+		if (!busy(call, &a[p], v[p], false))
 			pending[n++] = p;
 	}
 	*npending = 0;
@@ -500,7 +504,7 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 	int			npending = 0;
 	int			i;
 
-	idem_begin_worker(&call, "claim_operations()", true);
+	idem_begin_worker(&call, "claim_operations()", true, NULL);
 	call.deliveries = true;
 	for (i = 0; i < n; i++)
 	{
@@ -511,7 +515,7 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 			ProbeResult probe;
 
 			set_verdict(v[i], "completed", 0);
-			probe = idem_probe(call.caller, true, a[i].job_type, a[i].key, a[i].fingerprint,
+			probe = idem_probe(&call.target, call.caller, true, a[i].job_type, a[i].key, a[i].fingerprint,
 							   &v[i]->attempt, &v[i]->result, &v[i]->result_isnull);
 			MemoryContextSwitchTo(spi);
 			if (probe == PROBE_COMPLETED)

@@ -156,7 +156,7 @@ fenced_update(const IdemCall *call, Statement st, Statement role_st,
 {
 	int			tries;
 
-	if (call->worker_roles && call->citus)
+	if (call->worker_roles && call->target.kind == TARGET_CITUS)
 	{
 		/*
 		 * The statement may run on another node, whose role OIDs differ
@@ -207,21 +207,27 @@ keep_refusal(IdemRefusal *r, MemoryContext cxt)
 /*
  * Complete one key (the single call and each key of a batch): the fast
  * path, else the fenced update. False with *r filled in when the record
- * refuses (see explain_refusal()).
+ * refuses (see explain_refusal()). `single`: the call is for this key
+ * alone, and may work on its shard directly (shard.c); a batch's keys go
+ * where Citus routes them.
  */
 bool
-idem_complete_one(bool worker_roles, text *job_type, text *key, int32 attempt,
+idem_complete_one(bool worker_roles, bool single, text *job_type, text *key, int32 attempt,
 				  Datum result, bool result_isnull, IdemRefusal *r)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	IdemCall	call;
 	RefusalKind kind;
 
+	Target		target;
+
 	/* the common case, below SPI; anything else the SPI way */
-	if (idem_fast_complete(GetUserId(), worker_roles, job_type, key, attempt, result, result_isnull))
+	idem_target(single ? key : NULL, &target);
+	if (idem_fast_complete(&target, GetUserId(), worker_roles, job_type, key, attempt,
+						   result, result_isnull))
 		return true;
 
-	idem_begin_worker(&call, "complete_operation()", worker_roles);
+	idem_begin_worker(&call, "complete_operation()", worker_roles, &target);
 	kind = fenced_update(&call, ST_COMPLETE, ST_COMPLETE_ROLE, "complete",
 						 job_type, key, attempt, result, result_isnull,
 						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED, r);
@@ -233,14 +239,17 @@ idem_complete_one(bool worker_roles, text *job_type, text *key, int32 attempt,
 
 /* Release one key; false with *r filled in when the record refuses */
 bool
-idem_release_one(bool worker_roles, text *job_type, text *key, int32 attempt,
+idem_release_one(bool worker_roles, bool single, text *job_type, text *key, int32 attempt,
 				 IdemRefusal *r)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	IdemCall	call;
 	RefusalKind kind;
 
-	idem_begin_worker(&call, "release_operation()", worker_roles);
+	Target		target;
+
+	idem_target(single ? key : NULL, &target);
+	idem_begin_worker(&call, "release_operation()", worker_roles, &target);
 	kind = fenced_update(&call, ST_RELEASE, ST_RELEASE_ROLE, "release",
 						 job_type, key, attempt, (Datum) 0, true,
 						 CLAIMED_OR_SKIPPED, OPERATION_RELEASED, r);
@@ -270,7 +279,7 @@ complete_common(FunctionCallInfo fcinfo, bool worker_roles)
 
 	PreventCommandDuringRecovery("complete_operation()");
 	PreventCommandIfReadOnly("complete_operation()");
-	if (!idem_complete_one(worker_roles, job_type, key, attempt, result, result_isnull, &r))
+	if (!idem_complete_one(worker_roles, true, job_type, key, attempt, result, result_isnull, &r))
 		raise_refusal(&r);
 
 	PG_RETURN_VOID();
@@ -293,7 +302,7 @@ release_common(FunctionCallInfo fcinfo, bool worker_roles)
 
 	PreventCommandDuringRecovery("release_operation()");
 	PreventCommandIfReadOnly("release_operation()");
-	if (!idem_release_one(worker_roles, job_type, key, attempt, &r))
+	if (!idem_release_one(worker_roles, true, job_type, key, attempt, &r))
 		raise_refusal(&r);
 
 	PG_RETURN_VOID();
@@ -317,8 +326,10 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 	IdemRefusal r;
 	OperationState state;
 	TimestampTz expires_at;
+	Target		target;
 
-	idem_begin_worker(&call, "extend_lease()", worker_roles);
+	idem_target(key, &target);
+	idem_begin_worker(&call, "extend_lease()", worker_roles, &target);
 	/* there is no repeat of an extension: it either updates or is refused */
 	if (fenced_update(&call, ST_EXTEND, ST_EXTEND_ROLE, "extend the lease of",
 					  job_type, key, attempt, (Datum) 0, true,

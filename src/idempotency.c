@@ -108,6 +108,14 @@
 
 PG_MODULE_MAGIC;
 
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	idem_define_settings();
+}
+
 /* Shorthands for the statement texts */
 #define EQ		" OPERATOR(pg_catalog.=) "
 #define LE		" OPERATOR(pg_catalog.<=) "
@@ -403,10 +411,14 @@ static const StatementDef statements[ST_COUNT] = {
 };
 
 /*
- * The kept plans: [0] for the extension's own tables, [1] where Citus
- * manages them (idem_citus()).
+ * The kept plans: [TARGET_TABLE] for the extension's own tables,
+ * [TARGET_CITUS] where Citus manages them; those of each shard a call
+ * worked on directly are kept by shard.c (idem_shard_plans()).
  */
-static SPIPlanPtr plans[2][ST_COUNT];
+static SPIPlanPtr plans[TARGET_CITUS + 1][ST_COUNT];
+
+/* The target of the call between idem_begin() and idem_end() */
+static const Target *current;
 
 /*
  * The owner of idempotency.operations, whose rights the statements run
@@ -444,7 +456,7 @@ operations_owner(void)
  * table owner's rights and connect to SPI.
  */
 void
-idem_begin(IdemCall *call, const char *fname, bool writes)
+idem_begin(IdemCall *call, const char *fname, bool writes, const Target *target)
 {
 	Oid			owner;
 
@@ -458,7 +470,11 @@ idem_begin(IdemCall *call, const char *fname, bool writes)
 	GetUserIdAndSecContext(&call->caller, &call->save_sec_context);
 	call->worker_roles = false;
 	call->deliveries = false;
-	call->citus = idem_citus();
+	if (target != NULL)
+		call->target = *target;
+	else
+		idem_target(NULL, &call->target);
+	current = &call->target;
 	SetUserIdAndSecContext(owner,
 						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 
@@ -472,9 +488,9 @@ idem_begin(IdemCall *call, const char *fname, bool writes)
  * job_types has a worker_role column and it applies.
  */
 void
-idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles)
+idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles, const Target *target)
 {
-	idem_begin(call, fname, true);
+	idem_begin(call, fname, true, target);
 	call->worker_roles = worker_roles;
 }
 
@@ -485,6 +501,7 @@ idem_end(IdemCall *call)
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 	SetUserIdAndSecContext(call->caller, call->save_sec_context);
+	current = NULL;
 }
 
 /*
@@ -507,13 +524,21 @@ idem_end(IdemCall *call)
 static SPIPlanPtr
 get_plan(Statement st)
 {
-	bool		citus = idem_citus();
-	SPIPlanPtr *kept = &plans[citus][st];
+	bool		citus = current->kind == TARGET_CITUS;
+	SPIPlanPtr *kept;
+
+	Assert(current != NULL);
+	if (current->kind == TARGET_SHARD)
+		kept = &idem_shard_plans(current->shardid)[st];
+	else
+		kept = &plans[current->kind][st];
 
 	if (*kept == NULL)
 	{
 		const StatementDef *def = &statements[st];
-		SPIPlanPtr	plan = SPI_prepare_cursor(def->sql, def->nargs, (Oid *) def->argtypes,
+		const char *sql = current->kind == TARGET_SHARD ?
+			idem_shard_sql(def->sql, current->shardid, current->jt_shardid) : def->sql;
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, def->nargs, (Oid *) def->argtypes,
 											  citus ? CURSOR_OPT_CUSTOM_PLAN : 0);
 
 		if (plan == NULL)
@@ -672,7 +697,7 @@ lookup(Statement st, text *job_type, text *key, OperationState *state)
 
 	memset(state, 0, sizeof(*state));
 	state->worker_role = InvalidOid;
-	if (idem_citus())
+	if (current->kind == TARGET_CITUS)
 	{
 		citus_lookup(st != ST_LOOKUP, job_type, key, state);
 		return;

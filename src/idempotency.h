@@ -9,6 +9,8 @@
 #define IDEMPOTENCY_H
 
 #include "fmgr.h"
+#include "access/attnum.h"
+#include "executor/spi.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -128,13 +130,58 @@ typedef struct OperationState
  * README's "Upgrading the extension" says why old definitions keep old
  * entry points.
  */
+/*
+ * Where one call's records are: the one protocol has three backends. Chosen
+ * once per call, by idem_target() (probe.c), before anything is read.
+ */
+typedef enum TargetKind
+{
+	TARGET_TABLE,				/* the extension's own tables, one node */
+	TARGET_SHARD,				/* Citus: the key's shard, whose one
+								 * placement is on this node (shard.c) */
+	TARGET_CITUS				/* Citus: the distributed tables, through
+								 * Citus's planner */
+} TargetKind;
+
+/*
+ * The relations the fast paths of probe.c read and write, checked to be of
+ * the shape they assume: the extension's tables, or one shard of each.
+ */
+typedef struct TargetRels
+{
+	bool		valid;
+	Oid			ops_relid;		/* idempotency.operations (or its shard) */
+	Oid			ops_pkey;
+	Oid			jt_relid;		/* idempotency.job_types (or its shard) */
+	Oid			jt_pkey;
+	AttrNumber	att_status;
+	AttrNumber	att_attempt;
+	AttrNumber	att_completed_at;
+	AttrNumber	att_fingerprint;
+	AttrNumber	att_result;
+	AttrNumber	att_job_type;
+	AttrNumber	att_worker_role;	/* InvalidAttrNumber before 0.2 */
+	Oid			claimed;		/* pg_enum OIDs of the statuses */
+	Oid			completed;
+	Oid			skipped;
+} TargetRels;
+
+typedef struct Target
+{
+	TargetKind	kind;
+	int64		shardid;		/* TARGET_SHARD: the key's shard */
+	int64		jt_shardid;		/* TARGET_SHARD: job_types' shard */
+	const TargetRels *rels;		/* NULL: no fast path (TARGET_CITUS, or a
+								 * schema the fast paths do not know) */
+} Target;
+
 typedef struct IdemCall
 {
 	Oid			caller;
 	int			save_sec_context;
 	bool		worker_roles;
 	bool		deliveries;		/* 0.3: operations has a delivery column */
-	bool		citus;			/* Citus manages the tables: see probe.c */
+	Target		target;			/* where the records are */
 } IdemCall;
 
 /* claim.c: what one claim asks for, and its answer */
@@ -179,10 +226,10 @@ typedef struct IdemRefusal
 	const char *hint;
 } IdemRefusal;
 
-extern bool idem_complete_one(bool worker_roles, text *job_type, text *key,
+extern bool idem_complete_one(bool worker_roles, bool single, text *job_type, text *key,
 							  int32 attempt, Datum result, bool result_isnull,
 							  IdemRefusal *r);
-extern bool idem_release_one(bool worker_roles, text *job_type, text *key,
+extern bool idem_release_one(bool worker_roles, bool single, text *job_type, text *key,
 							 int32 attempt, IdemRefusal *r);
 
 /* probe.c: the hot paths below SPI */
@@ -193,17 +240,27 @@ typedef enum ProbeResult
 	PROBE_OTHER					/* anything else: the SPI path decides */
 } ProbeResult;
 
-extern ProbeResult idem_probe(Oid caller, bool worker_roles, text *job_type, text *key,
-							  text *fingerprint, int32 *attempt,
+extern void idem_target(text *key, Target *t);
+extern ProbeResult idem_probe(const Target *t, Oid caller, bool worker_roles, text *job_type,
+							  text *key, text *fingerprint, int32 *attempt,
 							  Datum *result, bool *result_isnull);
-extern bool idem_key_busy(text *job_type, text *key, int32 *attempt);
-extern bool idem_citus(void);
-extern bool idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key,
-							   int32 attempt, Datum result, bool result_isnull);
+extern bool idem_key_busy(const Target *t, text *job_type, text *key, int32 *attempt);
+extern bool idem_fast_complete(const Target *t, Oid caller, bool worker_roles, text *job_type,
+							   text *key, int32 attempt, Datum result, bool result_isnull);
+extern bool idem_rels_load(TargetRels *r, Oid ops_relid, Oid ops_pkey, Oid jt_relid,
+						   Oid jt_pkey);
+extern bool idem_citus_managed(Oid relid);
+
+/* shard.c: the key's shard, where Citus manages the tables */
+extern bool idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t);
+extern SPIPlanPtr *idem_shard_plans(int64 shardid);
+extern char *idem_shard_sql(const char *sql, int64 shardid, int64 jt_shardid);
+extern void idem_define_settings(void);
 
 /* idempotency.c */
-extern void idem_begin(IdemCall *call, const char *fname, bool writes);
-extern void idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles);
+extern void idem_begin(IdemCall *call, const char *fname, bool writes, const Target *target);
+extern void idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles,
+							  const Target *target);
 extern void idem_end(IdemCall *call);
 extern uint64 idem_execute(Statement st, Datum *values, const char *nulls, long count);
 extern Portal idem_cursor(Statement st, Datum *values, const char *nulls);

@@ -22,11 +22,12 @@
  * another attempt or state, a concurrent update (TM_Updated: under READ
  * COMMITTED the SPI statement follows the update chain, under REPEATABLE
  * READ and SERIALIZABLE it raises the serialization failure), and a table
- * the fast path does not cover: one with triggers, rules, CHECK
- * constraints, row level security, stored generated columns or a second
- * index (all of which the executor maintains and this code does not), and a
- * NULL result where a DBA made the column NOT NULL. A table published for
- * UPDATE without a replica identity gets the executor's own error
+ * the fast path does not cover: one with triggers (but the check of the
+ * foreign key distribute() adds), rules, CHECK constraints, row level
+ * security, generated columns or a second index (all of which the executor
+ * maintains and this code does not), and a NULL result where a DBA made the
+ * column NOT NULL; fast_update_covers() lists them all. A table published
+ * for UPDATE without a replica identity gets the executor's own error
  * (CheckCmdReplicaIdentity()). The cache records only a schema whose
  * columns have the types this code reads and writes and whose primary keys
  * are the columns it scans; any other (a superuser's ALTER TABLE) leaves
@@ -37,9 +38,12 @@
  * definition; a caller who may not work the job type goes the SPI way,
  * whose lookup raises the error.
  *
- * A table that Citus manages is an empty shell on the node where the call
- * runs (its rows live in shards): then neither path is used, and every
- * call goes through SPI, whose statements Citus routes (citus_managed()).
+ * Both work on a target (idem_target(), once per call): the extension's
+ * own tables on one node, or, where Citus manages them (its tables are
+ * empty shells, their rows in shards), the key's shard when its only
+ * placement is on this node and shard.c says the call may work on it
+ * directly. Otherwise Citus routes the SPI statements and neither fast
+ * path is used (TARGET_CITUS).
  *
  * No privilege is checked here, as none is in the SPI path (which runs as
  * the table owner): EXECUTE on the function is the permission. The
@@ -62,6 +66,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_constraint.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_namespace.h"
@@ -71,6 +76,7 @@
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "utils/array.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -83,23 +89,13 @@
 
 typedef struct ProbeCache
 {
-	bool		valid;
-	Oid			ops_relid;		/* idempotency.operations */
-	Oid			ops_pkey;
-	Oid			jt_relid;		/* idempotency.job_types */
-	Oid			jt_pkey;
-	AttrNumber	att_status;
-	AttrNumber	att_attempt;
-	AttrNumber	att_completed_at;
-	AttrNumber	att_fingerprint;
-	AttrNumber	att_result;
-	AttrNumber	att_worker_role;	/* InvalidAttrNumber before 0.2 */
-	Oid			claimed;		/* pg_enum OIDs of the statuses */
-	Oid			completed;
-	Oid			skipped;
+	bool		valid;			/* table is the extension's own, checked */
+	TargetRels	table;
 	bool		citus;			/* Citus manages a table: no fast path */
 	bool		settled;		/* not valid, but for a reason that stays:
 								 * Citus; reloaded after an invalidation */
+	Oid			ops_relid;		/* the tables, also where Citus manages them */
+	Oid			jt_relid;
 } ProbeCache;
 
 static ProbeCache cache;
@@ -113,9 +109,9 @@ probe_invalidate(Datum arg pg_attribute_unused(), Oid relid)
 {
 	invalidations++;
 	if (relid == InvalidOid ||
-		relid == cache.ops_relid || relid == cache.ops_pkey ||
-		relid == cache.jt_relid || relid == cache.jt_pkey)
-		cache.valid = cache.settled = false;
+		relid == cache.ops_relid || relid == cache.table.ops_pkey ||
+		relid == cache.jt_relid || relid == cache.table.jt_pkey)
+		cache.valid = cache.settled = cache.table.valid = false;
 }
 
 static Oid
@@ -179,8 +175,8 @@ unique_index_on(Oid indexid, AttrNumber first, AttrNumber second)
  * relcache invalidation of a table when it changes the table's metadata,
  * so the cache is rebuilt after distribution (probe_invalidate()).
  */
-static bool
-citus_managed(Oid relid)
+bool
+idem_citus_managed(Oid relid)
 {
 	Oid			dist = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
 	Relation	rel;
@@ -201,22 +197,80 @@ citus_managed(Oid relid)
 }
 
 /*
- * Fill the cache; false if the schema is not what this code expects (then
- * every call goes the SPI way, which works with whatever a superuser made
- * of the tables, or says why not). The catalogs are read without locks:
- * the fast paths lock the table before they use the cache, which processes
- * every invalidation that arrived meanwhile. One that arrives while the
- * cache is being filled is caught by the counter.
+ * Check that a pair of relations (idempotency.operations and job_types, or
+ * a shard of each) has the shape the fast paths assume, and note their
+ * numbers in *r: the columns they read or write with the types they assume,
+ * primary keys on exactly the columns they scan, the status enum's labels.
+ * False if not (then every call goes the SPI way, which works with
+ * whatever a superuser made of the tables, or says why not). The catalogs
+ * are read without locks: the fast paths lock a table before they use
+ * these numbers, which processes every invalidation that arrived
+ * meanwhile; the callers catch one that arrives while this runs.
+ */
+bool
+idem_rels_load(TargetRels *r, Oid ops_relid, Oid ops_pkey, Oid jt_relid, Oid jt_pkey)
+{
+	Oid			status_type;
+	AttrNumber	att_key;
+	AttrNumber	att_jt_job_type;
+
+	memset(r, 0, sizeof(*r));
+	r->ops_relid = ops_relid;
+	r->ops_pkey = ops_pkey;
+	r->jt_relid = jt_relid;
+	r->jt_pkey = jt_pkey;
+	if (!OidIsValid(ops_relid) || !OidIsValid(ops_pkey) ||
+		!OidIsValid(jt_relid) || !OidIsValid(jt_pkey))
+		return false;
+
+	r->att_job_type = column(ops_relid, "job_type", TEXTOID);
+	att_key = column(ops_relid, "operation_key", TEXTOID);
+	r->att_status = get_attnum(ops_relid, "status");
+	r->att_attempt = column(ops_relid, "attempt", INT4OID);
+	r->att_completed_at = column(ops_relid, "completed_at", TIMESTAMPTZOID);
+	r->att_fingerprint = column(ops_relid, "fingerprint", TEXTOID);
+	r->att_result = column(ops_relid, "result", JSONBOID);
+	att_jt_job_type = column(jt_relid, "job_type", TEXTOID);
+	if (r->att_job_type == InvalidAttrNumber || att_key == InvalidAttrNumber ||
+		r->att_status == InvalidAttrNumber || r->att_attempt == InvalidAttrNumber ||
+		r->att_completed_at == InvalidAttrNumber ||
+		r->att_fingerprint == InvalidAttrNumber || r->att_result == InvalidAttrNumber ||
+		att_jt_job_type == InvalidAttrNumber)
+		return false;
+	/* absent before 0.2; of another type, the fast paths leave roles to SPI */
+	r->att_worker_role = get_attnum(jt_relid, "worker_role");
+	if (r->att_worker_role != InvalidAttrNumber &&
+		get_atttype(jt_relid, r->att_worker_role) != REGROLEOID)
+		return false;
+
+	/* the scans' keys are the primary keys' columns, in this order */
+	if (!unique_index_on(ops_pkey, r->att_job_type, att_key) ||
+		!unique_index_on(jt_pkey, att_jt_job_type, InvalidAttrNumber))
+		return false;
+
+	status_type = get_atttype(ops_relid, r->att_status);
+	if (get_typtype(status_type) != TYPTYPE_ENUM)
+		return false;
+	r->claimed = enum_label(status_type, "claimed");
+	r->completed = enum_label(status_type, "completed");
+	r->skipped = enum_label(status_type, "skipped");
+	if (!OidIsValid(r->claimed) || !OidIsValid(r->completed) || !OidIsValid(r->skipped))
+		return false;
+	r->valid = true;
+	return true;
+}
+
+/*
+ * Fill the cache: the extension's tables, whether Citus manages them, and
+ * if not, whether the fast paths know their shape (idem_rels_load()). One
+ * invalidation that arrives while the cache is being filled is caught by
+ * the counter.
  */
 static bool
 probe_load(void)
 {
 	uint64		start = invalidations;
 	Oid			nspid;
-	Oid			status_type;
-	AttrNumber	att_job_type;
-	AttrNumber	att_key;
-	AttrNumber	att_jt_job_type;
 
 	if (!callback_registered)
 	{
@@ -228,19 +282,16 @@ probe_load(void)
 	if (!OidIsValid(nspid))
 		return false;
 	cache.ops_relid = get_relname_relid("operations", nspid);
-	cache.ops_pkey = get_relname_relid("operations_pkey", nspid);
 	cache.jt_relid = get_relname_relid("job_types", nspid);
-	cache.jt_pkey = get_relname_relid("job_types_pkey", nspid);
-	if (!OidIsValid(cache.ops_relid) || !OidIsValid(cache.ops_pkey) ||
-		!OidIsValid(cache.jt_relid) || !OidIsValid(cache.jt_pkey))
+	if (!OidIsValid(cache.ops_relid) || !OidIsValid(cache.jt_relid))
 		return false;
 
 	/*
 	 * A table that Citus manages (distributed, reference or Citus local) is
-	 * an empty shell here: its records are in shards, which SPI's
-	 * statements reach and these scans would not.
+	 * an empty shell here: its records are in shards, which these scans
+	 * reach only through idem_shard_target().
 	 */
-	cache.citus = citus_managed(cache.ops_relid) || citus_managed(cache.jt_relid);
+	cache.citus = idem_citus_managed(cache.ops_relid) || idem_citus_managed(cache.jt_relid);
 	if (cache.citus)
 	{
 		/*
@@ -252,43 +303,11 @@ probe_load(void)
 		return false;
 	}
 
-	/* the columns the fast paths read or write, with the types they assume */
-	att_job_type = column(cache.ops_relid, "job_type", TEXTOID);
-	att_key = column(cache.ops_relid, "operation_key", TEXTOID);
-	cache.att_status = get_attnum(cache.ops_relid, "status");
-	cache.att_attempt = column(cache.ops_relid, "attempt", INT4OID);
-	cache.att_completed_at = column(cache.ops_relid, "completed_at", TIMESTAMPTZOID);
-	cache.att_fingerprint = column(cache.ops_relid, "fingerprint", TEXTOID);
-	cache.att_result = column(cache.ops_relid, "result", JSONBOID);
-	att_jt_job_type = column(cache.jt_relid, "job_type", TEXTOID);
-	if (att_job_type == InvalidAttrNumber || att_key == InvalidAttrNumber ||
-		cache.att_status == InvalidAttrNumber || cache.att_attempt == InvalidAttrNumber ||
-		cache.att_completed_at == InvalidAttrNumber ||
-		cache.att_fingerprint == InvalidAttrNumber || cache.att_result == InvalidAttrNumber ||
-		att_jt_job_type == InvalidAttrNumber)
+	if (!idem_rels_load(&cache.table, cache.ops_relid,
+						get_relname_relid("operations_pkey", nspid), cache.jt_relid,
+						get_relname_relid("job_types_pkey", nspid)))
 		return false;
-	/* absent before 0.2; of another type, the fast paths leave roles to SPI */
-	cache.att_worker_role = get_attnum(cache.jt_relid, "worker_role");
-	if (cache.att_worker_role != InvalidAttrNumber &&
-		get_atttype(cache.jt_relid, cache.att_worker_role) != REGROLEOID)
-		return false;
-
-	/* the scans' keys are the primary keys' columns, in this order */
-	if (!unique_index_on(cache.ops_pkey, att_job_type, att_key) ||
-		!unique_index_on(cache.jt_pkey, att_jt_job_type, InvalidAttrNumber))
-		return false;
-
-	status_type = get_atttype(cache.ops_relid, cache.att_status);
-	if (get_typtype(status_type) != TYPTYPE_ENUM)
-		return false;
-	cache.claimed = enum_label(status_type, "claimed");
-	cache.completed = enum_label(status_type, "completed");
-	cache.skipped = enum_label(status_type, "skipped");
-	if (!OidIsValid(cache.claimed) || !OidIsValid(cache.completed) ||
-		!OidIsValid(cache.skipped))
-		return false;
-
-	cache.valid = (invalidations == start);
+	cache.valid = cache.table.valid = (invalidations == start);
 	return cache.valid;
 }
 
@@ -302,6 +321,31 @@ probe_ready(void)
 	if (!cache.valid && !cache.settled)
 		probe_load();
 	return cache.valid;
+}
+
+/*
+ * Where this call's records are (see TargetKind): chosen once per call,
+ * before anything is read. `key`: the call's one operation key; NULL for a
+ * call that reads or writes many (stale_claims(), purges, batches), which
+ * never goes to one shard. Where Citus manages the tables and the key's
+ * shard has its one placement here, idem_shard_target() decides whether
+ * the call may work on that shard directly.
+ */
+void
+idem_target(text *key, Target *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->kind = TARGET_TABLE;
+	if (probe_ready())
+	{
+		t->rels = &cache.table;
+		return;
+	}
+	if (!cache.citus)
+		return;					/* a schema the fast paths do not know */
+	t->kind = TARGET_CITUS;
+	if (key != NULL)
+		(void) idem_shard_target(cache.ops_relid, cache.jt_relid, key, t);
 }
 
 /*
@@ -349,32 +393,33 @@ end_lookup(Lookup *l)
  * the call does not check worker roles, when the schema has no worker_role
  * (0.1), when it is NULL, and when the caller has the role's privileges.
  * False also when the job type is not there: the SPI path raises the error
- * in every false case.
+ * in every false case. Roles are compared where the job type is read: on
+ * this node, whose role OIDs the caller's are.
  */
 static bool
-may_work(Oid caller, bool worker_roles, text *job_type, Snapshot snapshot)
+may_work(const TargetRels *r, Oid caller, bool worker_roles, text *job_type, Snapshot snapshot)
 {
 	Relation	rel;
 	Lookup		l;
 	bool		ok = false;
 
-	if (!worker_roles || cache.att_worker_role == InvalidAttrNumber)
+	if (!worker_roles || r->att_worker_role == InvalidAttrNumber)
 		return true;
 
-	/* gone (a concurrent DROP EXTENSION) or changed: the SPI way says why */
-	rel = try_relation_open(cache.jt_relid, AccessShareLock);
+	/* gone (a concurrent DROP EXTENSION, a moved shard) or changed: SPI */
+	rel = try_relation_open(r->jt_relid, AccessShareLock);
 	if (rel == NULL)
 		return false;
-	if (!cache.valid)
+	if (!r->valid)
 	{
 		relation_close(rel, AccessShareLock);
 		return false;
 	}
-	begin_lookup(&l, rel, cache.jt_pkey, AccessShareLock, snapshot, job_type, NULL);
+	begin_lookup(&l, rel, r->jt_pkey, AccessShareLock, snapshot, job_type, NULL);
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
 		bool		isnull;
-		Datum		role = slot_getattr(l.slot, cache.att_worker_role, &isnull);
+		Datum		role = slot_getattr(l.slot, r->att_worker_role, &isnull);
 
 		ok = idem_role_may_work(caller, isnull ? InvalidOid : DatumGetObjectId(role));
 	}
@@ -384,43 +429,108 @@ may_work(Oid caller, bool worker_roles, text *job_type, Snapshot snapshot)
 }
 
 /*
- * Does the fast update cover this table? Not when the executor would do
- * more than update the heap and the primary key.
+ * Is `trigger` the check of a foreign key from job_type alone to job_types
+ * (or their shards), not deferrable? The one trigger the fast update may
+ * leave out: it does not change job_type, and the check of a record this
+ * transaction inserted ran at the end of the inserting statement, whose
+ * key-share lock on the job type still holds. distribute() adds this
+ * foreign key (Citus copies it to every shard).
  */
 static bool
-plain_table(Relation rel)
+job_type_check_trigger(const TargetRels *r, const Trigger *trigger)
 {
-	TupleConstr *constr = rel->rd_att->constr;
-	List	   *indexes;
-	bool		plain;
+	HeapTuple	tuple;
+	Form_pg_constraint con;
+	bool		ok;
+	Datum		conkey;
+	bool		isnull;
+	ArrayType  *keys;
 
-	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity || rel->rd_rules != NULL ||
-		(constr != NULL && (constr->num_check > 0 || constr->has_generated_stored)))
+	if (!trigger->tgisinternal || trigger->tgdeferrable ||
+		(trigger->tgfoid != F_RI_FKEY_CHECK_INS && trigger->tgfoid != F_RI_FKEY_CHECK_UPD))
 		return false;
-	indexes = RelationGetIndexList(rel);
-	plain = list_length(indexes) == 1 && linitial_oid(indexes) == cache.ops_pkey;
-	list_free(indexes);
-	return plain;
+	tuple = SearchSysCache1(CONSTROID, ObjectIdGetDatum(trigger->tgconstraint));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	con = (Form_pg_constraint) GETSTRUCT(tuple);
+	ok = con->contype == CONSTRAINT_FOREIGN && !con->condeferrable &&
+		con->conrelid == r->ops_relid && con->confrelid == r->jt_relid;
+	if (ok)
+	{
+		conkey = SysCacheGetAttr(CONSTROID, tuple, Anum_pg_constraint_conkey, &isnull);
+		keys = isnull ? NULL : DatumGetArrayTypeP(conkey);
+		ok = keys != NULL && ARR_NDIM(keys) == 1 && ARR_DIMS(keys)[0] == 1 &&
+			((int16 *) ARR_DATA_PTR(keys))[0] == r->att_job_type;
+	}
+	ReleaseSysCache(tuple);
+	return ok;
 }
 
 /*
- * Open idempotency.operations for a probe (AccessShareLock) or for the fast
- * update (RowExclusiveLock, and only if plain_table() says the fast update
- * covers it). NULL when the SPI path must do the work instead.
+ * Does the fast update replace the executor's UPDATE on this table? Only
+ * when the executor would do nothing more than update the heap and the
+ * primary key. Every property of a table that the executor enforces on an
+ * UPDATE, and what this guard does with it (sql/fastpath.sql tests each):
+ *
+ *	- triggers (user triggers, foreign keys that reference the table or
+ *	  that it has): declined, but for job_type_check_trigger();
+ *	- rules, row level security, CHECK constraints: declined;
+ *	- generated columns (stored; virtual since 18): declined;
+ *	- a second index (unique, exclusion or plain): declined;
+ *	- NOT NULL: the update writes no NULL but the result; a NULL result
+ *	  where the column is NOT NULL is declined in idem_fast_complete();
+ *	- a column of another type (a domain, say): idem_rels_load() declines
+ *	  the whole schema;
+ *	- a publication for UPDATE without a replica identity: the executor's
+ *	  own error (open_operations());
+ *	- a partitioned or foreign table: declined (not a plain relation).
+ */
+static bool
+fast_update_covers(const TargetRels *r, Relation rel)
+{
+	TupleConstr *constr = rel->rd_att->constr;
+	List	   *indexes;
+	bool		covers;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION ||
+		rel->rd_rel->relrowsecurity || rel->rd_rules != NULL)
+		return false;
+	if (constr != NULL && (constr->num_check > 0 || constr->has_generated_stored))
+		return false;
+#if PG_VERSION_NUM >= 180000
+	if (constr != NULL && constr->has_generated_virtual)
+		return false;
+#endif
+	if (rel->trigdesc != NULL)
+	{
+		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
+			if (!job_type_check_trigger(r, &rel->trigdesc->triggers[i]))
+				return false;
+	}
+	indexes = RelationGetIndexList(rel);
+	covers = list_length(indexes) == 1 && linitial_oid(indexes) == r->ops_pkey;
+	list_free(indexes);
+	return covers;
+}
+
+/*
+ * Open the target's operations relation for a probe (AccessShareLock) or
+ * for the fast update (RowExclusiveLock, and only if fast_update_covers()
+ * says so). NULL when the SPI path must do the work instead.
  */
 static Relation
-open_operations(LOCKMODE lockmode, bool for_update)
+open_operations(const TargetRels *r, LOCKMODE lockmode, bool for_update)
 {
 	Relation	rel;
 
-	if (!probe_ready())
+	if (r == NULL || !r->valid)
 		return NULL;
 	/* gone (a concurrent DROP EXTENSION): the SPI way says why */
-	rel = try_relation_open(cache.ops_relid, lockmode);
+	rel = try_relation_open(r->ops_relid, lockmode);
 	if (rel == NULL)
 		return NULL;
 	/* changed while we waited for the lock, or not plain enough */
-	if (!cache.valid || (for_update && !plain_table(rel)))
+	if (!r->valid || (for_update && !fast_update_covers(r, rel)))
 	{
 		relation_close(rel, lockmode);
 		return NULL;
@@ -437,13 +547,14 @@ open_operations(LOCKMODE lockmode, bool for_update)
  * snapshot; end_record_lookup() releases it, the scan and the table.
  */
 static Snapshot
-begin_record_lookup(Lookup *l, Relation rel, LOCKMODE lockmode, text *job_type, text *key)
+begin_record_lookup(const TargetRels *r, Lookup *l, Relation rel, LOCKMODE lockmode,
+					text *job_type, text *key)
 {
 	Snapshot	snapshot;
 
 	CommandCounterIncrement();
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	begin_lookup(l, rel, cache.ops_pkey, lockmode, snapshot, job_type, key);
+	begin_lookup(l, rel, r->ops_pkey, lockmode, snapshot, job_type, key);
 	return snapshot;
 }
 
@@ -463,34 +574,35 @@ end_record_lookup(Lookup *l, Snapshot snapshot, Relation rel)
  * does not know), for the SPI path to decide and explain.
  */
 ProbeResult
-idem_probe(Oid caller, bool worker_roles, text *job_type, text *key, text *fingerprint,
-		   int32 *attempt, Datum *result, bool *result_isnull)
+idem_probe(const Target *t, Oid caller, bool worker_roles, text *job_type, text *key,
+		   text *fingerprint, int32 *attempt, Datum *result, bool *result_isnull)
 {
+	const TargetRels *tr = t->rels;
 	Relation	rel;
 	Lookup		l;
 	Snapshot	snapshot;
 	ProbeResult r = PROBE_ABSENT;
 
-	rel = open_operations(AccessShareLock, false);
+	rel = open_operations(tr, AccessShareLock, false);
 	if (rel == NULL)
 		return PROBE_OTHER;
-	snapshot = begin_record_lookup(&l, rel, AccessShareLock, job_type, key);
+	snapshot = begin_record_lookup(tr, &l, rel, AccessShareLock, job_type, key);
 
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
 		bool		isnull;
-		Datum		status = slot_getattr(l.slot, cache.att_status, &isnull);
-		Datum		fp = slot_getattr(l.slot, cache.att_fingerprint, &isnull);
+		Datum		status = slot_getattr(l.slot, tr->att_status, &isnull);
+		Datum		fp = slot_getattr(l.slot, tr->att_fingerprint, &isnull);
 
 		r = PROBE_OTHER;
-		if (DatumGetObjectId(status) == cache.completed &&
+		if (DatumGetObjectId(status) == tr->completed &&
 			(fingerprint == NULL || isnull || idem_same_text(fingerprint, DatumGetTextPP(fp))) &&
-			may_work(caller, worker_roles, job_type, snapshot))
+			may_work(tr, caller, worker_roles, job_type, snapshot))
 		{
 			Datum		res;
 
-			*attempt = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
-			res = slot_getattr(l.slot, cache.att_result, result_isnull);
+			*attempt = DatumGetInt32(slot_getattr(l.slot, tr->att_attempt, &isnull));
+			res = slot_getattr(l.slot, tr->att_result, result_isnull);
 			if (!*result_isnull)
 				*result = PointerGetDatum(PG_DETOAST_DATUM_COPY(res));
 			r = PROBE_COMPLETED;
@@ -499,17 +611,6 @@ idem_probe(Oid caller, bool worker_roles, text *job_type, text *key, text *finge
 
 	end_record_lookup(&l, snapshot, rel);
 	return r;
-}
-
-/*
- * Does Citus manage the extension's tables? Then the claim inserts with
- * INSERT ... VALUES, which Citus routes to one shard (see claim.c).
- */
-bool
-idem_citus(void)
-{
-	probe_ready();
-	return cache.citus;
 }
 
 /*
@@ -522,18 +623,18 @@ idem_citus(void)
  * claim_operation_common()).
  */
 bool
-idem_key_busy(text *job_type, text *key, int32 *attempt)
+idem_key_busy(const Target *t, text *job_type, text *key, int32 *attempt)
 {
 	Relation	rel;
 	Lookup		l;
 	SnapshotData dirty;
 	bool		busy = false;
 
-	rel = open_operations(AccessShareLock, false);
+	rel = open_operations(t->rels, AccessShareLock, false);
 	if (rel == NULL)
 		return false;
 	InitDirtySnapshot(dirty);
-	begin_lookup(&l, rel, cache.ops_pkey, AccessShareLock, &dirty, job_type, key);
+	begin_lookup(&l, rel, t->rels->ops_pkey, AccessShareLock, &dirty, job_type, key);
 	while (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
 		/* set by the visibility check of the version just returned */
@@ -541,7 +642,7 @@ idem_key_busy(text *job_type, text *key, int32 *attempt)
 		{
 			bool		isnull;
 
-			*attempt = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
+			*attempt = DatumGetInt32(slot_getattr(l.slot, t->rels->att_attempt, &isnull));
 			busy = true;
 			break;
 		}
@@ -557,24 +658,25 @@ idem_key_busy(text *job_type, text *key, int32 *attempt)
  * SPI path must decide (see the top of this file).
  */
 bool
-idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key, int32 attempt,
-				   Datum result, bool result_isnull)
+idem_fast_complete(const Target *t, Oid caller, bool worker_roles, text *job_type, text *key,
+				   int32 attempt, Datum result, bool result_isnull)
 {
+	const TargetRels *tr = t->rels;
 	Relation	rel;
 	Lookup		l;
 	Snapshot	snapshot;
 	bool		done = false;
 
-	rel = open_operations(RowExclusiveLock, true);
+	rel = open_operations(tr, RowExclusiveLock, true);
 	if (rel == NULL)
 		return false;
-	snapshot = begin_record_lookup(&l, rel, RowExclusiveLock, job_type, key);
+	snapshot = begin_record_lookup(tr, &l, rel, RowExclusiveLock, job_type, key);
 
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
 		bool		isnull;
-		Oid			status = DatumGetObjectId(slot_getattr(l.slot, cache.att_status, &isnull));
-		int32		current = DatumGetInt32(slot_getattr(l.slot, cache.att_attempt, &isnull));
+		Oid			status = DatumGetObjectId(slot_getattr(l.slot, tr->att_status, &isnull));
+		int32		current = DatumGetInt32(slot_getattr(l.slot, tr->att_attempt, &isnull));
 
 		/*
 		 * A NULL result into a column a DBA made NOT NULL: the executor's
@@ -582,9 +684,9 @@ idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key, int
 		 * here; the columns not written keep what the record has.)
 		 */
 		if (current == attempt &&
-			(status == cache.claimed || status == cache.skipped) &&
-			!(result_isnull && TupleDescAttr(RelationGetDescr(rel), cache.att_result - 1)->attnotnull) &&
-			may_work(caller, worker_roles, job_type, snapshot))
+			(status == tr->claimed || status == tr->skipped) &&
+			!(result_isnull && TupleDescAttr(RelationGetDescr(rel), tr->att_result - 1)->attnotnull) &&
+			may_work(tr, caller, worker_roles, job_type, snapshot))
 		{
 			TupleDesc	desc = RelationGetDescr(rel);
 			TupleTableSlot *newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
@@ -598,12 +700,12 @@ idem_fast_complete(Oid caller, bool worker_roles, text *job_type, text *key, int
 			ExecClearTuple(newslot);
 			memcpy(newslot->tts_values, l.slot->tts_values, desc->natts * sizeof(Datum));
 			memcpy(newslot->tts_isnull, l.slot->tts_isnull, desc->natts * sizeof(bool));
-			newslot->tts_values[cache.att_status - 1] = ObjectIdGetDatum(cache.completed);
-			newslot->tts_values[cache.att_completed_at - 1] =
+			newslot->tts_values[tr->att_status - 1] = ObjectIdGetDatum(tr->completed);
+			newslot->tts_values[tr->att_completed_at - 1] =
 				TimestampTzGetDatum(GetCurrentTimestamp());
-			newslot->tts_isnull[cache.att_completed_at - 1] = false;
-			newslot->tts_values[cache.att_result - 1] = result;
-			newslot->tts_isnull[cache.att_result - 1] = result_isnull;
+			newslot->tts_isnull[tr->att_completed_at - 1] = false;
+			newslot->tts_values[tr->att_result - 1] = result;
+			newslot->tts_isnull[tr->att_result - 1] = result_isnull;
 			ExecStoreVirtualTuple(newslot);
 
 			/* waits for a concurrent updater; TM_Updated etc.: the SPI way */

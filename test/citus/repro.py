@@ -20,6 +20,11 @@ import time
 import psycopg
 
 MODES = ("autocommit", "transaction block")
+# the same cases with the client on worker w1 (issue 20): keys w1 holds are
+# worked on their shard directly in autocommit (src/shard.c), through
+# Citus's local execution in a transaction block; w2's keys are delegated
+# there
+W1_MODES = ("w1 autocommit", "w1 tx block")
 rows = []
 
 
@@ -35,10 +40,11 @@ class Caller:
 
     def __init__(self, mode, user="postgres"):
         self.mode = mode
-        self.conn = connect(user=user)
+        port = os.environ["CITUS_PORT_W1"] if mode.startswith("w1") else None
+        self.conn = connect(port=port, user=user)
 
     def call(self, sql, args=()):
-        if self.mode == "autocommit":
+        if self.mode.endswith("autocommit"):
             cur = self.conn.execute(sql, args)
             return cur.fetchall() if cur.description else None
         with self.conn.transaction():
@@ -88,7 +94,7 @@ def main():
     # purge: a retention the records are already past
     admin("UPDATE idempotency.job_types SET retention = '1 second' WHERE job_type = 'purge'")
 
-    for m, mode in enumerate(MODES):
+    for m, mode in enumerate(MODES + W1_MODES):
         p = "m%d-" % m
         c = Caller(mode)
 
@@ -213,12 +219,13 @@ def main():
     c = Caller("autocommit")
     got = outcome(lambda: c.call("SELECT count(*) FROM idempotency.stale_claims() "
                                  "WHERE job_type IN ('hold1s', 'retry1s')")[0][0])
-    # the held claims of both modes, and the attempts 2 that took the
+    # the held claims of every mode, and the attempts 2 that took the
     # retry1s claims over and were never completed (lease 1 s: stale by now)
-    report("stale_claims() (m0/m1: hold1s claims, retry1s attempts 2)", "-", "4", got)
+    n = len(MODES + W1_MODES)
+    report("stale_claims() (hold1s claims, retry1s attempts 2)", "-", str(2 * n), got)
     got = outcome(lambda: c.call(
         "SELECT completed FROM idempotency.job_type_stats WHERE job_type = 'email'")[0][0])
-    report("job_type_stats: completed of email", "-", "200 + 2 tx", got, got == "202")
+    report("job_type_stats: completed of email", "-", "%d x (100 + 1 tx)" % n, got, got == str(101 * n))
     got = outcome(lambda: c.call(
         "SELECT idempotency.resolve_operation('hold1s', 'm0-stale-hold', 'retry', 'repro')")
         and None)   # returns void: a row with an empty value
@@ -381,6 +388,8 @@ def main():
                                                             WHERE job_type = 'pre_roled')$$)"""):
         print("role oids: worker %s: %s" % r)
 
+    direct_path_cases()
+
     # where the data is
     w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
     for name, port in (("w1", w1), ("w2", w2)):
@@ -398,6 +407,145 @@ def main():
     if os.environ.get("REPRO_STRICT") == "1" and wrong:
         return 1
     return 0
+
+
+def held_by(key):
+    """(shard id, port of the worker that holds it) of an operation key."""
+    return admin("""SELECT pl.shardid, n.nodeport FROM pg_dist_placement pl JOIN pg_dist_node n USING (groupid)
+                    WHERE pl.shardid = get_shard_id_for_distribution_column('idempotency.operations', %s::text)""",
+                 (key,))[0]
+
+
+def keys_on(port, n, prefix, shard=None, other_than=None):
+    """n keys held by the worker on `port` (in `shard`, or not in `other_than`)."""
+    keys = []
+    i = 0
+    while len(keys) < n and i < 5000:
+        k = "%s%d" % (prefix, i)
+        sid, p = held_by(k)
+        if p == int(port) and (shard is None or sid == shard) and (other_than is None or sid != other_than):
+            keys.append(k)
+        i += 1
+    assert len(keys) == n, "no %d keys on port %s" % (n, port)
+    return keys
+
+
+def direct_path_cases():
+    """Issue 20: the call on the node that holds its key works on the shard
+    directly (src/shard.c); Citus's local execution logs every statement it
+    runs on a local shard (citus.log_local_commands), the direct path none."""
+    w1 = os.environ["CITUS_PORT_W1"]
+    mode = "w1 direct"
+
+    def citus_statements(conn, calls):
+        seen = []
+        conn.add_notice_handler(lambda d: seen.append(d.message_primary or ""))
+        got = [outcome(f) for f in calls]
+        conn.execute("SELECT 1")
+        n = sum(1 for m in seen if m.startswith("executing the command locally"))
+        return got, n
+
+    # 1. autocommit on the key's worker: no statement through Citus
+    k = keys_on(w1, 1, "direct-a-")[0]
+    with connect(port=w1) as c:
+        c.execute("SET citus.log_local_commands = on")
+        got, n = citus_statements(c, [
+            lambda: "%s|%s" % c.execute("SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)",
+                                        (k,)).fetchone(),
+            lambda: c.execute("SELECT idempotency.complete_operation('email', %s, 1, '{\"ok\": 1}')", (k,)) and None,
+            lambda: "%s|%s|%s" % c.execute("SELECT * FROM idempotency.claim_operation('email', %s)",
+                                           (k,)).fetchone()])
+    report("on the key's worker: run, complete, duplicate", mode,
+           "run|1,ok,completed|1|{'ok': 1}", ",".join(got))
+    report("... statements through Citus's local execution", mode, "0", str(n))
+
+    # 2. the same with idempotency.direct_shard_path = off, and in a
+    # transaction block: through Citus, the same verdicts
+    for label, setup, block in (("direct_shard_path off", "SET idempotency.direct_shard_path = off", False),
+                                ("transaction block", "SELECT 1", True)):
+        k = keys_on(w1, 1, "direct-b-%s-" % label[:2])[0]
+        with connect(port=w1) as c:
+            c.execute("SET citus.log_local_commands = on")
+            c.execute(setup)
+
+            def run(sql, args):
+                if block:
+                    with c.transaction():
+                        return c.execute(sql, args).fetchone()
+                return c.execute(sql, args).fetchone()
+            got, n = citus_statements(c, [
+                lambda: "%s|%s" % run("SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)", (k,)),
+                lambda: run("SELECT idempotency.complete_operation('email', %s, 1)", (k,)) and None,
+                lambda: "%s|%s" % run("SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)", (k,))])
+        report("%s: run, complete, duplicate" % label, mode, "run|1,ok,completed|1", ",".join(got))
+        report("... statements through Citus's local execution", mode, "> 0", str(n), n > 0)
+
+    # 3. the shard-metadata lock: one Citus's lock_shard_metadata() takes
+    # (as shard moves and splits do) holds the direct path back on that
+    # shard only
+    k, other = keys_on(w1, 1, "direct-c-")[0], None
+    sid = held_by(k)[0]
+    other = keys_on(w1, 1, "direct-d-", other_than=sid)[0]
+    locker = connect(port=w1, autocommit=False)
+    locker.execute("SELECT lock_shard_metadata(7, ARRAY[%s]::bigint[])", (sid,))
+    with connect(port=w1) as c:
+        c.execute("SET lock_timeout = '300ms'")
+        got = outcome(lambda: "%s|%s" % c.execute(
+            "SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)", (k,)).fetchone())
+        report("claim while a move holds the shard's metadata lock", mode, "ERROR 55P03", got,
+               got.startswith("ERROR 55P03"))
+        got = outcome(lambda: "%s|%s" % c.execute(
+            "SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)", (other,)).fetchone())
+        report("... a key of another shard meanwhile", mode, "run|1", got)
+        locker.rollback()
+        locker.close()
+        got = outcome(lambda: "%s|%s" % c.execute(
+            "SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)", (k,)).fetchone())
+        report("... the key once the lock is gone", mode, "run|1", got)
+
+    # 4. one statement for keys on both workers: through Citus, every key
+    ks = keys_on(w1, 2, "direct-e-") + keys_on(os.environ["CITUS_PORT_W2"], 2, "direct-f-")
+    with connect(port=w1) as c:
+        got = outcome(lambda: ",".join(r[0] for r in c.execute(
+            "SELECT c.verdict FROM unnest(%s::text[]) WITH ORDINALITY k(key, n),"
+            " LATERAL idempotency.claim_operation('email', k.key) c ORDER BY k.n", (ks,)).fetchall()))
+    report("one statement claiming keys of both workers", mode, "run,run,run,run", got)
+    got = outcome(lambda: admin("SELECT count(*) FROM idempotency.operations WHERE operation_key = ANY(%s)",
+                                (ks,))[0][0])
+    report("... their records", mode, "4", got)
+
+    # 5. the key's shard moves to w2 after a direct call on w1: the next
+    # calls on w1 (the same connection, its map cached) go through Citus to
+    # w2, and nothing is written to the copy left behind on w1
+    k = keys_on(w1, 1, "direct-g-")[0]
+    sid = held_by(k)[0]
+    k2 = keys_on(w1, 1, "direct-h-", shard=sid)[0]
+    with connect(port=w1) as c:
+        first = outcome(lambda: "%s|%s" % c.execute(
+            "SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)", (k,)).fetchone())
+        ports = admin("SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary' AND groupid > 0 "
+                      "ORDER BY nodeport")
+        src = [r for r in ports if r[1] == int(w1)][0]
+        dst = [r for r in ports if r[1] != int(w1)][0]
+        admin("SELECT citus_move_shard_placement(%s, %s, %s, %s, %s, shard_transfer_mode => 'block_writes')",
+              (sid, src[0], src[1], dst[0], dst[1]))
+        orphan = "idempotency.operations_%d" % sid
+        before = c.execute("SELECT to_regclass(%s) IS NOT NULL", (orphan,)).fetchone()[0]
+        rows_before = c.execute("SELECT count(*) FROM %s" % orphan).fetchone()[0] if before else None
+        got = ",".join([first] + [outcome(lambda kk=kk: "%s|%s" % c.execute(
+            "SELECT verdict, attempt FROM idempotency.claim_operation('email', %s)", (kk,)).fetchone())
+            for kk in (k, k2)])
+        after = c.execute("SELECT count(*) FROM %s" % orphan).fetchone()[0] if before else None
+    report("claims on w1 before and after its shard moved to w2", mode, "run|1,in_progress|1,run|1", got)
+    report("... the copy left on w1 (rows before, after)", mode,
+           "%s,%s" % (rows_before, rows_before), "%s,%s" % (rows_before, after))
+    got = outcome(lambda: ",".join(str(r[0]) for r in admin(
+        "SELECT n.nodeport FROM pg_dist_placement pl JOIN pg_dist_node n USING (groupid) WHERE pl.shardid = %s",
+        (sid,))))
+    report("... the shard's placement", mode, str(dst[1]), got)
+    got = outcome(lambda: admin("SELECT count(*) FROM idempotency.operations WHERE operation_key = ANY(%s)",
+                                ([k, k2],))[0][0])
+    report("... both records, through Citus", mode, "2", got)
 
 
 if __name__ == "__main__":
