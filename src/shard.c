@@ -39,15 +39,19 @@
  *	  direct path is taken only where it provably needs none of them: the
  *	  call is the coordinator's delegated call (a Citus internal backend:
  *	  the coordinator coordinates that transaction, this node is one
- *	  participant of it), or the statement is its own transaction (no
- *	  transaction block: nothing else in it writes elsewhere). A call inside
- *	  a client's transaction block on a worker takes the Citus path, whose
- *	  local execution keeps that bookkeeping.
+ *	  participant of it), or the statement is its own transaction and
+ *	  nothing but this one call (no transaction block; no other relation,
+ *	  subquery or function that is not built in: statement_is_one_call()),
+ *	  so nothing else in it writes anywhere. (Inside the call, Citus itself
+ *	  refuses a write to another colocation group: the functions are
+ *	  delegated with force_delegation.) A call inside a client's
+ *	  transaction block on a worker, or in a larger statement, takes the
+ *	  Citus path, whose local execution keeps that bookkeeping.
  *
  * The lock tag is Citus's own (SET_LOCKTAG_COLOCATED_SHARDS_METADATA_RESOURCE
  * of Citus 13 and 14: the shard's index among the table's shards sorted by
- * their hash ranges, and the colocation id); test/citus/direct.sh checks
- * that a lock Citus's lock_shard_metadata() takes blocks this path.
+ * their hash ranges, and the colocation id); test/citus/repro.py checks
+ * that a lock Citus's lock_shard_metadata() takes holds this path back.
  *
  *-------------------------------------------------------------------------
  */
@@ -135,15 +139,6 @@ static HTAB *shard_plans = NULL;
 /* idempotency.direct_shard_path: off sends every call through Citus */
 static bool direct_shard_path = true;
 
-/*
- * This transaction took the direct path outside a Citus internal backend
- * (see citus_xact_callback()); Citus's get_current_transaction_id(), looked
- * up once.
- */
-static bool direct_in_xact = false;
-static bool xact_callback_registered = false;
-static Oid	citus_xact_id_fn = InvalidOid;
-static bool citus_xact_id_looked_up = false;
 
 static void
 map_invalidate(Datum arg pg_attribute_unused(), Oid relid)
@@ -478,64 +473,6 @@ citus_internal_backend(void)
 }
 
 /*
- * Has Citus made this transaction a distributed one (a coordinated
- * transaction: it has, or will have, writes on other nodes that Citus
- * commits)? Its distributed transaction number is then set.
- */
-static bool
-citus_coordinating(void)
-{
-	Datum		d;
-	HeapTupleHeader t;
-	bool		isnull;
-
-	if (!citus_xact_id_looked_up)
-	{
-		citus_xact_id_fn = LookupFuncName(list_make1(makeString("get_current_transaction_id")),
-										  0, NULL, true);
-		citus_xact_id_looked_up = true;
-	}
-	if (!OidIsValid(citus_xact_id_fn))
-		return false;
-	d = OidFunctionCall0(citus_xact_id_fn);
-	t = DatumGetHeapTupleHeader(d);
-	d = GetAttributeByName(t, "transaction_number", &isnull);
-	return !isnull && DatumGetInt64(d) != 0;
-}
-
-/*
- * The direct path's safety net. It is taken outside a transaction block
- * because such a statement is its own transaction and Citus's two-phase
- * commit is not needed. Should the same statement also make Citus
- * coordinate writes on other nodes (a statement that calls the functions
- * for keys held by several nodes, say, in a way Citus runs in a
- * distributed transaction), this transaction's local writes would be
- * unknown to Citus's commit: refuse to commit it, before Citus commits
- * anything elsewhere (this callback, registered after Citus's, runs
- * first). Nothing is then recorded anywhere.
- */
-static void
-citus_xact_callback(XactEvent event, void *arg pg_attribute_unused())
-{
-	if (!direct_in_xact)
-		return;
-	if (event == XACT_EVENT_PRE_COMMIT &&
-		TransactionIdIsValid(GetTopTransactionIdIfAny()) && citus_coordinating())
-	{
-		direct_in_xact = false;
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("idempotency: this statement wrote records on this node directly and made Citus write on other nodes"),
-				 errdetail("A statement outside a transaction block works on the shard of a key held by this node without Citus's distributed commit; with writes on other nodes too it would not commit atomically. Nothing was recorded."),
-				 errhint("Call the functions for one key per statement, or inside BEGIN ... COMMIT, where Citus commits every node's part together.")));
-	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
-		event == XACT_EVENT_PREPARE)
-		direct_in_xact = false;
-}
-
-/*
  * count_calls(): how many calls of functions that are not built in an
  * expression makes, a call of one of the extension's own counting 1 and
  * any other (or a subquery, or an operator that is not built in) many.
@@ -557,9 +494,13 @@ count_calls(Node *node, int *calls)
 		if (((OpExpr *) node)->opno >= FirstNormalObjectId)
 			*calls += 100;
 	}
+	else if (IsA(node, ScalarArrayOpExpr))
+	{
+		if (((ScalarArrayOpExpr *) node)->opno >= FirstNormalObjectId)
+			*calls += 100;
+	}
 	else if (IsA(node, SubLink) || IsA(node, SubPlan) || IsA(node, AlternativeSubPlan) ||
-			 IsA(node, ScalarArrayOpExpr) || IsA(node, CoerceViaIO) ||
-			 IsA(node, ArrayCoerceExpr) || IsA(node, Aggref) || IsA(node, WindowFunc))
+			 IsA(node, Aggref) || IsA(node, WindowFunc))
 		*calls += 100;
 	return expression_tree_walker(node, count_calls, calls);
 }
@@ -615,20 +556,6 @@ static bool
 direct_allowed(void)
 {
 	return citus_internal_backend() || (!IsTransactionBlock() && statement_is_one_call());
-}
-
-/* The direct path was taken: arm the safety net, where it applies */
-static void
-direct_taken(void)
-{
-	if (citus_internal_backend())
-		return;
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(citus_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-	direct_in_xact = true;
 }
 
 /* The relations of shard e (and job_types' shard), checked once */
@@ -704,7 +631,6 @@ idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t)
 		 */
 		if (map.valid)
 		{
-			direct_taken();
 			t->kind = TARGET_SHARD;
 			t->shardid = shardid;
 			t->jt_shardid = map.jt_shardid;
