@@ -30,7 +30,7 @@
 #     isolate_tenant_to_new_shard of a key in use, one after another on one
 #     cluster: every key completed with exactly one effect, the verdicts of
 #     one node, and nothing written to the old copy of a moved or split
-#     shard (about 2.5 minutes);
+#     shard (75 s on idle cores, up to 4 minutes beside other jobs);
 #  4. test/citus/memory.sh (issue 18): on long-lived connections, 20 000
 #     calls per scenario (MEMORY_CALLS; 5 000 in hook 90's Debian 13 root):
 #     the run and duplicate paths through the coordinator, a transaction

@@ -35,9 +35,10 @@
 #   PLACEMENT_SCENARIOS="move-block split" test/citus/placement.sh
 #   PLACEMENT_WRITE_ORPHAN=1 test/citus/placement.sh   self-test: must say WRONG
 #
-# About 2 minutes (129-194 s in 6 runs on 2 cores shared with other jobs:
-# scripts/citus check and the cluster 25-30 s, each scenario 9-36 s, the
-# rebalancer's the longest); bounded: each scenario's clients stop at 60 s
+# About 75 s on 2 idle cores (scripts/citus check and the cluster ~17 s,
+# each scenario 6-13 s, the rebalancer's the longest); 2-4 minutes beside
+# other jobs (129-231 s in 8 runs at load averages 9-16); bounded: each
+# scenario's clients stop at 60 s
 # and placement.py is killed after 100 s, so at worst about 10 minutes. Needs
 # Citus (scripts/citus install, as root), the extension installed (make
 # install with_llvm=no) and python3-psycopg. PLACEMENT_* variables are
