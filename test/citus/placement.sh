@@ -38,8 +38,8 @@
 # About 75 s on 2 idle cores (scripts/citus check and the cluster ~17 s,
 # each scenario 6-13 s, the rebalancer's the longest); 2-4 minutes beside
 # other jobs (129-231 s in 8 runs at load averages 9-16); bounded: each
-# scenario's clients stop at 60 s
-# and placement.py is killed after 100 s, so at worst about 10 minutes. Needs
+# scenario's clients stop at 60 s and placement.py is killed after 100 s,
+# so at worst about 10 minutes. Needs
 # Citus (scripts/citus install, as root), the extension installed (make
 # install with_llvm=no) and python3-psycopg. PLACEMENT_* variables are
 # passed on to placement.py (see its docstring).
