@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Citus (issue 11): a coordinator and two workers on this
+# Citus (issues 11, 18, 20): a coordinator and two workers on this
 # machine (test/citus/cluster.sh), Citus 13.2 built from the vendored tarball
 # when it is not installed and cached under /var/cache/idempotency/citus
-# (scripts/citus install: about 2 minutes cold, under 1 s cached). Two runs,
+# (scripts/citus install: about 2 minutes cold, under 1 s cached). Four runs,
 # each on a cluster of its own:
 #  1. test/citus/repro.sh with REPRO_DISTRIBUTE=function REPRO_STRICT=1
 #     REPRO_MATRIX=1: distribute() refused with 25001 in a transaction that
@@ -22,12 +22,21 @@
 #     never sent) during a run of 4 racing clients over 400 keys: 08006 for
 #     its keys only, the other worker's keys go on, and afterwards every key
 #     completed with exactly one effect, nothing lost;
-#  3. test/citus/memory.sh (issue 18): on long-lived connections, 20 000
+#  3. test/citus/placement.sh (issue 20): shard placements change while 4
+#     clients (2 on the coordinator, 1 on each worker) race over the same
+#     keys in the transactional mode: citus_move_shard_placement with
+#     block_writes and with force_logical, a blocking
+#     citus_split_shard_by_split_points, the background rebalancer, and
+#     isolate_tenant_to_new_shard of a key in use, one after another on one
+#     cluster: every key completed with exactly one effect, the verdicts of
+#     one node, and nothing written to the old copy of a moved or split
+#     shard (75 s on idle cores, up to 4 minutes beside other jobs);
+#  4. test/citus/memory.sh (issue 18): on long-lived connections, 20 000
 #     calls per scenario (MEMORY_CALLS; 5 000 in hook 90's Debian 13 root):
 #     the run and duplicate paths through the coordinator, a transaction
 #     block, the batch calls, calls made on a worker; and one plain node;
 #     no backend serving them on any node grows by more than 4 MiB.
-# About 7 minutes with Citus cached. On the host's PostgreSQL 15, and on 17
+# About 10 minutes with Citus cached. On the host's PostgreSQL 15, and on 17
 # in hook 90's Debian 13 root (Citus 13.2 supports 15-17, not 18). Needs
 # root (it builds and installs Citus); as another user it says so and
 # passes.
@@ -52,6 +61,8 @@ status=0
 REPRO_DISTRIBUTE=function REPRO_STRICT=1 REPRO_MATRIX=1 test/citus/repro.sh || status=1
 echo "== 93-citus: a worker fails during a run"
 test/citus/failover.sh || status=1
+echo "== 93-citus: placements change during a run"
+test/citus/placement.sh || status=1
 echo "== 93-citus: memory per backend over ${MEMORY_CALLS:-20000} calls"
 test/citus/memory.sh || status=1
 exit $status

@@ -27,7 +27,11 @@
 # runuser when root; trust authentication; shared_preload_libraries=citus;
 # citus.node_conninfo='sslmode=disable' (a Unix socket has no SSL; Citus's
 # default asks for it). The nodes know each other by the socket directory
-# as the host name (libpq takes a directory for host). In database
+# as the host name (libpq takes a directory for host), and each knows
+# itself so too (citus.local_hostname: Citus connects to its own node to
+# drop orphaned shards before a shard move or split, and for the background
+# rebalancer; with the default, localhost, those connections are refused:
+# no TCP). In database
 # $CITUS_DB (default "citus") on all three: CREATE EXTENSION citus; on the
 # coordinator: citus_set_coordinator_host and citus_add_node for both workers.
 #
@@ -156,6 +160,7 @@ listen_addresses = ''
 unix_socket_directories = '$CITUS_DIR'
 shared_preload_libraries = 'citus'
 citus.node_conninfo = 'sslmode=disable'
+citus.local_hostname = '$CITUS_DIR'
 ${CITUS_SETTINGS:-}
 EOF
         citus_node_start "$node"
