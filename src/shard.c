@@ -612,7 +612,23 @@ idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t)
 													 PointerGetDatum(key)));
 		i = find_shard(hash);
 		if (i < 0 || !map.shards[i].local)
+		{
+			/*
+			 * The coordinator sent this call here because this node held
+			 * the key's shard; it does no longer (a move, split or
+			 * rebalance committed meanwhile), and Citus refuses to route a
+			 * statement from inside a delegated call. Say so, retryably,
+			 * before anything is read or written.
+			 */
+			if (citus_internal_backend())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("the shard of operation \"%s\" is no longer on this node",
+								idem_text(key)),
+						 errdetail("Citus sent the call to the node that held the key's shard, which moved meanwhile (a shard move, split or rebalance committed). Nothing was recorded."),
+						 errhint("Retry the call, or the whole transaction: it reaches the shard's new node.")));
 			return false;
+		}
 		shardid = map.shards[i].shardid;
 
 		/* the lock Citus's routed writes take; moves and splits wait */
