@@ -223,5 +223,16 @@ ROLLBACK;
 DELETE FROM idempotency.operations WHERE job_type IN ('xid_hold', 'xid_skip');
 DELETE FROM idempotency.job_types WHERE job_type IN ('xid_hold', 'xid_skip');
 
+-- idempotency.direct_shard_path: where Citus manages the tables, off sends
+-- every call through Citus (test/citus/repro.py); on one node it changes
+-- nothing. A boolean, settable by any role.
+SHOW idempotency.direct_shard_path;
+SET idempotency.direct_shard_path = off;
+SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'ORD-9001');
+SELECT verdict, attempt FROM idempotency.claim_operation('send_confirmation', 'ORD-1001');
+SET idempotency.direct_shard_path = 'sometimes';
+RESET idempotency.direct_shard_path;
+SHOW idempotency.direct_shard_path;
+
 DROP EXTENSION amcheck;
 DROP EXTENSION idempotency;
