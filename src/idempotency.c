@@ -82,7 +82,21 @@
  * tid, tid[], timestamptz, jsonb), so when the extension is dropped and
  * created again the plan cache re-analyzes them against the new objects.
  * Where Citus manages the tables, a second set is kept, planned afresh at
- * every execution (see get_plan()).
+ * every execution (see get_plan()), and a third, the one-node statements
+ * with the names of a shard, for each shard a call worked on directly.
+ *
+ * Three backends, one protocol
+ * ----------------------------
+ * Each call first chooses where its records are (idem_target(), probe.c):
+ * the extension's own tables on one node (TARGET_TABLE); where Citus
+ * manages them, the key's shard when its only placement is on this node
+ * and the call may work on it directly (TARGET_SHARD, shard.c); else the
+ * distributed tables through Citus's planner (TARGET_CITUS). The claim's
+ * state machine, the fencing and the refusals are the same for all three;
+ * only the statements differ (one-node statements on the tables or on the
+ * shard; on Citus the lookup in two statements and INSERT ... VALUES), and
+ * lookup() decodes what either returns in one place. The fast paths of
+ * probe.c run on the tables and on the shard.
  *
  * Copyright (c) 2026, the idempotency authors
  *
@@ -623,123 +637,140 @@ idem_status_name(OperationStatus status)
 }
 
 /*
- * lookup() where Citus manages the tables: ST_LOOKUP_CITUS_JOB_TYPE, then
- * ST_LOOKUP_CITUS_RECORD (see the statement table), the expiry computed
- * here; the worker_role by name when `roles`.
+ * Where a lookup's columns are (1-based; 0: not in this statement). One
+ * statement on one node (ST_LOOKUP and its variants: the job type and the
+ * record in one row), or two through Citus (ST_LOOKUP_CITUS_JOB_TYPE, then
+ * ST_LOOKUP_CITUS_RECORD): either way the same decoding, below.
  */
-static void
-citus_lookup(bool roles, text *job_type, text *key, OperationState *state)
+typedef struct LookupColumns
 {
-	Datum		values[2] = {PointerGetDatum(job_type), PointerGetDatum(key)};
-	HeapTuple	tuple;
-	TupleDesc	desc;
-	bool		isnull;
-	Interval	lease;
-	char	   *name;
+	/* the job type's row */
+	int			policy;
+	int			max_attempts;
+	int			lease;			/* through Citus: the expiry is computed */
+	int			role_oid;		/* the worker_role as this node's OID */
+	int			role_name;		/* ... or by name (another node's OIDs) */
+	/* the record's row */
+	int			status;
+	int			attempt;
+	int			heartbeat_at;
+	int			expires_at;
+	int			fingerprint;
+	int			result;
+	int			delivery;
+} LookupColumns;
 
-	if (idem_execute(ST_LOOKUP_CITUS_JOB_TYPE, values, NULL, 1) == 0)
-		return;
-	tuple = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
+/* Decode the job type's columns of `tuple` into *state; *lease if asked */
+static void
+decode_job_type(HeapTuple tuple, TupleDesc desc, const LookupColumns *c,
+				OperationState *state, Interval *lease)
+{
+	bool		isnull;
+
 	state->job_type_found = true;
-	state->policy = parse_policy(SPI_getvalue(tuple, desc, 1));
-	state->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+	state->policy = parse_policy(SPI_getvalue(tuple, desc, c->policy));
+	state->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, c->max_attempts, &isnull));
 	if (isnull)
 		state->max_attempts = 0;
-	lease = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 3, &isnull));
-	name = roles ? SPI_getvalue(tuple, desc, 4) : NULL;
-	if (name != NULL)
+	if (c->lease)
+		*lease = *DatumGetIntervalP(SPI_getbinval(tuple, desc, c->lease, &isnull));
+	if (c->role_oid)
 	{
-		List	   *names = idem_string_to_names(name);
+		Datum		role = SPI_getbinval(tuple, desc, c->role_oid, &isnull);
 
-		if (list_length(names) == 1)
-			state->worker_role = get_role_oid(strVal(linitial(names)), true);
-		state->worker_role_missing = !OidIsValid(state->worker_role);
+		state->worker_role = isnull ? InvalidOid : DatumGetObjectId(role);
 	}
-
-	if (idem_execute(ST_LOOKUP_CITUS_RECORD, values, NULL, 1) == 0)
-		return;					/* no record */
-	tuple = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	state->found = true;
-	state->status = parse_status(SPI_getvalue(tuple, desc, 1));
-	state->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
-	state->heartbeat_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 3, &isnull));
-	state->expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																TimestampTzGetDatum(state->heartbeat_at),
-																IntervalPGetDatum(&lease)));
+	if (c->role_name)
 	{
-		Datum		fp = SPI_getbinval(tuple, desc, 4, &isnull);
+		char	   *name = SPI_getvalue(tuple, desc, c->role_name);
 
-		state->fingerprint = isnull ? NULL : DatumGetTextPP(fp);
-	}
-	state->result = SPI_getbinval(tuple, desc, 5, &state->result_isnull);
-	{
-		Datum		d = SPI_getbinval(tuple, desc, 6, &isnull);
+		if (name != NULL)
+		{
+			List	   *names = idem_string_to_names(name);
 
-		state->delivery_found = !isnull;
-		state->delivery = isnull ? 0 : DatumGetInt64(d);
+			if (list_length(names) == 1)
+				state->worker_role = get_role_oid(strVal(linitial(names)), true);
+			state->worker_role_missing = !OidIsValid(state->worker_role);
+		}
 	}
 }
 
 /*
- * Read a job type's configuration and the record of one key with ST_LOOKUP
- * or ST_LOOKUP_ROLE, in one primary-key lookup each. Fills *state; see
- * OperationState.
+ * Decode the record's columns of `tuple` into *state; false if the row
+ * has no record (the one-node lookup's LEFT JOIN found none). The expiry
+ * is read, or computed from `lease`.
+ */
+static bool
+decode_record(HeapTuple tuple, TupleDesc desc, const LookupColumns *c,
+			  OperationState *state, const Interval *lease)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (c->delivery)
+	{
+		d = SPI_getbinval(tuple, desc, c->delivery, &isnull);
+		state->delivery_found = !isnull;
+		state->delivery = isnull ? 0 : DatumGetInt64(d);
+	}
+	(void) SPI_getbinval(tuple, desc, c->status, &isnull);
+	if (isnull)
+		return false;
+	state->found = true;
+	state->status = parse_status(SPI_getvalue(tuple, desc, c->status));
+	state->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, c->attempt, &isnull));
+	state->heartbeat_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, c->heartbeat_at, &isnull));
+	if (c->expires_at)
+		state->expires_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, c->expires_at, &isnull));
+	else
+		state->expires_at =
+			DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													TimestampTzGetDatum(state->heartbeat_at),
+													IntervalPGetDatum(lease)));
+	d = SPI_getbinval(tuple, desc, c->fingerprint, &isnull);
+	state->fingerprint = isnull ? NULL : DatumGetTextPP(d);
+	state->result = SPI_getbinval(tuple, desc, c->result, &state->result_isnull);
+	return true;
+}
+
+/*
+ * Read a job type's configuration and the record of one key. `st`: the
+ * one-node statement (ST_LOOKUP, _ROLE since 0.2, _DELIVERY since 0.3),
+ * run on the extension's tables or on the key's shard; through Citus the
+ * two statements that stand for it. Fills *state; see OperationState.
  */
 static void
 lookup(Statement st, text *job_type, text *key, OperationState *state)
 {
+	static const LookupColumns one_node[] = {
+		[ST_LOOKUP] = {1, 2, 0, 0, 0, 3, 4, 5, 6, 7, 8, 0},
+		[ST_LOOKUP_ROLE] = {1, 2, 0, 9, 0, 3, 4, 5, 6, 7, 8, 0},
+		[ST_LOOKUP_DELIVERY] = {1, 2, 0, 9, 0, 3, 4, 5, 6, 7, 8, 10},
+	};
+	/* the job type's row, then the record's (see the statements) */
+	static const LookupColumns citus_roles = {1, 2, 3, 0, 4, 1, 2, 3, 0, 4, 5, 6};
+	static const LookupColumns citus_no_roles = {1, 2, 3, 0, 0, 1, 2, 3, 0, 4, 5, 6};
 	Datum		values[2] = {PointerGetDatum(job_type), PointerGetDatum(key)};
-	HeapTuple	tuple;
-	TupleDesc	desc;
-	bool		isnull;
 
 	memset(state, 0, sizeof(*state));
 	state->worker_role = InvalidOid;
 	if (current->kind == TARGET_CITUS)
 	{
-		citus_lookup(st != ST_LOOKUP, job_type, key, state);
+		const LookupColumns *c = st != ST_LOOKUP ? &citus_roles : &citus_no_roles;
+		Interval	lease;
+
+		if (idem_execute(ST_LOOKUP_CITUS_JOB_TYPE, values, NULL, 1) == 0)
+			return;
+		decode_job_type(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c, state, &lease);
+		if (idem_execute(ST_LOOKUP_CITUS_RECORD, values, NULL, 1) == 0)
+			return;				/* no record */
+		(void) decode_record(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c, state, &lease);
 		return;
 	}
 	if (idem_execute(st, values, NULL, 1) == 0)
 		return;
-
-	tuple = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	state->job_type_found = true;
-	state->policy = parse_policy(SPI_getvalue(tuple, desc, 1));
-	state->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
-	if (isnull)
-		state->max_attempts = 0;
-	if (st == ST_LOOKUP_ROLE || st == ST_LOOKUP_DELIVERY)
-	{
-		Datum		role = SPI_getbinval(tuple, desc, 9, &isnull);
-
-		state->worker_role = isnull ? InvalidOid : DatumGetObjectId(role);
-	}
-	if (st == ST_LOOKUP_DELIVERY)
-	{
-		Datum		d = SPI_getbinval(tuple, desc, 10, &isnull);
-
-		state->delivery_found = !isnull;
-		state->delivery = isnull ? 0 : DatumGetInt64(d);
-	}
-
-	(void) SPI_getbinval(tuple, desc, 3, &isnull);
-	if (isnull)
-		return;					/* no record */
-	state->found = true;
-	state->status = parse_status(SPI_getvalue(tuple, desc, 3));
-	state->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
-	state->heartbeat_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
-	state->expires_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull));
-	{
-		Datum		fp = SPI_getbinval(tuple, desc, 7, &isnull);
-
-		state->fingerprint = isnull ? NULL : DatumGetTextPP(fp);
-	}
-	state->result = SPI_getbinval(tuple, desc, 8, &state->result_isnull);
+	decode_job_type(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &one_node[st], state, NULL);
+	(void) decode_record(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &one_node[st], state, NULL);
 }
 
 /* The lookup of the operator functions: no worker_role */

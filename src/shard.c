@@ -103,6 +103,7 @@ typedef struct ShardEntry
 	int32		min;			/* its hash range */
 	int32		max;
 	bool		local;			/* its only placement is on this node */
+	bool		placed_here;	/* it has a placement on this node */
 	bool		rels_loaded;	/* rels checked (valid or not) */
 	TargetRels	rels;
 } ShardEntry;
@@ -289,11 +290,12 @@ read_shards(Oid relid, bool ranges)
 }
 
 /*
- * Is the only placement of shard `shardid` on group `group`? One scan of
- * pg_dist_placement's shardid index (Citus's own), or of the table.
+ * Where are the placements of shard `shardid`: *here if one is on group
+ * `group`; true if that is the only one. One scan of pg_dist_placement's
+ * shardid index (Citus's own).
  */
 static bool
-only_placement_on(int64 shardid, int32 group)
+only_placement_on(int64 shardid, int32 group, bool *here)
 {
 	Relation	rel = table_open(citus_catalog("pg_dist_placement"), AccessShareLock);
 	AttrNumber	att_group = catalog_column(rel, "groupid");
@@ -301,8 +303,8 @@ only_placement_on(int64 shardid, int32 group)
 	SysScanDesc scan;
 	HeapTuple	tuple;
 	int			n = 0;
-	bool		here = false;
 
+	*here = false;
 	ScanKeyInit(&skey, catalog_column(rel, "shardid"), BTEqualStrategyNumber, F_INT8EQ,
 				Int64GetDatum(shardid));
 	scan = systable_beginscan(rel, get_relname_relid("pg_dist_placement_shardid_index",
@@ -313,11 +315,12 @@ only_placement_on(int64 shardid, int32 group)
 		bool		isnull;
 
 		n++;
-		here = DatumGetInt32(heap_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group;
+		if (DatumGetInt32(heap_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
+			*here = true;
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
-	return n == 1 && here;
+	return n == 1 && *here;
 }
 
 /* Is `group` among the placements of shard `shardid`? */
@@ -432,7 +435,8 @@ map_load(Oid ops_relid, Oid jt_relid)
 		entries[i++] = *(ShardEntry *) lfirst(lc);
 	qsort(entries, i, sizeof(ShardEntry), compare_ranges);
 	for (i = 0; i < list_length(shards); i++)
-		entries[i].local = only_placement_on(entries[i].shardid, group);
+		entries[i].local = only_placement_on(entries[i].shardid, group,
+											 &entries[i].placed_here);
 	MemoryContextSwitchTo(old);
 	map.shards = entries;
 	map.nshards = list_length(shards);
@@ -620,7 +624,7 @@ idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t)
 			 * statement from inside a delegated call. Say so, retryably,
 			 * before anything is read or written.
 			 */
-			if (citus_internal_backend())
+			if (citus_internal_backend() && (i < 0 || !map.shards[i].placed_here))
 				ereport(ERROR,
 						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 						 errmsg("the shard of operation \"%s\" is no longer on this node",
