@@ -162,6 +162,27 @@ map_invalidate(Datum arg pg_attribute_unused(), Oid relid)
 	}
 }
 
+/*
+ * Column `attnum` of a catalog tuple. Not heap_getattr(): since 15.20 (and
+ * the matching minors of later majors) that inline calls a function older
+ * minor releases do not export, so a library built against newer headers
+ * would not load into an older server of the same major.
+ */
+static Datum
+catalog_getattr(HeapTuple tuple, AttrNumber attnum, TupleDesc desc, bool *isnull)
+{
+	Datum	   *values = palloc(desc->natts * sizeof(Datum));
+	bool	   *nulls = palloc(desc->natts * sizeof(bool));
+	Datum		d;
+
+	heap_deform_tuple(tuple, desc, values, nulls);
+	*isnull = nulls[attnum - 1];
+	d = values[attnum - 1];
+	pfree(values);
+	pfree(nulls);
+	return d;
+}
+
 /* The OID of Citus catalog `name` in pg_catalog, or InvalidOid */
 static Oid
 citus_catalog(const char *name)
@@ -203,10 +224,10 @@ read_partition(Oid relid, char *method, uint32 *colocationid, Var **partkey)
 		Datum		d;
 
 		found = true;
-		*method = DatumGetChar(heap_getattr(tuple, att_method, RelationGetDescr(rel), &isnull));
-		*colocationid = DatumGetUInt32(heap_getattr(tuple, att_coloc, RelationGetDescr(rel),
+		*method = DatumGetChar(catalog_getattr(tuple, att_method, RelationGetDescr(rel), &isnull));
+		*colocationid = DatumGetUInt32(catalog_getattr(tuple, att_coloc, RelationGetDescr(rel),
 													&isnull));
-		d = heap_getattr(tuple, att_key, RelationGetDescr(rel), &isnull);
+		d = catalog_getattr(tuple, att_key, RelationGetDescr(rel), &isnull);
 		*partkey = NULL;
 		if (!isnull)
 		{
@@ -233,7 +254,7 @@ local_group(void)
 	if (HeapTupleIsValid(tuple))
 	{
 		bool		isnull;
-		Datum		d = heap_getattr(tuple, catalog_column(rel, "groupid"),
+		Datum		d = catalog_getattr(tuple, catalog_column(rel, "groupid"),
 									 RelationGetDescr(rel), &isnull);
 
 		if (!isnull)
@@ -269,11 +290,11 @@ read_shards(Oid relid, bool ranges)
 		Datum		min;
 		Datum		max;
 
-		e->shardid = DatumGetInt64(heap_getattr(tuple, att_id, RelationGetDescr(rel), &isnull));
+		e->shardid = DatumGetInt64(catalog_getattr(tuple, att_id, RelationGetDescr(rel), &isnull));
 		if (ranges)
 		{
-			min = heap_getattr(tuple, att_min, RelationGetDescr(rel), &min_null);
-			max = heap_getattr(tuple, att_max, RelationGetDescr(rel), &max_null);
+			min = catalog_getattr(tuple, att_min, RelationGetDescr(rel), &min_null);
+			max = catalog_getattr(tuple, att_max, RelationGetDescr(rel), &max_null);
 			if (min_null || max_null)
 			{
 				shards = NIL;	/* not a hash range: no direct path */
@@ -315,7 +336,7 @@ only_placement_on(int64 shardid, int32 group, bool *here)
 		bool		isnull;
 
 		n++;
-		if (DatumGetInt32(heap_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
+		if (DatumGetInt32(catalog_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
 			*here = true;
 	}
 	systable_endscan(scan);
@@ -341,7 +362,7 @@ placed_on(int64 shardid, int32 group)
 	{
 		bool		isnull;
 
-		if (DatumGetInt32(heap_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
+		if (DatumGetInt32(catalog_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
 			here = true;
 	}
 	systable_endscan(scan);
