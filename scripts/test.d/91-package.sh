@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/test: background
+# scripts/test: background lane 2
 # The Debian packages (test/package/run.sh): for bookworm (PostgreSQL 15),
 # trixie (17) and forky (18), scripts/package builds postgresql-N-idempotency
 # and idempotency-matrix in a clean root of that release (with the build-time

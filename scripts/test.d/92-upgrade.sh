@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/test: background
+# scripts/test: background lane 2
 # Major-version upgrade with live records: a PostgreSQL 15 cluster holding a
 # record of every kind (young claim, held stale claim, completed with a result,
 # released, skipped, audited resolutions, a job type with a worker_role, and a
