@@ -140,39 +140,66 @@ explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
 }
 
 /*
- * Run the fenced UPDATE `st` ($1 job type, $2 key, $3 attempt, $4 now,
- * $5 result), or its _ROLE variant `role_st` ($6 the caller) when the job
- * type's worker_role applies, until it updates the record (returns
- * REFUSAL_NONE; SPI_tuptable holds the RETURNING row, if any), or until
- * explain_refusal() says that the call repeats one already done
- * (REFUSAL_REPEAT) or that the record refuses it (REFUSAL_REFUSED, *r
- * filled in).
+ * A fenced update's statements: without the worker_role check (a call
+ * through a function's 0.1 definition), with it comparing the caller's OID
+ * (the statement runs on this node: a plain table or the key's shard
+ * here), and with it comparing the caller's name with the worker_role's
+ * (Citus routes the statement to the node that holds the key, whose OIDs
+ * differ).
+ */
+typedef struct FencedStatements
+{
+	Statement	plain;
+	Statement	role_oid;
+	Statement	role_name;
+} FencedStatements;
+
+static const FencedStatements complete_statements = {ST_COMPLETE, ST_COMPLETE_ROLE, ST_COMPLETE_ROLE_NAME};
+static const FencedStatements release_statements = {ST_RELEASE, ST_RELEASE_ROLE, ST_RELEASE_ROLE_NAME};
+static const FencedStatements extend_statements = {ST_EXTEND, ST_EXTEND_ROLE, ST_EXTEND_ROLE_NAME};
+
+/*
+ * Run the fenced UPDATE of `sts` ($1 job type, $2 key, $3 attempt, $4 now,
+ * $5 result; $6 the caller when the job type's worker_role applies, and
+ * through Citus $7 the worker_role's name) until
+ * it updates the record (returns REFUSAL_NONE; SPI_tuptable holds the
+ * RETURNING row, if any), or until explain_refusal() says that the call
+ * repeats one already done (REFUSAL_REPEAT) or that the record refuses it
+ * (REFUSAL_REFUSED, *r filled in; 42501 raised for a caller who may not
+ * work the job type). The role is compared by the statement, where it
+ * runs; through Citus the worker_role is read first from this node's
+ * job_types placement (one local read, not the record's lookup).
  */
 static RefusalKind
-fenced_update(const IdemCall *call, Statement st, Statement role_st,
+fenced_update(const IdemCall *call, const FencedStatements *sts,
 			  const char *action, text *job_type, text *key,
 			  int32 attempt, Datum result, bool result_isnull,
 			  int allowed, int done, IdemRefusal *r)
 {
+	Statement	st = sts->plain;
+	Datum		caller = ObjectIdGetDatum(call->caller);
+	NameData	caller_name;
+	NameData	role_name;
 	int			tries;
 
 	if (call->worker_roles && call->target.kind == TARGET_CITUS)
 	{
-		/*
-		 * The statement may run on another node, whose role OIDs differ
-		 * from the caller's here: the lookup checks the role by name
-		 * (42501), and the update goes without the check.
-		 */
-		OperationState state;
+		const char *role = idem_citus_worker_role(call, job_type);
 
-		idem_worker_lookup(call, job_type, key, &state);
+		if (role != NULL)
+		{
+			namestrcpy(&caller_name, GetUserNameFromId(call->caller, false));
+			namestrcpy(&role_name, role);
+			caller = NameGetDatum(&caller_name);
+			st = sts->role_name;
+		}
 	}
 	else if (call->worker_roles)
-		st = role_st;
+		st = sts->role_oid;
 	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
 	{
-		Datum		values[6];
-		char		nulls[6] = "     ";
+		Datum		values[7];
+		char		nulls[7] = "      ";
 		RefusalKind kind;
 
 		values[0] = PointerGetDatum(job_type);
@@ -181,7 +208,8 @@ fenced_update(const IdemCall *call, Statement st, Statement role_st,
 		values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 		values[4] = result;
 		nulls[4] = result_isnull ? 'n' : ' ';
-		values[5] = ObjectIdGetDatum(call->caller);
+		values[5] = caller;
+		values[6] = NameGetDatum(&role_name);
 
 		if (idem_execute(st, values, nulls, 0) == 1)
 			return REFUSAL_NONE;
@@ -228,7 +256,7 @@ idem_complete_one(bool worker_roles, bool single, text *job_type, text *key, int
 		return true;
 
 	idem_begin_worker(&call, "complete_operation()", worker_roles, &target);
-	kind = fenced_update(&call, ST_COMPLETE, ST_COMPLETE_ROLE, "complete",
+	kind = fenced_update(&call, &complete_statements, "complete",
 						 job_type, key, attempt, result, result_isnull,
 						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED, r);
 	if (kind == REFUSAL_REFUSED)
@@ -250,7 +278,7 @@ idem_release_one(bool worker_roles, bool single, text *job_type, text *key, int3
 
 	idem_target(single ? key : NULL, &target);
 	idem_begin_worker(&call, "release_operation()", worker_roles, &target);
-	kind = fenced_update(&call, ST_RELEASE, ST_RELEASE_ROLE, "release",
+	kind = fenced_update(&call, &release_statements, "release",
 						 job_type, key, attempt, (Datum) 0, true,
 						 CLAIMED_OR_SKIPPED, OPERATION_RELEASED, r);
 	if (kind == REFUSAL_REFUSED)
@@ -331,7 +359,7 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 	idem_target(key, &target);
 	idem_begin_worker(&call, "extend_lease()", worker_roles, &target);
 	/* there is no repeat of an extension: it either updates or is refused */
-	if (fenced_update(&call, ST_EXTEND, ST_EXTEND_ROLE, "extend the lease of",
+	if (fenced_update(&call, &extend_statements, "extend the lease of",
 					  job_type, key, attempt, (Datum) 0, true,
 					  STATUS_BIT(OPERATION_CLAIMED), -1, &r) != REFUSAL_NONE)
 		raise_refusal(&r);

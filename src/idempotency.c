@@ -168,6 +168,19 @@ _PG_init(void)
 #define ROLE_MAY_WORK_O \
 	" AND EXISTS (SELECT FROM idempotency.job_types jt" \
 	" WHERE jt.job_type" EQ "o.job_type AND " ROLE_MAY_WORK_JT ")"
+/*
+ * The same where Citus routes the statement to the node that holds the key,
+ * whose role OIDs differ from the calling node's (Citus propagates roles by
+ * name): $6 the caller's name, $7 the job type's worker_role by name, read
+ * before from the calling node's job_types placement (a reference table:
+ * the same rows on every node; see idem_citus_worker_role()). The statement
+ * compares them where it runs. It cannot read job_types itself: a statement
+ * over tables of two colocation groups is refused inside a call that Citus
+ * delegated with force_delegation and runs through its planner (a worker's
+ * transaction block, its own key), with 0A000.
+ */
+#define ROLE_MAY_WORK_BY_NAME \
+	" AND pg_catalog.pg_has_role($6, $7, 'USAGE')"
 #define INSERT_SQL(extra) \
 	"INSERT INTO idempotency.operations AS o" \
 	" (job_type, operation_key, status, attempt, claimed_at, heartbeat_at," \
@@ -209,6 +222,7 @@ _PG_init(void)
 	" WHERE " THIS_OPERATION \
 	" AND o.attempt" EQ "$3 AND o.status" EQ "'claimed'" extra
 #define FENCED_ARGS		{TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID, OIDOID}
+#define FENCED_NAME_ARGS	{TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBOID, NAMEOID, NAMEOID}
 
 typedef struct StatementDef
 {
@@ -336,6 +350,9 @@ static const StatementDef statements[ST_COUNT] = {
 	[ST_COMPLETE_ROLE] = {COMPLETE_SQL(ROLE_MAY_WORK_O), 6, FENCED_ARGS},
 	[ST_RELEASE_ROLE] = {RELEASE_SQL(ROLE_MAY_WORK_O), 6, FENCED_ARGS},
 	[ST_EXTEND_ROLE] = {EXTEND_SQL(ROLE_MAY_WORK_O), 6, FENCED_ARGS},
+	[ST_COMPLETE_ROLE_NAME] = {COMPLETE_SQL(ROLE_MAY_WORK_BY_NAME), 7, FENCED_NAME_ARGS},
+	[ST_RELEASE_ROLE_NAME] = {RELEASE_SQL(ROLE_MAY_WORK_BY_NAME), 7, FENCED_NAME_ARGS},
+	[ST_EXTEND_ROLE_NAME] = {EXTEND_SQL(ROLE_MAY_WORK_BY_NAME), 7, FENCED_NAME_ARGS},
 	/* $1 now; columns as in stale_claims() */
 #define STALE_CLAIMS_SQL \
 		"SELECT o.job_type::pg_catalog.text, o.operation_key::pg_catalog.text," \
@@ -733,6 +750,10 @@ decode_record(HeapTuple tuple, TupleDesc desc, const LookupColumns *c,
 	return true;
 }
 
+/* Through Citus: the job type's row, then the record's (see the statements) */
+static const LookupColumns citus_roles = {1, 2, 3, 0, 4, 1, 2, 3, 0, 4, 5, 6};
+static const LookupColumns citus_no_roles = {1, 2, 3, 0, 0, 1, 2, 3, 0, 4, 5, 6};
+
 /*
  * Read a job type's configuration and the record of one key. `st`: the
  * one-node statement (ST_LOOKUP, _ROLE since 0.2, _DELIVERY since 0.3),
@@ -747,9 +768,6 @@ lookup(Statement st, text *job_type, text *key, OperationState *state)
 		[ST_LOOKUP_ROLE] = {1, 2, 0, 9, 0, 3, 4, 5, 6, 7, 8, 0},
 		[ST_LOOKUP_DELIVERY] = {1, 2, 0, 9, 0, 3, 4, 5, 6, 7, 8, 10},
 	};
-	/* the job type's row, then the record's (see the statements) */
-	static const LookupColumns citus_roles = {1, 2, 3, 0, 4, 1, 2, 3, 0, 4, 5, 6};
-	static const LookupColumns citus_no_roles = {1, 2, 3, 0, 0, 1, 2, 3, 0, 4, 5, 6};
 	Datum		values[2] = {PointerGetDatum(job_type), PointerGetDatum(key)};
 
 	memset(state, 0, sizeof(*state));
@@ -792,6 +810,25 @@ idem_role_may_work(Oid caller, Oid role)
 	return !OidIsValid(role) || has_privs_of_role(caller, role);
 }
 
+/* 42501: `caller` may not work the job type, whose worker_role is `role` */
+static void
+deny_job_type(const IdemCall *call, text *job_type, Oid role_oid)
+{
+	const char *role = GetUserNameFromId(role_oid, true);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for job type \"%s\"", idem_text(job_type)),
+			 role ?
+			 errdetail("Only role \"%s\" and the roles that inherit its privileges may work this job type.",
+					   role) :
+			 errdetail("Its worker_role names a role that no longer exists, so no role but a superuser may work it."),
+			 role ?
+			 errhint("Work it as a member of \"%s\" (GRANT \"%s\" TO \"%s\"), or change idempotency.job_types.worker_role.",
+					 role, role, GetUserNameFromId(call->caller, false)) :
+			 errhint("Set idempotency.job_types.worker_role to an existing role.")));
+}
+
 /*
  * The lookup of the worker functions: the job type must exist and, if it
  * names a worker_role, the caller must have that role's privileges (be it,
@@ -809,21 +846,38 @@ idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 
 	if (state->worker_role_missing ? !superuser_arg(call->caller) :
 		!idem_role_may_work(call->caller, state->worker_role))
-	{
-		const char *role = GetUserNameFromId(state->worker_role, true);
+		deny_job_type(call, job_type, state->worker_role);
+}
 
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for job type \"%s\"", idem_text(job_type)),
-				 role ?
-				 errdetail("Only role \"%s\" and the roles that inherit its privileges may work this job type.",
-						   role) :
-				 errdetail("Its worker_role names a role that no longer exists, so no role but a superuser may work it."),
-				 role ?
-				 errhint("Work it as a member of \"%s\" (GRANT \"%s\" TO \"%s\"), or change idempotency.job_types.worker_role.",
-						 role, role, GetUserNameFromId(call->caller, false)) :
-				 errhint("Set idempotency.job_types.worker_role to an existing role.")));
+/*
+ * Where Citus routes the fenced updates (TARGET_CITUS): the job type's
+ * worker_role, by name, read from this node's job_types placement, for the
+ * statement to compare with the caller's name where it runs
+ * (ROLE_MAY_WORK_BY_NAME). NULL when the update needs no check: the job
+ * type names no worker_role, or is not registered (then the update finds no
+ * record, and the refusal's lookup says why), or names a role that does not
+ * exist here and the caller is a superuser; anyone else gets 42501 for such
+ * a job type, as on one node.
+ */
+const char *
+idem_citus_worker_role(const IdemCall *call, text *job_type)
+{
+	Datum		values[1] = {PointerGetDatum(job_type)};
+	OperationState state;
+	Interval	lease;
+
+	memset(&state, 0, sizeof(state));
+	state.worker_role = InvalidOid;
+	if (idem_execute(ST_LOOKUP_CITUS_JOB_TYPE, values, NULL, 1) == 0)
+		return NULL;
+	decode_job_type(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &citus_roles, &state, &lease);
+	if (state.worker_role_missing)
+	{
+		if (!superuser_arg(call->caller))
+			deny_job_type(call, job_type, InvalidOid);
+		return NULL;
 	}
+	return OidIsValid(state.worker_role) ? GetUserNameFromId(state.worker_role, false) : NULL;
 }
 
 void

@@ -81,6 +81,9 @@ typedef enum Statement
 	ST_COMPLETE_ROLE,
 	ST_RELEASE_ROLE,
 	ST_EXTEND_ROLE,
+	ST_COMPLETE_ROLE_NAME,
+	ST_RELEASE_ROLE_NAME,
+	ST_EXTEND_ROLE_NAME,
 	ST_STALE_ALL,
 	ST_STALE_ONE,
 	ST_RESOLVE_COMPLETED,
@@ -270,6 +273,7 @@ extern void idem_require_record(const OperationState *state, text *job_type, tex
 extern bool idem_role_may_work(Oid caller, Oid role);
 extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 							   OperationState *state);
+extern const char *idem_citus_worker_role(const IdemCall *call, text *job_type);
 extern text *idem_arg_job_type(FunctionCallInfo fcinfo, int argno);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno);
 extern text *idem_arg_delivery(FunctionCallInfo fcinfo, int argno);

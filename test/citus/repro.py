@@ -347,6 +347,30 @@ def main():
         report("claim by a member of worker_role (alice)", mode, "run|1",
                outcome(lambda: ca.claim("pre_roled", "roled-" + mode)))
         ca.conn.close()
+    # the fenced updates compare the role where they run (issue 20): a
+    # caller outside worker_role is refused, alice's claim is unchanged, and
+    # alice completes it; on the coordinator, through Citus from w1, and on
+    # the shard directly on w1 (a key w1 holds)
+    w1 = os.environ["CITUS_PORT_W1"]
+    for mode in MODES + W1_MODES:
+        key = keys_on(w1, 1, "fenced-roled-%s-" % mode.replace(" ", "-"))[0]
+        ca, co = Caller(mode, user="alice"), Caller(mode, user="outsider")
+        report("claim by a member of worker_role (alice), on w1's shard", mode, "run|1",
+               outcome(lambda: ca.claim("pre_roled", key)))
+        for fn in ("complete_operation", "release_operation", "extend_lease"):
+            got = outcome(lambda: co.call("SELECT idempotency.%s('pre_roled', %%s, 1)" % fn, (key,)))
+            report("%s() by a caller outside worker_role" % fn, mode, "ERROR 42501", got,
+                   got.startswith("ERROR 42501"))
+        got = outcome(lambda: admin("SELECT status || '|' || attempt FROM idempotency.operations"
+                                    " WHERE job_type = 'pre_roled' AND operation_key = %s", (key,))[0][0])
+        report("... the record after those refusals", mode, "claimed|1", got)
+        report("complete_operation() by alice", mode, "ok",
+               outcome(lambda: ca.complete("pre_roled", key, 1)))
+        got = outcome(lambda: admin("SELECT status || '|' || attempt FROM idempotency.operations"
+                                    " WHERE job_type = 'pre_roled' AND operation_key = %s", (key,))[0][0])
+        report("... the record", mode, "completed|1", got)
+        ca.conn.close()
+        co.conn.close()
     # grants made after distribute(): the schema's do not reach the workers
     # (the schema belongs to the extension), so a delegated call fails there;
     # idempotency.distribute_grants() copies them, and a REVOKE the same way

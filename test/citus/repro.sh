@@ -70,6 +70,10 @@ CREATE EXTENSION idempotency;
 SELECT extname, extversion FROM pg_extension WHERE extname = 'idempotency';
 CREATE ROLE mailer;
 CREATE ROLE alice LOGIN IN ROLE mailer;
+-- outsider: may call the functions, is not a member of mailer
+CREATE ROLE outsider LOGIN;
+GRANT USAGE ON SCHEMA idempotency TO outsider;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idempotency TO outsider;
 GRANT USAGE ON SCHEMA idempotency TO mailer;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idempotency TO mailer;
 INSERT INTO idempotency.job_types (job_type, lease, stale_policy, worker_role)
