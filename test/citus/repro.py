@@ -371,6 +371,22 @@ def main():
         report("... the record", mode, "completed|1", got)
         ca.conn.close()
         co.conn.close()
+    # a worker_role whose name must be quoted ("Mail Team", alice a member,
+    # outsider not): the name goes from this node's job_types to the
+    # statement where it runs, unquoted; in a worker's transaction block on
+    # its own key the call runs delegated through Citus's planner
+    for mode in MODES + W1_MODES:
+        key = keys_on(w1, 1, "quoted-roled-%s-" % mode.replace(" ", "-"))[0]
+        ca, co = Caller(mode, user="alice"), Caller(mode, user="outsider")
+        report("claim by a member of a quoted worker_role, on w1's shard", mode, "run|1",
+               outcome(lambda: ca.claim("pre_quoted", key)))
+        got = outcome(lambda: co.call("SELECT idempotency.complete_operation('pre_quoted', %s, 1)", (key,)))
+        report("... its completion by a caller outside it", mode, "ERROR 42501", got,
+               got.startswith("ERROR 42501"))
+        report("... its completion by alice", mode, "ok",
+               outcome(lambda: ca.complete("pre_quoted", key, 1)))
+        ca.conn.close()
+        co.conn.close()
     # grants made after distribute(): the schema's do not reach the workers
     # (the schema belongs to the extension), so a delegated call fails there;
     # idempotency.distribute_grants() copies them, and a REVOKE the same way

@@ -70,6 +70,9 @@ CREATE EXTENSION idempotency;
 SELECT extname, extversion FROM pg_extension WHERE extname = 'idempotency';
 CREATE ROLE mailer;
 CREATE ROLE alice LOGIN IN ROLE mailer;
+-- a worker_role whose name must be quoted (the role is compared by name)
+CREATE ROLE "Mail Team" IN ROLE mailer;
+GRANT "Mail Team" TO alice;
 -- outsider: may call the functions, is not a member of mailer
 CREATE ROLE outsider LOGIN;
 GRANT USAGE ON SCHEMA idempotency TO outsider;
@@ -77,7 +80,8 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idempotency TO outsider;
 GRANT USAGE ON SCHEMA idempotency TO mailer;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idempotency TO mailer;
 INSERT INTO idempotency.job_types (job_type, lease, stale_policy, worker_role)
-VALUES ('pre', '10 minutes', 'hold', NULL), ('pre_roled', '10 minutes', 'hold', 'mailer');
+VALUES ('pre', '10 minutes', 'hold', NULL), ('pre_roled', '10 minutes', 'hold', 'mailer'),
+       ('pre_quoted', '10 minutes', 'hold', '"Mail Team"');
 SELECT * FROM idempotency.claim_operation('pre', 'done-before');
 SELECT idempotency.complete_operation('pre', 'done-before', 1, '{"before": true}');
 SELECT * FROM idempotency.claim_operation('pre', 'released-before');
