@@ -178,19 +178,21 @@ fenced_update(const IdemCall *call, const FencedStatements *sts,
 {
 	Statement	st = sts->plain;
 	Datum		caller = ObjectIdGetDatum(call->caller);
+	Datum		role = (Datum) 0;
 	NameData	caller_name;
 	NameData	role_name;
 	int			tries;
 
 	if (call->worker_roles && call->target.kind == TARGET_CITUS)
 	{
-		const char *role = idem_citus_worker_role(call, job_type);
+		const char *name = idem_citus_worker_role(call, job_type);
 
-		if (role != NULL)
+		if (name != NULL)
 		{
 			namestrcpy(&caller_name, GetUserNameFromId(call->caller, false));
-			namestrcpy(&role_name, role);
+			namestrcpy(&role_name, name);
 			caller = NameGetDatum(&caller_name);
+			role = NameGetDatum(&role_name);
 			st = sts->role_name;
 		}
 	}
@@ -209,7 +211,7 @@ fenced_update(const IdemCall *call, const FencedStatements *sts,
 		values[4] = result;
 		nulls[4] = result_isnull ? 'n' : ' ';
 		values[5] = caller;
-		values[6] = NameGetDatum(&role_name);
+		values[6] = role;
 
 		if (idem_execute(st, values, nulls, 0) == 1)
 			return REFUSAL_NONE;

@@ -350,42 +350,46 @@ def main():
     # the fenced updates compare the role where they run (issue 20): a
     # caller outside worker_role is refused, alice's claim is unchanged, and
     # alice completes it; on the coordinator, through Citus from w1, and on
-    # the shard directly on w1 (a key w1 holds)
+    # the shard directly on w1 (a key w1 holds). pre_quoted's worker_role is
+    # "Mail Team", a name that must be quoted: it goes from this node's
+    # job_types to the statement where it runs, unquoted
     w1 = os.environ["CITUS_PORT_W1"]
+    for jt in ("pre_roled", "pre_quoted"):
+        for mode in MODES + W1_MODES:
+            key = keys_on(w1, 1, "fenced-%s-%s-" % (jt, mode.replace(" ", "-")))[0]
+            ca, co = Caller(mode, user="alice"), Caller(mode, user="outsider")
+            report("claim by a member of %s's worker_role (alice), on w1's shard" % jt, mode, "run|1",
+                   outcome(lambda: ca.claim(jt, key)))
+            for fn in ("complete_operation", "release_operation", "extend_lease"):
+                got = outcome(lambda: co.call("SELECT idempotency.%s(%%s, %%s, 1)" % fn, (jt, key)))
+                report("%s() by a caller outside worker_role" % fn, mode, "ERROR 42501", got,
+                       got.startswith("ERROR 42501"))
+            got = outcome(lambda: admin("SELECT status || '|' || attempt FROM idempotency.operations"
+                                        " WHERE job_type = %s AND operation_key = %s", (jt, key))[0][0])
+            report("... the record after those refusals", mode, "claimed|1", got)
+            report("complete_operation() by alice", mode, "ok",
+                   outcome(lambda: ca.complete(jt, key, 1)))
+            got = outcome(lambda: admin("SELECT status || '|' || attempt FROM idempotency.operations"
+                                        " WHERE job_type = %s AND operation_key = %s", (jt, key))[0][0])
+            report("... the record", mode, "completed|1", got)
+            ca.conn.close()
+            co.conn.close()
+    # a worker_role naming a role dropped since: as on one node, only a
+    # superuser may work the job type; anyone else gets 42501
+    admin("CREATE ROLE gone")
+    admin("INSERT INTO idempotency.job_types (job_type, lease, stale_policy, worker_role)"
+          " VALUES ('orphaned', '10 minutes', 'hold', 'gone')")
+    admin("DROP ROLE gone")
     for mode in MODES + W1_MODES:
-        key = keys_on(w1, 1, "fenced-roled-%s-" % mode.replace(" ", "-"))[0]
-        ca, co = Caller(mode, user="alice"), Caller(mode, user="outsider")
-        report("claim by a member of worker_role (alice), on w1's shard", mode, "run|1",
-               outcome(lambda: ca.claim("pre_roled", key)))
-        for fn in ("complete_operation", "release_operation", "extend_lease"):
-            got = outcome(lambda: co.call("SELECT idempotency.%s('pre_roled', %%s, 1)" % fn, (key,)))
-            report("%s() by a caller outside worker_role" % fn, mode, "ERROR 42501", got,
-                   got.startswith("ERROR 42501"))
-        got = outcome(lambda: admin("SELECT status || '|' || attempt FROM idempotency.operations"
-                                    " WHERE job_type = 'pre_roled' AND operation_key = %s", (key,))[0][0])
-        report("... the record after those refusals", mode, "claimed|1", got)
-        report("complete_operation() by alice", mode, "ok",
-               outcome(lambda: ca.complete("pre_roled", key, 1)))
-        got = outcome(lambda: admin("SELECT status || '|' || attempt FROM idempotency.operations"
-                                    " WHERE job_type = 'pre_roled' AND operation_key = %s", (key,))[0][0])
-        report("... the record", mode, "completed|1", got)
-        ca.conn.close()
-        co.conn.close()
-    # a worker_role whose name must be quoted ("Mail Team", alice a member,
-    # outsider not): the name goes from this node's job_types to the
-    # statement where it runs, unquoted; in a worker's transaction block on
-    # its own key the call runs delegated through Citus's planner
-    for mode in MODES + W1_MODES:
-        key = keys_on(w1, 1, "quoted-roled-%s-" % mode.replace(" ", "-"))[0]
-        ca, co = Caller(mode, user="alice"), Caller(mode, user="outsider")
-        report("claim by a member of a quoted worker_role, on w1's shard", mode, "run|1",
-               outcome(lambda: ca.claim("pre_quoted", key)))
-        got = outcome(lambda: co.call("SELECT idempotency.complete_operation('pre_quoted', %s, 1)", (key,)))
-        report("... its completion by a caller outside it", mode, "ERROR 42501", got,
-               got.startswith("ERROR 42501"))
-        report("... its completion by alice", mode, "ok",
-               outcome(lambda: ca.complete("pre_quoted", key, 1)))
-        ca.conn.close()
+        key = keys_on(w1, 1, "orphaned-%s-" % mode.replace(" ", "-"))[0]
+        cs, co = Caller(mode), Caller(mode, user="outsider")
+        report("claim by a superuser, worker_role dropped", mode, "run|1",
+               outcome(lambda: cs.claim("orphaned", key)))
+        got = outcome(lambda: co.call("SELECT idempotency.complete_operation('orphaned', %s, 1)", (key,)))
+        report("... its completion by another role", mode, "ERROR 42501", got, got.startswith("ERROR 42501"))
+        report("... its completion by the superuser", mode, "ok",
+               outcome(lambda: cs.complete("orphaned", key, 1)))
+        cs.conn.close()
         co.conn.close()
     # grants made after distribute(): the schema's do not reach the workers
     # (the schema belongs to the extension), so a delegated call fails there;

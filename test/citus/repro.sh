@@ -71,7 +71,7 @@ SELECT extname, extversion FROM pg_extension WHERE extname = 'idempotency';
 CREATE ROLE mailer;
 CREATE ROLE alice LOGIN IN ROLE mailer;
 -- a worker_role whose name must be quoted (the role is compared by name)
-CREATE ROLE "Mail Team" IN ROLE mailer;
+CREATE ROLE "Mail Team";
 GRANT "Mail Team" TO alice;
 -- outsider: may call the functions, is not a member of mailer
 CREATE ROLE outsider LOGIN;
