@@ -29,17 +29,6 @@
 
 #include "matrix.h"
 
-volatile sig_atomic_t matrix_interrupted = 0;
-
-const char *const policy_names[N_POLICIES] = {"hold", "retry", "skip", "lookup"};
-
-const char *const policy_blurbs[N_POLICIES] = {
-	"hold the order for a person",
-	"accept a rare duplicate: send again after the lease",
-	"accept a rare miss: skip for good",
-	"look the operation key up at the provider first",
-};
-
 static matrix_ctx ctx_storage;
 
 static void
@@ -68,6 +57,9 @@ usage(FILE *f)
 			"                         (tests the runner itself: the mismatching cells must fail)\n"
 			"      --job=FILE         sign off your own job: run cases 1-7 and 9-13 through your queue\n"
 			"                         and your worker command, as FILE says (docs/signoff.md)\n"
+			"      --list-cases=WHAT  print the case table as markdown: proves (what each case\n"
+			"                         proves), steps (what a sign-off run does), policies (what\n"
+			"                         each policy must give); the docs hold these tables\n"
 			"  -h, --help             this help\n"
 			"  -V, --version          the runner's version\n"
 			"\n"
@@ -79,153 +71,6 @@ usage(FILE *f)
 			"idempotency.operations; CREATE on its current schema (case 8's effects table).\n"
 			"\n"
 			"Exit status: 0 every case holds, 1 some case fails, 2 cannot run, 130 interrupted.\n");
-}
-
-/* write all of buf to fd, in as few write() calls as the kernel allows */
-static void
-write_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0)
-	{
-		ssize_t		n = write(fd, buf, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		buf += n;
-		len -= (size_t) n;
-	}
-}
-
-/*
- * A progress line on stderr. The whole line is one write(): a log that
- * merges stdout and stderr (e.g. through tee) may put another line between
- * two progress lines, but never inside one.
- */
-void
-progress(matrix_ctx *ctx, const char *fmt,...)
-{
-	char		line[1024];
-	size_t		len;
-	size_t		avail;
-	va_list		ap;
-	int			n;
-
-	if (!ctx->progress)
-		return;
-	len = (size_t) snprintf(line, sizeof(line), "%s... ", ctx->progress_tty ? "\r\033[K" : "");
-	avail = sizeof(line) - len - 1;	/* one byte kept for the newline */
-	va_start(ap, fmt);
-	n = vsnprintf(line + len, avail, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	if ((size_t) n >= avail)
-		n = (int) avail - 1;	/* truncated */
-	len += (size_t) n;
-	if (!ctx->progress_tty)
-		line[len++] = '\n';
-	write_all(STDERR_FILENO, line, len);
-}
-
-void
-progress_clear(matrix_ctx *ctx)
-{
-	if (ctx->progress && ctx->progress_tty)
-		fputs("\r\033[K", stderr);
-}
-
-PGresult *
-db_exec(matrix_ctx *ctx, const char *sql, int nparams, const char *const *params)
-{
-	return PQexecParams(ctx->conn, sql, nparams, NULL, params, NULL, NULL, 0);
-}
-
-static void
-on_signal(int sig)
-{
-	(void) sig;
-	matrix_interrupted = 1;
-}
-
-bool
-parse_lease(const char *s, double *out)
-{
-	char	   *end;
-	double		v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || errno != 0)
-		return false;
-	while (*end == ' ')
-		end++;
-	if (strcmp(end, "ms") == 0)
-		v /= 1000.0;
-	else if (*end != '\0' && strcmp(end, "s") != 0 && strcmp(end, "sec") != 0 &&
-			 strcmp(end, "second") != 0 && strcmp(end, "seconds") != 0)
-		return false;
-	if (!(v >= 0.1 && v <= 600.0))
-		return false;
-	*out = v;
-	return true;
-}
-
-static int
-policy_by_name(const char *s)
-{
-	int			i;
-
-	for (i = 0; i < N_POLICIES; i++)
-		if (strcmp(s, policy_names[i]) == 0)
-			return i;
-	return -1;
-}
-
-bool
-parse_policies(const char *list, bool *want)
-{
-	char	   *copy = strdup(list);
-	char	   *save = NULL;
-	char	   *tok;
-	bool		ok = true;
-	int			i;
-
-	for (i = 0; i < N_POLICIES; i++)
-		want[i] = false;
-	for (tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
-	{
-		int			p = policy_by_name(tok);
-
-		if (strcmp(tok, "all") == 0)
-			for (i = 0; i < N_POLICIES; i++)
-				want[i] = true;
-		else if (p >= 0)
-			want[p] = true;
-		else
-			ok = false;
-	}
-	free(copy);
-	for (i = 0; i < N_POLICIES; i++)
-		if (want[i])
-			return ok;
-	return false;
-}
-
-const char *
-one_line(const char *msg)
-{
-	static char buf[512];
-	char	   *p;
-
-	copy_str(buf, sizeof(buf), msg);
-	for (p = buf; *p; p++)
-		if (*p == '\n' || *p == '\t')
-			*p = ' ';
-	while (p > buf && p[-1] == ' ')
-		*--p = '\0';
-	return buf;
 }
 
 /* a single value from a query, or NULL (message in err) */
@@ -514,8 +359,6 @@ cleanup(matrix_ctx *ctx, bool failed)
 static void
 begin_run(matrix_ctx *ctx, const char *color)
 {
-	struct sigaction sa;
-
 	ctx->color = strcmp(color, "always") == 0 ||
 		(strcmp(color, "auto") == 0 && isatty(STDOUT_FILENO) &&
 		 getenv("NO_COLOR") == NULL &&
@@ -525,13 +368,7 @@ begin_run(matrix_ctx *ctx, const char *color)
 			 ctx->lease_s, ctx->lease_s == 1.0 ? "" : "s");
 	iso_time(ctx->started_at, sizeof(ctx->started_at), false);
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	catch_interrupts();
 }
 
 /* the run's id and its job types' prefix, base_<id>: unique to this run */
@@ -541,33 +378,6 @@ name_run(matrix_ctx *ctx, const char *base)
 	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
 			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
 	snprintf(ctx->prefix, sizeof(ctx->prefix), "%s_%.31s", base, ctx->run_id);
-}
-
-/*
- * The summary, the --html and --json reports, and the results freed: exit
- * status 0 (every case held), 1 (some failed) or 2 (a report not written)
- */
-int
-report_all(matrix_ctx *ctx, policy_result *prs, int npr, const char *html,
-		   const char *json)
-{
-	int			passed = 0,
-				failed = 0;
-	int			rc;
-	int			p,
-				k;
-
-	report_summary(ctx, prs, npr, &passed, &failed);
-	rc = failed == 0 && passed > 0 ? 0 : 1;
-	if (html && report_html(ctx, html, prs, npr) != 0)
-		rc = 2;
-	if (json && report_json(ctx, json, prs, npr) != 0)
-		rc = 2;
-	for (p = 0; p < npr; p++)
-		for (k = 0; k < prs[p].ncases; k++)
-			sb_free(&prs[p].cases[k].notes);
-	free(prs);
-	return rc;
 }
 
 /*
@@ -650,6 +460,7 @@ main(int argc, char **argv)
 		{"keep", no_argument, NULL, 7},
 		{"check-as", required_argument, NULL, 8},
 		{"job", required_argument, NULL, 9},
+		{"list-cases", required_argument, NULL, 10},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}
@@ -662,17 +473,9 @@ main(int argc, char **argv)
 	const char *color = "auto";
 	bool		create_extension = false;
 	int			check_as = -1;
-	policy_result *prs;
-	int			npr = 0;
 	int			opt;
 	int			rc;
-	int			p,
-				k;
-	double		t0;
 	const char *tmp;
-	bool		need_effects = false;
-	int			total = 0;
-	int			done = 0;
 	const char *job_path = NULL;
 	const char *policy_arg = NULL;
 	const char *not_for_job = NULL;	/* an option a sign-off run refuses */
@@ -757,6 +560,8 @@ main(int argc, char **argv)
 			case 9:
 				job_path = optarg;
 				break;
+			case 10:
+				return case_table_list(optarg);
 			case 8:
 				not_for_job = "--check-as does not apply to a sign-off run (--job)";
 				check_as = policy_by_name(optarg);
@@ -786,11 +591,7 @@ main(int argc, char **argv)
 	if (job_path)
 		return signoff_main(ctx, job_path, &job, not_for_job, policy_arg, want,
 							html, json, color);
-	for (k = 0; k < n_matrix_cases; k++)
-		if (case_selected(cases, matrix_cases[k].id) &&
-			!(strcmp(matrix_cases[k].id, "3s") == 0 && ctx->stress == 0))
-			break;
-	if (k == n_matrix_cases)
+	if (reference_count_cases(ctx) == 0)
 	{
 		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: 1 2 3 3s 4 5 6 7a 7b 8 9 10 11 12 13)\n",
 				cases ? cases : "");
@@ -823,73 +624,15 @@ main(int argc, char **argv)
 		PQfinish(ctx->conn);
 		return 2;
 	}
-	for (k = 0; k < n_matrix_cases; k++)
-		if (strcmp(matrix_cases[k].id, "8") == 0 && case_selected(cases, "8"))
-			need_effects = true;
-	if (need_effects)
+	if (case_selected(cases, "8"))
 		create_effects_table(ctx);
 
-	printf("%sReplay matrix%s: send_confirmation for ORD-1001, idempotency %s on PostgreSQL %s\n",
-		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
-		   ctx->ext_version, ctx->server_version);
-	printf("server %s; lease %s; stress %d workers; %s\n",
-		   ctx->server_desc, ctx->lease_sql, ctx->stress, ctx->started_at);
-	printf("job types %s_<policy>_<case>, mailboxes in %s: %s\n",
-		   ctx->prefix, ctx->maildir, ctx->keep ? "kept (--keep)" : "removed at the end");
-	fflush(stdout);
-
-	for (p = 0; p < N_POLICIES; p++)
-		for (k = 0; k < n_matrix_cases && want[p]; k++)
-			if (case_selected(cases, matrix_cases[k].id) &&
-				!(strcmp(matrix_cases[k].id, "3s") == 0 && ctx->stress == 0))
-				total++;
-	prs = calloc(N_POLICIES, sizeof(policy_result));
-	t0 = now_seconds();
-	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
-	{
-		policy_result *pr;
-		double		tp = now_seconds();
-
-		if (!want[p])
-			continue;
-		pr = &prs[npr++];
-		pr->policy = (policy_t) p;
-		pr->checked_as = check_as >= 0 ? (policy_t) check_as : (policy_t) p;
-		for (k = 0; k < n_matrix_cases && !matrix_interrupted; k++)
-		{
-			const case_def *def = &matrix_cases[k];
-			case_result *cr;
-			double		tc;
-
-			if (!case_selected(cases, def->id) ||
-				(strcmp(def->id, "3s") == 0 && ctx->stress == 0))
-				continue;
-			cr = &pr->cases[pr->ncases++];
-			case_expectations(ctx, pr->checked_as, def, cr);
-			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
-					 policy_names[p], cr->id, cr->title);
-			tc = now_seconds();
-			def->run(ctx, (policy_t) p, pr->checked_as, cr);
-			cr->seconds = now_seconds() - tc;
-			workers_kill_all();
-			case_finish(cr);
-		}
-		pr->seconds = now_seconds() - tp;
-		progress_clear(ctx);
-		report_policy(ctx, pr);
-	}
-	ctx->seconds = now_seconds() - t0;
-	progress_clear(ctx);
-
+	rc = reference_run(ctx, want, check_as, html, json);
 	if (matrix_interrupted)
 	{
 		fprintf(stderr, "idempotency-matrix: interrupted; cleaning up\n");
-		cleanup(ctx, false);
-		PQfinish(ctx->conn);
-		return 130;
+		rc = 130;
 	}
-
-	rc = report_all(ctx, prs, npr, html, json);
 	cleanup(ctx, false);
 	PQfinish(ctx->conn);
 	return rc;

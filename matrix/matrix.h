@@ -7,109 +7,35 @@
  * through real worker processes, kills them at exact points, and checks the
  * emails, the record and the verdicts against each stale-claim policy.
  *
- * Files:
- *	main.c		options, connection, the run, cleanup
- *	cases.c		the cases and what each must show, per policy
- *	worker.c	worker processes (fork, one connection each) and their events
- *	provider.c	the fake mail provider: an append-only, fsync'd file
- *	report.c	terminal tables, --html and --json
+ * Files, each depending only on those listed after it (test/matrix/run.sh
+ * checks that no two call each other, with nm and tsort):
+ *	main.c		options, connection, cleanup; starts one of the two runs
+ *	reference.c	the reference run: the seed's job, worker processes of
+ *				the runner's own, killed at exact points
+ *	reference_worker.c	its worker processes (fork, one connection each)
+ *	reference_provider.c	its fake mail provider: an append-only, fsync'd file
  *	signoff.c	the sign-off run (--job): the cases on the user's own job,
  *				through the user's queue and worker processes
- *	util.c		strings, escaping, clocks
+ *	jobfile.c	the sign-off run's job file
+ *	db.c		what both runs read in the database: records, stale_claims()
+ *	report.c	progress lines, terminal tables, --html and --json
+ *	case_table.c	the cases: each one's title, steps and expectations,
+ *				written once (case_table.h)
+ *	util.c		strings, escaping, clocks, interruption (util.h)
  */
 #ifndef IDEMPOTENCY_MATRIX_H
 #define IDEMPOTENCY_MATRIX_H
 
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <signal.h>
 #include <sys/types.h>
 
 #include "libpq-fe.h"
 
+#include "case_table.h"
+#include "util.h"
+
 #ifndef MATRIX_VERSION			/* matrix/Makefile passes idempotency.control's */
 #define MATRIX_VERSION "unknown"
 #endif
-
-#if defined(__GNUC__)
-#define MX_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define MX_PRINTF(f, a)
-#endif
-
-typedef enum policy_t
-{
-	POLICY_HOLD,
-	POLICY_RETRY,
-	POLICY_SKIP,
-	POLICY_LOOKUP,
-	N_POLICIES
-} policy_t;
-
-extern const char *const policy_names[N_POLICIES];
-extern const char *const policy_blurbs[N_POLICIES];
-
-/* growable string */
-typedef struct sbuf
-{
-	char	   *data;
-	size_t		len;
-	size_t		cap;
-} sbuf;
-
-void		sb_init(sbuf *b);
-void		sb_free(sbuf *b);
-void		sb_reset(sbuf *b);
-void		sb_append(sbuf *b, const char *s, size_t n);
-void		sb_puts(sbuf *b, const char *s);
-void		sb_printf(sbuf *b, const char *fmt,...) MX_PRINTF(2, 3);
-void		sb_vprintf(sbuf *b, const char *fmt, va_list ap) MX_PRINTF(2, 0);
-const char *sb_str(const sbuf *b);
-
-void		html_escape(sbuf *b, const char *s);
-void		json_string(sbuf *b, const char *s);
-size_t		display_width(const char *s);
-double		now_seconds(void);
-void		sleep_ms(int ms);
-void		iso_time(char *buf, size_t sz, bool utc_millis);
-void		copy_str(char *dst, size_t sz, const char *src);
-void		list_append(char *buf, size_t sz, const char *s);
-
-/* one row of the matrix: a case under one policy */
-#define CELL 192
-
-typedef struct case_result
-{
-	const char *id;				/* "1", "3s", "7a", ... */
-	char		title[96];		/* "first delivery" */
-	char		expected_text[96];	/* the seed's "expected" words */
-	int			exp_emails;
-	int			obs_emails;		/* -1: not observed */
-	char		exp_record[CELL];
-	char		obs_record[CELL];
-	char		exp_verdicts[CELL];
-	char		obs_verdicts[CELL];
-	bool		emails_ok;
-	bool		record_ok;
-	bool		verdicts_ok;
-	bool		checks_ok;		/* the checks behind the notes */
-	bool		ran;
-	bool		pass;
-	sbuf		notes;			/* what else was checked; why a cell failed */
-	double		seconds;
-} case_result;
-
-#define MAX_CASES 16
-
-typedef struct policy_result
-{
-	policy_t	policy;			/* configured in the job types */
-	policy_t	checked_as;		/* whose expectations were checked */
-	int			ncases;
-	case_result cases[MAX_CASES];
-	double		seconds;
-} policy_result;
 
 /*
  * A sign-off run's job file (docs/signoff.md): name = value lines. The
@@ -180,38 +106,9 @@ typedef struct matrix_ctx
 	char		signoff_dir[256];	/* its socket and worker logs */
 } matrix_ctx;
 
-extern volatile sig_atomic_t matrix_interrupted;
-
-/* main.c */
-void		progress(matrix_ctx *ctx, const char *fmt,...) MX_PRINTF(2, 3);
-void		progress_clear(matrix_ctx *ctx);
+/* db.c */
 PGresult   *db_exec(matrix_ctx *ctx, const char *sql, int nparams,
 					 const char *const *params);
-int			report_all(matrix_ctx *ctx, policy_result *prs, int npr,
-					   const char *html, const char *json);
-bool		parse_lease(const char *s, double *out);
-bool		parse_policies(const char *list, bool *want);
-const char *one_line(const char *msg);
-
-/* cases.c */
-typedef struct case_def
-{
-	const char *id;
-	const char *title;
-	void		(*run) (matrix_ctx *ctx, policy_t policy, policy_t checked_as,
-						case_result *cr);
-} case_def;
-
-extern const case_def matrix_cases[];
-extern const int n_matrix_cases;
-void		case_expectations(matrix_ctx *ctx, policy_t checked_as,
-							  const case_def *def, case_result *cr);
-bool		case_selected(const char *list, const char *id);
-void		case_finish(case_result *cr);
-
-/* cases.c, shared with signoff.c: notes, the record, stale_claims() */
-void		case_note(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
-void		case_fail(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
 const char *case_sql_error(PGresult *res, matrix_ctx *ctx);
 bool		job_type_register(matrix_ctx *ctx, const char *job_type, policy_t policy,
 							  char *err, size_t esz);
@@ -226,7 +123,12 @@ bool		stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
 					   const char *key, const char *policy_name,
 					   void (*idle) (void *arg, int ms), void *idle_arg);
 
-/* worker.c */
+/* reference.c */
+int			reference_count_cases(const matrix_ctx *ctx);
+int			reference_run(matrix_ctx *ctx, const bool *want, int check_as,
+						  const char *html, const char *json);
+
+/* reference_worker.c */
 typedef enum worker_mode
 {
 	W_NORMAL,					/* claim, (look up), send, complete */
@@ -294,15 +196,17 @@ void		worker_dispose(worker *w);
 void		workers_kill_all(void);
 const char *worker_verdict_text(const worker *w, char *buf, size_t sz);
 
-/* provider.c */
+/* reference_provider.c */
 int			provider_send(const char *mailbox, bool with_ref, const char *key,
 						  const char *worker, int attempt,
 						  char *message_id, size_t idsz);
 int			provider_lookup(const char *mailbox, const char *key);
 int			provider_count(const char *mailbox, const char *key);
 
-/* signoff.c */
+/* jobfile.c */
 int			signoff_load_job(const char *path, signoff_job *job);
+
+/* signoff.c */
 int			signoff_count_cases(const char *cases, const signoff_job *job);
 int			signoff_run(matrix_ctx *ctx, const bool *want, const char *html,
 						const char *json);
@@ -310,6 +214,10 @@ void		signoff_kill_all(matrix_ctx *ctx);
 void		signoff_remove_dir(matrix_ctx *ctx, bool keep_logs);
 
 /* report.c */
+void		progress(matrix_ctx *ctx, const char *fmt,...) MX_PRINTF(2, 3);
+void		progress_clear(matrix_ctx *ctx);
+int			report_all(matrix_ctx *ctx, policy_result *prs, int npr,
+					   const char *html, const char *json);
 void		report_policy(matrix_ctx *ctx, const policy_result *pr);
 void		report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 						   int *passed, int *failed);

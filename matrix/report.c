@@ -903,3 +903,85 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	sb_free(&j);
 	return rc;
 }
+
+/* write all of buf to fd, in as few write() calls as the kernel allows */
+static void
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0)
+	{
+		ssize_t		n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		buf += n;
+		len -= (size_t) n;
+	}
+}
+
+/*
+ * A progress line on stderr. The whole line is one write(): a log that
+ * merges stdout and stderr (e.g. through tee) may put another line between
+ * two progress lines, but never inside one.
+ */
+void
+progress(matrix_ctx *ctx, const char *fmt,...)
+{
+	char		line[1024];
+	size_t		len;
+	size_t		avail;
+	va_list		ap;
+	int			n;
+
+	if (!ctx->progress)
+		return;
+	len = (size_t) snprintf(line, sizeof(line), "%s... ", ctx->progress_tty ? "\r\033[K" : "");
+	avail = sizeof(line) - len - 1;	/* one byte kept for the newline */
+	va_start(ap, fmt);
+	n = vsnprintf(line + len, avail, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t) n >= avail)
+		n = (int) avail - 1;	/* truncated */
+	len += (size_t) n;
+	if (!ctx->progress_tty)
+		line[len++] = '\n';
+	write_all(STDERR_FILENO, line, len);
+}
+
+void
+progress_clear(matrix_ctx *ctx)
+{
+	if (ctx->progress && ctx->progress_tty)
+		fputs("\r\033[K", stderr);
+}
+
+/*
+ * The summary, the --html and --json reports, and the results freed: exit
+ * status 0 (every case held), 1 (some failed) or 2 (a report not written)
+ */
+int
+report_all(matrix_ctx *ctx, policy_result *prs, int npr, const char *html,
+		   const char *json)
+{
+	int			passed = 0,
+				failed = 0;
+	int			rc;
+	int			p,
+				k;
+
+	report_summary(ctx, prs, npr, &passed, &failed);
+	rc = failed == 0 && passed > 0 ? 0 : 1;
+	if (html && report_html(ctx, html, prs, npr) != 0)
+		rc = 2;
+	if (json && report_json(ctx, json, prs, npr) != 0)
+		rc = 2;
+	for (p = 0; p < npr; p++)
+		for (k = 0; k < prs[p].ncases; k++)
+			sb_free(&prs[p].cases[k].notes);
+	free(prs);
+	return rc;
+}

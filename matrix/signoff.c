@@ -60,256 +60,12 @@
 #define POLL_MS 10
 #define TAIL_LINES 8
 
-const char *const job_field_names[N_JOB_FIELDS] = {
-	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir"
-};
-
-static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false
-};
-
-static const char *const job_field_what[N_JOB_FIELDS] = {
-	"the queue system, for the report",
-	"the job type your code passes to the helper",
-	"the command that starts one worker process of your app",
-	"the command that enqueues one message for {key}",
-	"the command that enqueues a message for {key} with other arguments",
-	"the command that prints the number of effects of {key}",
-	"an SQL query with $1 for the key that answers the number of effects",
-	"the policies to run",
-	"the run's lease in seconds",
-	"the longest wait for one step, in seconds",
-	"the directory the commands run in",
-};
-
-/* ---------------------------------------------------------------------
- * The job file
- * --------------------------------------------------------------------- */
-
-static char *
-trim(char *s)
-{
-	char	   *e;
-
-	while (*s && isspace((unsigned char) *s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char) e[-1]))
-		*--e = '\0';
-	return s;
-}
-
-static void job_error(const signoff_job *job, int line, const char *fmt,...) MX_PRINTF(3, 4);
-
-/* the one sentence of a job file that cannot run */
-static void
-job_error(const signoff_job *job, int line, const char *fmt,...)
-{
-	va_list		ap;
-
-	if (line > 0)
-		fprintf(stderr, "idempotency-matrix: %s line %d: ", job->path, line);
-	else
-		fprintf(stderr, "idempotency-matrix: %s: ", job->path);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-/*
- * Read and check the job file; 0, or 2 after one sentence on stderr naming
- * what is wrong (nothing has started yet).
- */
-int
-signoff_load_job(const char *path, signoff_job *job)
-{
-	FILE	   *f;
-	char	   *line = NULL;
-	size_t		cap = 0;
-	int			lineno = 0;
-	int			i;
-	char		base[1024];
-	char	   *slash;
-	static const job_field keyed[] = {JF_ENQUEUE, JF_ENQUEUE_OTHER, JF_EFFECTS};
-
-	memset(job, 0, sizeof(*job));
-	copy_str(job->path, sizeof(job->path), path);
-	f = fopen(path, "r");
-	if (f == NULL)
-	{
-		fprintf(stderr, "idempotency-matrix: cannot read the job file %s: %s\n", path, strerror(errno));
-		return 2;
-	}
-	while (getline(&line, &cap, f) >= 0)
-	{
-		char	   *p;
-		char	   *eq;
-		char	   *name;
-		char	   *value;
-
-		lineno++;
-		p = trim(line);
-		if (*p == '\0' || *p == '#')
-			continue;
-		eq = strchr(p, '=');
-		if (eq == NULL)
-		{
-			job_error(job, lineno, "\"%s\" has no \"=\" (each line is name = value)", p);
-			goto bad;
-		}
-		*eq = '\0';
-		name = trim(p);
-		value = trim(eq + 1);
-		for (i = 0; i < N_JOB_FIELDS; i++)
-			if (strcmp(name, job_field_names[i]) == 0)
-				break;
-		if (i == N_JOB_FIELDS)
-		{
-			job_error(job, lineno, "unknown name \"%s\" (the names are queue, job_type, worker, enqueue, "
-					  "enqueue_other, effects, effects_sql, policies, lease, timeout and dir)", name);
-			goto bad;
-		}
-		if (job->line[i])
-		{
-			job_error(job, lineno, "\"%s\" is given twice (also on line %d)", name, job->line[i]);
-			goto bad;
-		}
-		if (*value == '\0')
-		{
-			job_error(job, lineno, "\"%s\" has no value (%s)", name, job_field_what[i]);
-			goto bad;
-		}
-		job->value[i] = strdup(value);
-		job->line[i] = lineno;
-	}
-	free(line);
-	line = NULL;
-	fclose(f);
-	f = NULL;
-
-	for (i = 0; i < N_JOB_FIELDS; i++)
-		if (job_field_required[i] && job->value[i] == NULL)
-		{
-			job_error(job, 0, "no \"%s\" line (%s)", job_field_names[i], job_field_what[i]);
-			return 2;
-		}
-	if (strpbrk(job->value[JF_JOB_TYPE], ",= \t") != NULL)
-	{
-		job_error(job, job->line[JF_JOB_TYPE], "the job type \"%s\" cannot be mapped to the run's "
-				  "(IDEMPOTENCY_SIGNOFF_JOB_TYPES): it contains a comma, \"=\" or a space",
-				  job->value[JF_JOB_TYPE]);
-		return 2;
-	}
-	for (i = 0; i < (int) (sizeof(keyed) / sizeof(keyed[0])); i++)
-		if (job->value[keyed[i]] && strstr(job->value[keyed[i]], "{key}") == NULL)
-		{
-			job_error(job, job->line[keyed[i]], "\"%s\" has no {key} (%s)",
-					  job_field_names[keyed[i]], job_field_what[keyed[i]]);
-			return 2;
-		}
-	if (job->value[JF_EFFECTS] && job->value[JF_EFFECTS_SQL])
-	{
-		job_error(job, job->line[JF_EFFECTS_SQL], "give effects or effects_sql, not both (effects is on line %d)",
-				  job->line[JF_EFFECTS]);
-		return 2;
-	}
-	if (job->value[JF_EFFECTS_SQL] && strstr(job->value[JF_EFFECTS_SQL], "$1") == NULL)
-	{
-		job_error(job, job->line[JF_EFFECTS_SQL], "effects_sql has no $1 (the operation key)");
-		return 2;
-	}
-	job->effects_source = job->value[JF_EFFECTS] ? "command" :
-		job->value[JF_EFFECTS_SQL] ? "sql" : "handled reports";
-	if (job->value[JF_POLICIES])
-	{
-		if (!parse_policies(job->value[JF_POLICIES], job->want))
-		{
-			job_error(job, job->line[JF_POLICIES], "policies \"%s\" is not a list of hold, retry, skip, lookup, all",
-					  job->value[JF_POLICIES]);
-			return 2;
-		}
-	}
-	else
-	{
-		job->want[POLICY_HOLD] = job->want[POLICY_RETRY] = job->want[POLICY_SKIP] = true;
-		job->want[POLICY_LOOKUP] = false;
-	}
-	job->lease_s = 3.0;
-	if (job->value[JF_LEASE] && !parse_lease(job->value[JF_LEASE], &job->lease_s))
-	{
-		job_error(job, job->line[JF_LEASE], "lease \"%s\" is not a number of seconds between 0.1 and 600",
-				  job->value[JF_LEASE]);
-		return 2;
-	}
-	job->timeout_s = 30.0;
-	if (job->value[JF_TIMEOUT])
-	{
-		char	   *end;
-
-		errno = 0;
-		job->timeout_s = strtod(job->value[JF_TIMEOUT], &end);
-		if (end == job->value[JF_TIMEOUT] || *trim(end) != '\0' || errno != 0 ||
-			!(job->timeout_s >= 1.0 && job->timeout_s <= 3600.0))
-		{
-			job_error(job, job->line[JF_TIMEOUT], "timeout \"%s\" is not a number of seconds between 1 and 3600",
-					  job->value[JF_TIMEOUT]);
-			return 2;
-		}
-	}
-
-	/* the directory the commands run in: dir, or the job file's */
-	copy_str(base, sizeof(base), path);
-	slash = strrchr(base, '/');
-	if (slash == NULL)
-		copy_str(base, sizeof(base), ".");
-	else if (slash == base)
-		base[1] = '\0';
-	else
-		*slash = '\0';
-	{
-		char		want_dir[2100];
-		char		real[PATH_MAX];
-		struct stat st;
-
-		if (job->value[JF_DIR] && job->value[JF_DIR][0] == '/')
-			copy_str(want_dir, sizeof(want_dir), job->value[JF_DIR]);
-		else if (job->value[JF_DIR])
-			snprintf(want_dir, sizeof(want_dir), "%s/%s", base, job->value[JF_DIR]);
-		else
-			copy_str(want_dir, sizeof(want_dir), base);
-		if (realpath(want_dir, real) == NULL || stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
-		{
-			job_error(job, job->line[JF_DIR], "the directory %s (%s) is not there: %s",
-					  want_dir, job->value[JF_DIR] ? "dir" : "the job file's",
-					  errno ? strerror(errno) : "not a directory");
-			return 2;
-		}
-		copy_str(job->dir, sizeof(job->dir), real);
-	}
-	return 0;
-
-bad:
-	free(line);
-	if (f)
-		fclose(f);
-	return 2;
-}
-
 /* ---------------------------------------------------------------------
  * The cases of a sign-off run
  * --------------------------------------------------------------------- */
 
 typedef struct signoff_state signoff_state;
 typedef void (*signoff_case_fn) (signoff_state *s);
-
-typedef struct signoff_case
-{
-	case_def	def;			/* id and title, for case_expectations() */
-	signoff_case_fn run;
-	int			nkeys;
-} signoff_case;
 
 static void sc_1(signoff_state *s);
 static void sc_2(signoff_state *s);
@@ -325,29 +81,47 @@ static void sc_11(signoff_state *s);
 static void sc_12(signoff_state *s);
 static void sc_13(signoff_state *s);
 
-static const signoff_case signoff_cases[] = {
-	{{"1", "first delivery", NULL}, sc_1, 1},
-	{{"2", "same message again after success", NULL}, sc_2, 1},
-	{{"3", "same message to two workers at once", NULL}, sc_3, 1},
-	{{"4", "another key at the same time", NULL}, sc_4, 2},
-	{{"5", "worker killed after the claim, before the effect", NULL}, sc_5, 1},
-	{{"6", "worker killed after the handler, before completion", NULL}, sc_6, 1},
-	{{"7a", "case 5's message again inside the lease", NULL}, sc_7a, 1},
-	{{"7b", "case 6's message again inside the lease", NULL}, sc_7b, 1},
-	{{"9", "slow worker completes after a redelivery", NULL}, sc_9, 1},
-	{{"10", "known failure at the claim: released", NULL}, sc_10, 1},
-	{{"11", "same key with other arguments", NULL}, sc_11, 1},
-	{{"12", "long job heartbeats past its lease", NULL}, sc_12, 1},
-	{{"13", "stale claim that no redelivery touches", NULL}, sc_13, 1},
+/* the steps of each case the sign-off run has; the case itself is in case_table.c */
+static const struct
+{
+	const char *id;
+	signoff_case_fn run;
+}			signoff_steps[] = {
+	{"1", sc_1},
+	{"2", sc_2},
+	{"3", sc_3},
+	{"4", sc_4},
+	{"5", sc_5},
+	{"6", sc_6},
+	{"7a", sc_7a},
+	{"7b", sc_7b},
+	{"9", sc_9},
+	{"10", sc_10},
+	{"11", sc_11},
+	{"12", sc_12},
+	{"13", sc_13},
 };
-#define N_SIGNOFF_CASES ((int) (sizeof(signoff_cases) / sizeof(signoff_cases[0])))
+
+static signoff_case_fn
+steps_of(const char *id)
+{
+	size_t		i;
+
+	for (i = 0; i < sizeof(signoff_steps) / sizeof(signoff_steps[0]); i++)
+		if (strcmp(signoff_steps[i].id, id) == 0)
+			return signoff_steps[i].run;
+	return NULL;
+}
+
 
 static bool
-signoff_case_wanted(const char *cases, const signoff_job *job, const char *id)
+signoff_case_wanted(const char *cases, const signoff_job *job, const case_spec *c)
 {
-	if (strcmp(id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
+	if (!(c->runs_in & RUN_SIGNOFF))
 		return false;
-	return case_selected(cases, id);
+	if (strcmp(c->id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
+		return false;
+	return case_selected(cases, c->id);
 }
 
 int
@@ -356,8 +130,8 @@ signoff_count_cases(const char *cases, const signoff_job *job)
 	int			k,
 				n = 0;
 
-	for (k = 0; k < N_SIGNOFF_CASES; k++)
-		if (signoff_case_wanted(cases, job, signoff_cases[k].def.id))
+	for (k = 0; k < n_case_table; k++)
+		if (signoff_case_wanted(cases, job, &case_table[k]))
 			n++;
 	return n;
 }
@@ -2563,6 +2337,7 @@ print_banner(signoff_state *s)
 int
 signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *json)
 {
+	static const case_words words = {"effect", "key"};
 	static signoff_state st;
 	signoff_state *s = &st;
 	struct sockaddr_un addr;
@@ -2635,17 +2410,17 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 		snprintf(s->job_type, sizeof(s->job_type), "%s_%s", ctx->prefix, policy_names[p]);
 		snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
 		registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
-		for (k = 0; k < N_SIGNOFF_CASES && !matrix_interrupted; k++)
+		for (k = 0; k < n_case_table && !matrix_interrupted; k++)
 		{
-			const signoff_case *sc = &signoff_cases[k];
+			const case_spec *c = &case_table[k];
 			case_result *cr;
 			double		tc;
 			int			ki;
 
-			if (!signoff_case_wanted(ctx->cases, s->job, sc->def.id))
+			if (!signoff_case_wanted(ctx->cases, s->job, c))
 				continue;
 			cr = &pr->cases[pr->ncases++];
-			case_expectations(ctx, pr->checked_as, &sc->def, cr);
+			case_expectations(c, pr->checked_as, &words, 0, ctx->utf8, cr);
 			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
 					 policy_names[p], cr->id, cr->title);
 			tc = now_seconds();
@@ -2665,7 +2440,7 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 			/* the case's own keys, workers and deliveries */
 			s->cr = cr;
 			s->case_id = cr->id;
-			s->nkeys = sc->nkeys;
+			s->nkeys = c->nkeys;
 			s->nworkers = 0;
 			s->record_early[0] = '\0';
 			memset(s->arms, 0, sizeof(s->arms));
@@ -2677,7 +2452,7 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 			}
 			case_first_delivery = s->nd;
 			cr->ran = true;
-			sc->run(s);
+			steps_of(c->id) (s);
 			/* nothing of the case outlives it */
 			stop_workers(s);
 			for (ki = 0; ki < s->nworkers; ki++)

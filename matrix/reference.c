@@ -45,243 +45,8 @@ typedef struct case_env
 } case_env;
 
 /* ---------------------------------------------------------------------
- * Expectations
- * --------------------------------------------------------------------- */
-
-static void
-expect(case_result *cr, int emails, const char *record, const char *verdicts,
-	   const char *text)
-{
-	cr->exp_emails = emails;
-	copy_str(cr->exp_record, sizeof(cr->exp_record), record);
-	copy_str(cr->exp_verdicts, sizeof(cr->exp_verdicts), verdicts);
-	copy_str(cr->expected_text, sizeof(cr->expected_text), text);
-}
-
-void
-case_expectations(matrix_ctx *ctx, policy_t as, const case_def *def,
-				  case_result *cr)
-{
-	const char *id = def->id;
-	const char *x = ctx->utf8 ? "\xC3\x97" : "x";	/* × */
-
-	memset(cr, 0, sizeof(*cr));
-	sb_init(&cr->notes);
-	cr->id = def->id;
-	cr->obs_emails = -1;
-	cr->checks_ok = true;
-	copy_str(cr->title, sizeof(cr->title), def->title);
-
-	if (strcmp(id, "1") == 0)
-		expect(cr, 1, "completed #1", "run", "sent once");
-	else if (strcmp(id, "2") == 0)
-		expect(cr, 1, "completed #1", "run, completed", "skipped");
-	else if (strcmp(id, "3") == 0)
-		expect(cr, 1, "completed #1", "run, in_progress", "one claims, one skips");
-	else if (strcmp(id, "3s") == 0)
-	{
-		char		v[64];
-		char		t[64];
-
-		snprintf(cr->title, sizeof(cr->title),
-				 "same message to %d workers at once (stress)", ctx->stress);
-		snprintf(v, sizeof(v), "run, %d%s in_progress", ctx->stress - 1, x);
-		snprintf(t, sizeof(t), "one claims, %d skip", ctx->stress - 1);
-		expect(cr, 1, "completed #1", v, t);
-	}
-	else if (strcmp(id, "4") == 0)
-		expect(cr, 2, "completed #1, completed #1", "run, run", "both processed");
-	else if (strcmp(id, "5") == 0)
-	{
-		switch (as)
-		{
-			case POLICY_HOLD:
-				expect(cr, 0, "claimed #1 (stale)", "run (killed), held",
-					   "held for a person after the lease");
-				break;
-			case POLICY_RETRY:
-				expect(cr, 1, "completed #2", "run (killed), run",
-					   "sent after the lease by a takeover");
-				break;
-			case POLICY_SKIP:
-				expect(cr, 0, "skipped #1", "run (killed), skipped",
-					   "skipped for good: never emailed");
-				break;
-			default:
-				expect(cr, 1, "completed #2", "run (killed), verify (not found)",
-					   "looked up: not found, so sent");
-				break;
-		}
-	}
-	else if (strcmp(id, "6") == 0)
-	{
-		switch (as)
-		{
-			case POLICY_HOLD:
-				expect(cr, 1, "claimed #1 (stale)", "run (killed), held",
-					   "held for a person after the lease");
-				break;
-			case POLICY_RETRY:
-				expect(cr, 2, "completed #2", "run (killed), run",
-					   "sent again after the lease: a duplicate");
-				break;
-			case POLICY_SKIP:
-				expect(cr, 1, "skipped #1", "run (killed), skipped",
-					   "skipped for good");
-				break;
-			default:
-				expect(cr, 1, "completed #2", "run (killed), verify (found)",
-					   "looked up: found, not sent again");
-				break;
-		}
-	}
-	else if (strcmp(id, "7a") == 0)
-		expect(cr, 0, "claimed #1 (young)", "run (killed), in_progress",
-			   "skipped; no second worker takes over");
-	else if (strcmp(id, "7b") == 0)
-		expect(cr, 1, "claimed #1 (young)", "run (killed), in_progress",
-			   "skipped; no second worker takes over");
-	else if (strcmp(id, "8") == 0)
-		expect(cr, 1, "none, then completed #1",
-			   "run (killed in transaction), run",
-			   "nothing recorded; the redelivery runs once");
-	else if (strcmp(id, "9") == 0)
-	{
-		switch (as)
-		{
-			case POLICY_HOLD:
-				expect(cr, 1, "completed #1", "run (slow), held, late completion ok",
-					   "no takeover: the late completion counts");
-				break;
-			case POLICY_RETRY:
-				expect(cr, 2, "completed #2", "run (slow), run, late completion ID003",
-					   "taken over: the late completion is refused");
-				break;
-			case POLICY_SKIP:
-				expect(cr, 1, "completed #1", "run (slow), skipped, late completion ok",
-					   "no takeover: the late completion counts");
-				break;
-			default:
-				expect(cr, 1, "completed #2",
-					   "run (slow), verify (found), late completion ID003",
-					   "taken over: the late completion is refused");
-				break;
-		}
-	}
-	else if (strcmp(id, "10") == 0)
-		expect(cr, 1, "completed #2", "run, released, run", "the next delivery runs");
-	else if (strcmp(id, "11") == 0)
-		expect(cr, 1, "completed #1", "run, ID002, completed",
-			   "refused: fingerprint mismatch");
-	else if (strcmp(id, "12") == 0)
-		expect(cr, 1, "completed #1", "run (heartbeats), in_progress",
-			   "never taken over");
-	else if (strcmp(id, "13") == 0)
-		expect(cr, 0, "claimed #1 (stale)", "run (killed), listed by stale_claims()",
-			   "found by stale_claims()");
-}
-
-/* the three cells and the notes' checks make the mark */
-void
-case_finish(case_result *cr)
-{
-	cr->emails_ok = cr->obs_emails == cr->exp_emails;
-	cr->record_ok = strcmp(cr->obs_record, cr->exp_record) == 0;
-	cr->verdicts_ok = strcmp(cr->obs_verdicts, cr->exp_verdicts) == 0;
-	cr->pass = cr->ran && cr->emails_ok && cr->record_ok && cr->verdicts_ok &&
-		cr->checks_ok;
-}
-
-/*
- * Is case `id` in the --cases list ("1-7,12,3s")? A number also selects its
- * variants (3: 3 and 3s; 7: 7a and 7b).
- */
-bool
-case_selected(const char *list, const char *id)
-{
-	const char *p = list;
-	int			n = atoi(id);
-
-	if (list == NULL || *list == '\0')
-		return true;
-	while (*p)
-	{
-		char		tok[32];
-		size_t		len = strcspn(p, ",");
-		char	   *dash;
-
-		if (len >= sizeof(tok))
-			len = sizeof(tok) - 1;
-		memcpy(tok, p, len);
-		tok[len] = '\0';
-		p += len;
-		if (*p == ',')
-			p++;
-		dash = strchr(tok, '-');
-		if (dash)
-		{
-			int			lo = atoi(tok);
-			int			hi = atoi(dash + 1);
-
-			if (n >= lo && n <= hi)
-				return true;
-		}
-		else if (strcmp(tok, id) == 0 ||
-				 (strspn(tok, "0123456789") == strlen(tok) && atoi(tok) == n))
-			return true;
-	}
-	return false;
-}
-
-/* ---------------------------------------------------------------------
  * Helpers
  * --------------------------------------------------------------------- */
-
-static void
-case_vnote(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
-
-static void
-case_vnote(case_result *cr, const char *fmt, va_list ap)
-{
-	if (cr->notes.len)
-		sb_puts(&cr->notes, "\n");
-	sb_vprintf(&cr->notes, fmt, ap);
-}
-
-/* a sentence for the report, about what was checked */
-void
-case_note(case_result *cr, const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	case_vnote(cr, fmt, ap);
-	va_end(ap);
-}
-
-static void
-case_vfail(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
-
-static void
-case_vfail(case_result *cr, const char *fmt, va_list ap)
-{
-	if (cr->notes.len)
-		sb_puts(&cr->notes, "\n");
-	sb_puts(&cr->notes, "FAILED: ");
-	sb_vprintf(&cr->notes, fmt, ap);
-	cr->checks_ok = false;
-}
-
-/* a check that did not hold: the case fails, the note says why */
-void
-case_fail(case_result *cr, const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	case_vfail(cr, fmt, ap);
-	va_end(ap);
-}
 
 static void note(case_env *e, const char *fmt,...) MX_PRINTF(2, 3);
 
@@ -311,54 +76,6 @@ static void
 worker_failed(case_env *e, const worker *w)
 {
 	fail(e, "%s: %s", w->name, w->problem[0] ? w->problem : "failed");
-}
-
-/* "SQLSTATE: primary message" of a failed query, on one line */
-const char *
-case_sql_error(PGresult *res, matrix_ctx *ctx)
-{
-	static char buf[512];
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-	char	   *p;
-
-	if (msg == NULL)
-		msg = PQerrorMessage(ctx->conn);
-	snprintf(buf, sizeof(buf), "%s%s%s", state ? state : "", state ? ": " : "", msg);
-	for (p = buf; *p; p++)
-		if (*p == '\n' || *p == '\t')
-			*p = ' ';
-	while (p > buf && p[-1] == ' ')
-		*--p = '\0';
-	return buf;
-}
-
-/* register the case's own job type; false (noted) if that fails */
-/*
- * A job type of the run's: the run's lease and the policy, no max_attempts,
- * no retention; false with the error in err
- */
-bool
-job_type_register(matrix_ctx *ctx, const char *job_type, policy_t policy,
-				  char *err, size_t esz)
-{
-	const char *params[3];
-	PGresult   *res;
-	bool		ok;
-
-	params[0] = job_type;
-	params[1] = ctx->lease_sql;
-	params[2] = policy_names[policy];
-	res = db_exec(ctx,
-				  "INSERT INTO idempotency.job_types "
-				  "(job_type, lease, stale_policy, max_attempts, retention) "
-				  "VALUES ($1, $2::interval, $3::idempotency.stale_policy, NULL, NULL)",
-				  3, params);
-	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
-	if (!ok)
-		snprintf(err, esz, "cannot register job type %s: %s", job_type, case_sql_error(res, ctx));
-	PQclear(res);
-	return ok;
 }
 
 static bool
@@ -457,84 +174,6 @@ kill_at_pause(case_env *e, worker *w, const char *where)
 	return true;
 }
 
-/*
- * "completed #1", "claimed #1 (stale)", "none", or "?" (a failure noted in
- * cr) for the record of (job_type, key); result gets its stored result.
- */
-/* the record of (job_type, key): status, attempt, result (zero or one row) */
-PGresult *
-record_query(matrix_ctx *ctx, const char *job_type, const char *key)
-{
-	const char *params[2];
-
-	params[0] = job_type;
-	params[1] = key;
-	return db_exec(ctx,
-				   "SELECT o.status::text, o.attempt, o.result::text "
-				   "FROM idempotency.operations o "
-				   "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
-				   "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
-				   2, params);
-}
-
-/*
- * stale_claims()'s row of (job_type, key): attempt, claimed_by, policy,
- * stale_for, and whether its lease has run out (zero or one row)
- */
-PGresult *
-stale_claim_query(matrix_ctx *ctx, const char *job_type, const char *key)
-{
-	const char *params[2];
-
-	params[0] = job_type;
-	params[1] = key;
-	return db_exec(ctx,
-				   "SELECT attempt, claimed_by, stale_policy::text, stale_for::text, "
-				   "       lease_expired_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
-				   "FROM idempotency.stale_claims($1) "
-				   "WHERE operation_key OPERATOR(pg_catalog.=) $2",
-				   2, params);
-}
-
-void
-record_text_of(matrix_ctx *ctx, case_result *cr, const char *job_type,
-			   const char *key, char *buf, size_t sz, char *result, size_t rsz)
-{
-	/*
-	 * The record, then (for a claim) stale_claims() in a statement of its
-	 * own: on Citus a query of one key runs on the shard's node, where a
-	 * function that reads the distributed table cannot run inside it.
-	 */
-	PGresult   *res = record_query(ctx, job_type, key);
-
-	if (result)
-		copy_str(result, rsz, "");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		case_fail(cr, "cannot read the record of %s: %s", key, case_sql_error(res, ctx));
-		copy_str(buf, sz, "?");
-	}
-	else if (PQntuples(res) == 0)
-		copy_str(buf, sz, "none");
-	else
-	{
-		const char *status = PQgetvalue(res, 0, 0);
-
-		if (strcmp(status, "claimed") == 0)
-		{
-			int			stale = stale_listed(ctx, cr, job_type, key);
-
-			snprintf(buf, sz, "claimed #%s (%s)", PQgetvalue(res, 0, 1),
-					 stale < 0 ? "?" : stale ? "stale" : "young");
-		}
-		else
-			snprintf(buf, sz, "%s #%s", status, PQgetvalue(res, 0, 1));
-		if (result)
-			copy_str(result, rsz, PQgetvalue(res, 0, 2));
-	}
-	PQclear(res);
-}
-
 static void
 record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
 			size_t rsz)
@@ -542,81 +181,10 @@ record_text(case_env *e, const char *key, char *buf, size_t sz, char *result,
 	record_text_of(e->ctx, e->cr, e->job_type, key, buf, sz, result, rsz);
 }
 
-/* is the key listed by stale_claims()? 1 yes, 0 no, -1 error (noted in cr) */
-int
-stale_listed(matrix_ctx *ctx, case_result *cr, const char *job_type,
-			 const char *key)
-{
-	const char *params[2];
-	PGresult   *res;
-	int			r;
-
-	params[0] = job_type;
-	params[1] = key;
-	res = db_exec(ctx,
-				  "SELECT 1 FROM idempotency.stale_claims($1) s "
-				  "WHERE s.operation_key OPERATOR(pg_catalog.=) $2",
-				  2, params);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		case_fail(cr, "stale_claims() failed: %s", case_sql_error(res, ctx));
-		r = -1;
-	}
-	else
-		r = PQntuples(res) > 0 ? 1 : 0;
-	PQclear(res);
-	return r;
-}
-
 static int
 listed_stale(case_env *e, const char *key)
 {
 	return stale_listed(e->ctx, e->cr, e->job_type, key);
-}
-
-/*
- * Wait until the claim's lease ran out, by asking the database: poll
- * stale_claims() until it lists the key. No guessed sleep. policy_name is
- * for the progress line. Between two polls idle(idle_arg, ms) runs (the
- * sign-off run serves its socket there); NULL: sleep.
- */
-bool
-stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
-		   const char *key, const char *policy_name,
-		   void (*idle) (void *arg, int ms), void *idle_arg)
-{
-	double		t0 = now_seconds();
-	double		limit = ctx->lease_s + ctx->timeout_s;
-
-	progress(ctx, "%s case %s: waiting for the lease (%s) to run out",
-			 policy_name, cr->id, ctx->lease_sql);
-	for (;;)
-	{
-		int			r = stale_listed(ctx, cr, job_type, key);
-
-		if (r < 0)
-			return false;
-		if (r == 1)
-		{
-			case_note(cr, "The lease ran out %.2f s later: stale_claims() lists the claim.",
-					  now_seconds() - t0);
-			return true;
-		}
-		if (matrix_interrupted)
-		{
-			case_fail(cr, "interrupted");
-			return false;
-		}
-		if (now_seconds() - t0 > limit)
-		{
-			case_fail(cr, "stale_claims() did not list %s within %.0f s", key, limit);
-			return false;
-		}
-		if (idle)
-			idle(idle_arg, POLL_MS);
-		else
-			sleep_ms(POLL_MS);
-	}
 }
 
 static bool
@@ -1381,21 +949,133 @@ case_13(matrix_ctx *ctx, policy_t policy, policy_t as, case_result *cr)
 	observe(&e, "ORD-1001");
 }
 
-const case_def matrix_cases[] = {
-	{"1", "first delivery", case_1},
-	{"2", "same message again after success", case_2},
-	{"3", "same message to two workers at once", case_3},
-	{"3s", "same message to many workers at once (stress)", case_3s},
-	{"4", "different order ORD-1002, similar data", case_4},
-	{"5", "worker dies after the claim, before the email", case_5},
-	{"6", "worker dies after the email, before completed", case_6},
-	{"7a", "redelivery of case 5 inside the lease", case_7a},
-	{"7b", "redelivery of case 6 inside the lease", case_7b},
-	{"8", "worker dies inside a transaction (claim + row)", case_8},
-	{"9", "slow worker completes after a redelivery", case_9},
-	{"10", "worker releases after a known failure", case_10},
-	{"11", "same key arrives with a different payload", case_11},
-	{"12", "long job heartbeats with extend_lease", case_12},
-	{"13", "stale claim that no redelivery touches", case_13},
+/* the steps of each case the reference run has; the case itself is in case_table.c */
+typedef void (*reference_case_fn) (matrix_ctx *ctx, policy_t policy, policy_t as,
+								   case_result *cr);
+
+static const struct
+{
+	const char *id;
+	reference_case_fn run;
+}			reference_steps[] = {
+	{"1", case_1},
+	{"2", case_2},
+	{"3", case_3},
+	{"3s", case_3s},
+	{"4", case_4},
+	{"5", case_5},
+	{"6", case_6},
+	{"7a", case_7a},
+	{"7b", case_7b},
+	{"8", case_8},
+	{"9", case_9},
+	{"10", case_10},
+	{"11", case_11},
+	{"12", case_12},
+	{"13", case_13},
 };
-const int	n_matrix_cases = (int) (sizeof(matrix_cases) / sizeof(matrix_cases[0]));
+
+static reference_case_fn
+steps_of(const char *id)
+{
+	size_t		i;
+
+	for (i = 0; i < sizeof(reference_steps) / sizeof(reference_steps[0]); i++)
+		if (strcmp(reference_steps[i].id, id) == 0)
+			return reference_steps[i].run;
+	return NULL;
+}
+
+/* does the reference run (--cases, --stress) have case c? */
+static bool
+reference_wants(const matrix_ctx *ctx, const case_spec *c)
+{
+	return (c->runs_in & RUN_REFERENCE) && case_selected(ctx->cases, c->id) &&
+		!(strcmp(c->id, "3s") == 0 && ctx->stress == 0);
+}
+
+int
+reference_count_cases(const matrix_ctx *ctx)
+{
+	int			k,
+				n = 0;
+
+	for (k = 0; k < n_case_table; k++)
+		if (reference_wants(ctx, &case_table[k]))
+			n++;
+	return n;
+}
+
+/*
+ * The reference run: every wanted policy, every selected case, the report.
+ * check_as >= 0: every policy checked against that one's expectations.
+ * The exit status (report_all()'s), or 130 when interrupted.
+ */
+int
+reference_run(matrix_ctx *ctx, const bool *want, int check_as, const char *html,
+			  const char *json)
+{
+	static const case_words words = {"email", "order ORD-1002"};
+	policy_result *prs;
+	int			npr = 0;
+	int			p,
+				k;
+	int			total = 0;
+	int			done = 0;
+	double		t0;
+
+	printf("%sReplay matrix%s: send_confirmation for ORD-1001, idempotency %s on PostgreSQL %s\n",
+		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
+		   ctx->ext_version, ctx->server_version);
+	printf("server %s; lease %s; stress %d workers; %s\n",
+		   ctx->server_desc, ctx->lease_sql, ctx->stress, ctx->started_at);
+	printf("job types %s_<policy>_<case>, mailboxes in %s: %s\n",
+		   ctx->prefix, ctx->maildir, ctx->keep ? "kept (--keep)" : "removed at the end");
+	fflush(stdout);
+
+	for (p = 0; p < N_POLICIES; p++)
+		if (want[p])
+			total += reference_count_cases(ctx);
+	prs = calloc(N_POLICIES, sizeof(policy_result));
+	t0 = now_seconds();
+	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
+	{
+		policy_result *pr;
+		double		tp = now_seconds();
+
+		if (!want[p])
+			continue;
+		pr = &prs[npr++];
+		pr->policy = (policy_t) p;
+		pr->checked_as = check_as >= 0 ? (policy_t) check_as : (policy_t) p;
+		for (k = 0; k < n_case_table && !matrix_interrupted; k++)
+		{
+			const case_spec *c = &case_table[k];
+			case_result *cr;
+			double		tc;
+
+			if (!reference_wants(ctx, c))
+				continue;
+			cr = &pr->cases[pr->ncases++];
+			case_expectations(c, pr->checked_as, &words, ctx->stress, ctx->utf8, cr);
+			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
+					 policy_names[p], cr->id, cr->title);
+			tc = now_seconds();
+			steps_of(c->id) (ctx, (policy_t) p, pr->checked_as, cr);
+			cr->seconds = now_seconds() - tc;
+			workers_kill_all();
+			case_finish(cr);
+		}
+		pr->seconds = now_seconds() - tp;
+		progress_clear(ctx);
+		report_policy(ctx, pr);
+	}
+	ctx->seconds = now_seconds() - t0;
+	progress_clear(ctx);
+	if (matrix_interrupted)
+	{
+		free(prs);
+		return 130;
+	}
+	return report_all(ctx, prs, npr, html, json);
+}
