@@ -17,6 +17,7 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <langinfo.h>
 #include <locale.h>
@@ -260,17 +261,21 @@ create_effects_table(matrix_ctx *ctx)
 	PQclear(res);
 }
 
+static int
+remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void) st;
+	(void) ftw;
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
 /* remove everything this run made: records, job types, table, mailboxes */
 static void
 cleanup(matrix_ctx *ctx, bool failed)
 {
-	workers_kill_all();
-	if (ctx->job)
-	{
-		/* every process group the sign-off run started, then its files */
-		signoff_kill_all(ctx);
-		signoff_remove_dir(ctx, ctx->keep || failed);
-	}
+	/* every process group the engine started, then its socket and logs */
+	signoff_kill_all(ctx);
+	signoff_remove_dir(ctx, ctx->keep || (failed && ctx->job));
 	if (ctx->keep && ctx->job)
 	{
 		fprintf(stderr, "idempotency-matrix: kept job types %s_* and their records (--keep)\n", ctx->prefix);
@@ -330,25 +335,7 @@ cleanup(matrix_ctx *ctx, bool failed)
 		fprintf(stderr, "idempotency-matrix: cleanup: no connection; job types %s_* are left behind\n",
 				ctx->prefix);
 	if (ctx->maildir[0])
-	{
-		DIR		   *d = opendir(ctx->maildir);
-		struct dirent *de;
-
-		if (d)
-		{
-			while ((de = readdir(d)) != NULL)
-			{
-				char		path[600];
-
-				if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-					continue;
-				snprintf(path, sizeof(path), "%s/%s", ctx->maildir, de->d_name);
-				unlink(path);
-			}
-			closedir(d);
-		}
-		rmdir(ctx->maildir);
-	}
+		nftw(ctx->maildir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /*
@@ -429,7 +416,7 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 	}
 	name_run(ctx, "signoff");
 
-	rc = signoff_run(ctx, want, html, json);
+	rc = signoff_run(ctx, job, want, -1, html, json);
 	if (matrix_interrupted)
 	{
 		progress_clear(ctx);
@@ -461,6 +448,9 @@ main(int argc, char **argv)
 		{"check-as", required_argument, NULL, 8},
 		{"job", required_argument, NULL, 9},
 		{"list-cases", required_argument, NULL, 10},
+		{"reference-job", required_argument, NULL, 11},
+		{"reference-dir", required_argument, NULL, 12},
+		{"reference-table", required_argument, NULL, 13},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}
@@ -477,6 +467,9 @@ main(int argc, char **argv)
 	int			rc;
 	const char *tmp;
 	const char *job_path = NULL;
+	const char *reference_what = NULL;	/* the reference job's commands */
+	const char *reference_dir = NULL;
+	const char *reference_table = NULL;
 	const char *policy_arg = NULL;
 	const char *not_for_job = NULL;	/* an option a sign-off run refuses */
 	static signoff_job job;
@@ -562,6 +555,15 @@ main(int argc, char **argv)
 				break;
 			case 10:
 				return case_table_list(optarg);
+			case 11:
+				reference_what = optarg;
+				break;
+			case 12:
+				reference_dir = optarg;
+				break;
+			case 13:
+				reference_table = optarg;
+				break;
 			case 8:
 				not_for_job = "--check-as does not apply to a sign-off run (--job)";
 				check_as = policy_by_name(optarg);
@@ -582,6 +584,9 @@ main(int argc, char **argv)
 				return 2;
 		}
 	}
+	if (reference_what)
+		return reference_job_main(reference_what, reference_dir, reference_table,
+								  optind < argc ? argv[optind] : NULL);
 	if (optind < argc)
 	{
 		fprintf(stderr, "idempotency-matrix: unexpected argument \"%s\"\n", argv[optind]);

@@ -10,12 +10,14 @@
  * Files, each depending only on those listed after it (test/matrix/run.sh
  * checks that no two call each other, with nm and tsort):
  *	main.c		options, connection, cleanup; starts one of the two runs
- *	reference.c	the reference run: the seed's job, worker processes of
- *				the runner's own, killed at exact points
- *	reference_worker.c	its worker processes (fork, one connection each)
+ *	reference.c	the reference run: the seed's job signed off through the
+ *				engine, with a job file built in
+ *	signoff.c	the engine: the cases on a job, through its queue and its
+ *				worker processes, killed at the protocol's points; a
+ *				user's job (--job) or the reference job
+ *	reference_job.c	the reference job: its worker (speaking the sign-off
+ *				protocol), its queue (a directory), its effects
  *	reference_provider.c	its fake mail provider: an append-only, fsync'd file
- *	signoff.c	the sign-off run (--job): the cases on the user's own job,
- *				through the user's queue and worker processes
  *	jobfile.c	the sign-off run's job file
  *	db.c		what both runs read in the database: records, stale_claims()
  *	report.c	progress lines, terminal tables, --html and --json
@@ -69,6 +71,15 @@ typedef struct signoff_job
 	double		lease_s;
 	double		timeout_s;
 	const char *effects_source; /* "command", "sql" or "handled reports" */
+
+	/*
+	 * The built-in reference job (reference.c), not a file: the seed's keys
+	 * (ORD-1001, ORD-1002) in a job type per case, the seed's words, and
+	 * its worker's capabilities: case 8 (its transactional mode) and 3s
+	 * (stress workers at once; 0: not run).
+	 */
+	bool		reference;
+	int			stress;
 } signoff_job;
 
 typedef struct matrix_ctx
@@ -123,78 +134,14 @@ bool		stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
 					   const char *key, const char *policy_name,
 					   void (*idle) (void *arg, int ms), void *idle_arg);
 
+/* reference_job.c */
+int			reference_job_main(const char *what, const char *dir, const char *table,
+							   const char *key);
+
 /* reference.c */
 int			reference_count_cases(const matrix_ctx *ctx);
 int			reference_run(matrix_ctx *ctx, const bool *want, int check_as,
 						  const char *html, const char *json);
-
-/* reference_worker.c */
-typedef enum worker_mode
-{
-	W_NORMAL,					/* claim, (look up), send, complete */
-	W_TX,						/* BEGIN; claim; effect row; complete; COMMIT */
-	W_RELEASE,					/* claim; the provider refuses; release */
-	W_HEARTBEAT					/* claim; extend_lease until told to go on */
-} worker_mode;
-
-#define PAUSE_CLAIMED	0x1		/* after the claim committed (TX: in the txn) */
-#define PAUSE_SENT		0x2		/* after the email left, before completion */
-
-typedef struct worker_spec
-{
-	const char *job_type;
-	const char *key;
-	const char *fingerprint;	/* NULL: none */
-	worker_mode mode;
-	unsigned	pauses;
-	const char *mailbox;
-	bool		lookup_provider;
-	double		heartbeat_s;
-	const char *effects_table;
-} worker_spec;
-
-typedef struct worker
-{
-	pid_t		pid;
-	int			ev_fd;			/* events from the worker */
-	int			cmd_fd;			/* commands to the worker */
-	char		name[48];
-	char		buf[4096];
-	size_t		buflen;
-	bool		eof;
-	bool		reaped;
-	bool		killed;
-	int			exit_status;
-
-	/* what its events said */
-	int			backend_pid;
-	bool		ready;
-	char		verdict[32];	/* "" until the claim answered */
-	int			attempt;
-	char		result[512];
-	char		claim_error[8]; /* SQLSTATE of a failed claim */
-	char		error_text[256];
-	int			lookup;			/* -1 none, 0 missing, 1 found */
-	int			sent;
-	char		message_id[96];
-	bool		effect;
-	bool		paused;
-	int			extended;
-	bool		released;
-	bool		completed;
-	char		complete_error[8];
-	char		problem[256];	/* why a wait failed */
-} worker;
-
-int			worker_spawn(matrix_ctx *ctx, worker *w, const worker_spec *spec,
-						 const char *name, int barrier_rd);
-bool		worker_wait(matrix_ctx *ctx, worker *w, const char *event);
-bool		worker_drain(worker *w);
-void		worker_go(worker *w);
-void		worker_kill(worker *w);
-void		worker_dispose(worker *w);
-void		workers_kill_all(void);
-const char *worker_verdict_text(const worker *w, char *buf, size_t sz);
 
 /* reference_provider.c */
 int			provider_send(const char *mailbox, bool with_ref, const char *key,
@@ -208,8 +155,10 @@ int			signoff_load_job(const char *path, signoff_job *job);
 
 /* signoff.c */
 int			signoff_count_cases(const char *cases, const signoff_job *job);
-int			signoff_run(matrix_ctx *ctx, const bool *want, const char *html,
-						const char *json);
+int			signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want,
+						int check_as, const char *html, const char *json);
+bool		signoff_case_wanted(const char *cases, const signoff_job *job,
+								const case_spec *c);
 void		signoff_kill_all(matrix_ctx *ctx);
 void		signoff_remove_dir(matrix_ctx *ctx, bool keep_logs);
 

@@ -55,7 +55,7 @@
 
 #define KEYSZ 160
 #define MAX_PROCS 256			/* process groups of a whole run */
-#define MAX_CASE_WORKERS 4
+#define MAX_CASE_WORKERS 65		/* case 3s: --stress up to 64, and one */
 #define MAX_EXCH 64				/* exchanges open at once */
 #define POLL_MS 10
 #define TAIL_LINES 8
@@ -70,11 +70,13 @@ typedef void (*signoff_case_fn) (signoff_state *s);
 static void sc_1(signoff_state *s);
 static void sc_2(signoff_state *s);
 static void sc_3(signoff_state *s);
+static void sc_3s(signoff_state *s);
 static void sc_4(signoff_state *s);
 static void sc_5(signoff_state *s);
 static void sc_6(signoff_state *s);
 static void sc_7a(signoff_state *s);
 static void sc_7b(signoff_state *s);
+static void sc_8(signoff_state *s);
 static void sc_9(signoff_state *s);
 static void sc_10(signoff_state *s);
 static void sc_11(signoff_state *s);
@@ -90,11 +92,13 @@ static const struct
 	{"1", sc_1},
 	{"2", sc_2},
 	{"3", sc_3},
+	{"3s", sc_3s},
 	{"4", sc_4},
 	{"5", sc_5},
 	{"6", sc_6},
 	{"7a", sc_7a},
 	{"7b", sc_7b},
+	{"8", sc_8},
 	{"9", sc_9},
 	{"10", sc_10},
 	{"11", sc_11},
@@ -114,9 +118,16 @@ steps_of(const char *id)
 }
 
 
-static bool
+bool
 signoff_case_wanted(const char *cases, const signoff_job *job, const case_spec *c)
 {
+	if (job->reference)
+	{
+		/* the reference job's worker can do every case */
+		if (strcmp(c->id, "3s") == 0 && job->stress == 0)
+			return false;
+		return case_selected(cases, c->id);
+	}
 	if (!(c->runs_in & RUN_SIGNOFF))
 		return false;
 	if (strcmp(c->id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
@@ -171,6 +182,8 @@ typedef struct delivery
 	int			eff_before;		/* verify: effects at claimed; -1 */
 	int			eff_after;		/* verify: effects at handled; -1 */
 	bool		stray;			/* not a key of the case it came in */
+	bool		has_result;		/* judged: the line gave the stored result */
+	char		result[512];
 } delivery;
 
 /* one exchange on the socket */
@@ -197,6 +210,9 @@ typedef struct exch
 	long		pid;
 	int			v;
 	bool		heartbeat;
+	bool		has_result;
+	char		result[512];	/* optional: the stored result, at judged */
+	long		backend_pid;	/* optional: the server process of its transaction */
 	int			delivery;		/* index into deliveries, or -1 */
 } exch;
 
@@ -364,6 +380,9 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 		unsetenv("IDEMPOTENCY_SIGNOFF");
 		unsetenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES");
 		unsetenv("IDEMPOTENCY_SIGNOFF_LEASE");
+		unsetenv("IDEMPOTENCY_SIGNOFF_CASE");
+		unsetenv("IDEMPOTENCY_SIGNOFF_DSN");
+		unsetenv("IDEMPOTENCY_SIGNOFF_RUN");
 		for (; env && *env; env++)
 			putenv(*env);
 		if (chdir(s->job->dir) != 0)
@@ -667,6 +686,9 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	x->attempt = 0;
 	x->pid = 0;
 	x->heartbeat = false;
+	x->has_result = false;
+	x->result[0] = '\0';
+	x->backend_pid = 0;
 	if (*p++ != '{')
 		goto bad;
 	p = skip_ws(p);
@@ -675,7 +697,7 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	for (;;)
 	{
 		char		name[32];
-		char		sval[256];
+		char		sval[512];
 		bool		is_str = false;
 		bool		is_null = false;
 		double		num = 0;
@@ -737,6 +759,13 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 			x->pid = (long) num;
 		else if (strcmp(name, "heartbeat") == 0 && !is_str && !is_null)
 			x->heartbeat = num != 0;
+		else if (strcmp(name, "backend_pid") == 0 && !is_str && !is_null)
+			x->backend_pid = (long) num;
+		else if (strcmp(name, "result") == 0 && is_str)
+		{
+			x->has_result = true;
+			copy_str(x->result, sizeof(x->result), sval);
+		}
 		p = skip_ws(p);
 		if (*p == ',')
 		{
@@ -839,6 +868,8 @@ new_delivery(signoff_state *s, const exch *x)
 	d->attempt = x->attempt;
 	d->pid = x->pid;
 	d->heartbeat = x->heartbeat;
+	d->has_result = x->has_result;
+	copy_str(d->result, sizeof(d->result), x->result);
 	d->eff_before = d->eff_after = -1;
 	return d;
 }
@@ -1032,6 +1063,42 @@ pump(signoff_state *s, int ms)
 }
 
 /* ---------------------------------------------------------------------
+ * The environment of the run's processes
+ * --------------------------------------------------------------------- */
+
+#define N_ENV 6
+
+typedef struct run_env
+{
+	char		var[N_ENV][1200];
+	char	   *env[N_ENV + 1];
+} run_env;
+
+/*
+ * What every worker and command gets: the run's id, the job-type map, the
+ * lease, the case, the run's database (--dsn; else the worker uses its own
+ * configuration or libpq's environment); a worker also the socket.
+ */
+static void
+make_env(signoff_state *s, bool worker, run_env *e)
+{
+	int			n = 0;
+	int			i;
+
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_RUN=%s", s->ctx->run_id);
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_JOB_TYPES=%s", s->map);
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_LEASE=%g", s->job->lease_s);
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_CASE=%s", s->case_id ? s->case_id : "");
+	if (s->ctx->dsn)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_DSN=%s", s->ctx->dsn);
+	if (worker)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
+	for (i = 0; i < n; i++)
+		e->env[i] = e->var[i];
+	e->env[n] = NULL;
+}
+
+/* ---------------------------------------------------------------------
  * Commands: enqueue, enqueue_other, effects
  * --------------------------------------------------------------------- */
 
@@ -1069,8 +1136,7 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 {
 	sbuf		cmd;
 	char		why[256];
-	char		runvar[80];
-	char	   *env[2];
+	static run_env env;
 	pid_t		pid;
 	int			idx;
 	int			status;
@@ -1079,10 +1145,8 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 
 	sb_init(&cmd);
 	expand(&cmd, s->job->value[which], key);
-	snprintf(runvar, sizeof(runvar), "IDEMPOTENCY_SIGNOFF_RUN=%s", s->ctx->run_id);
-	env[0] = runvar;
-	env[1] = NULL;
-	pid = spawn(s, sb_str(&cmd), s->cmd_out, s->cmd_err, false, env, why, sizeof(why));
+	make_env(s, false, &env);
+	pid = spawn(s, sb_str(&cmd), s->cmd_out, s->cmd_err, false, env.env, why, sizeof(why));
 	idx = pid < 0 ? -1 : track_proc(pid, job_field_names[which], s->cmd_err);
 	if (idx < 0)
 	{
@@ -1250,11 +1314,7 @@ start_workers(signoff_state *s, int n)
 		char		name[16];
 		char		log[600];
 		char		why[256];
-		char		v_sock[400];
-		char		v_map[500];
-		char		v_lease[80];
-		char		v_run[80];
-		char	   *env[5];
+		static run_env env;
 		pid_t		pid;
 		int			idx;
 
@@ -1263,16 +1323,8 @@ start_workers(signoff_state *s, int n)
 		snprintf(name, sizeof(name), "w%d", s->nworkers + 1);
 		snprintf(log, sizeof(log), "%s/%s-%s-%s.log", s->ctx->signoff_dir,
 				 policy_names[s->policy], s->case_id, name);
-		snprintf(v_sock, sizeof(v_sock), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
-		snprintf(v_map, sizeof(v_map), "IDEMPOTENCY_SIGNOFF_JOB_TYPES=%s", s->map);
-		snprintf(v_lease, sizeof(v_lease), "IDEMPOTENCY_SIGNOFF_LEASE=%g", s->job->lease_s);
-		snprintf(v_run, sizeof(v_run), "IDEMPOTENCY_SIGNOFF_RUN=%s", s->ctx->run_id);
-		env[0] = v_sock;
-		env[1] = v_map;
-		env[2] = v_lease;
-		env[3] = v_run;
-		env[4] = NULL;
-		pid = spawn(s, s->job->value[JF_WORKER], log, NULL, true, env, why, sizeof(why));
+		make_env(s, true, &env);
+		pid = spawn(s, s->job->value[JF_WORKER], log, NULL, true, env.env, why, sizeof(why));
 		idx = pid < 0 ? -1 : track_proc(pid, name, log);
 		if (idx < 0)
 		{
@@ -1723,7 +1775,7 @@ delivery_text(const delivery *d, char *buf, size_t sz)
 			snprintf(buf, sz, "%s", d->verdict[0] ? d->verdict : "?");
 	}
 	else if (d->killed)
-		snprintf(buf, sz, "%s (killed)", d->verdict);
+		snprintf(buf, sz, "%s (%s)", d->verdict, d->mark[0] ? d->mark : "killed");
 	else if (d->mark[0])
 		snprintf(buf, sz, "%s (%s)", d->verdict, d->mark);
 	else if (strcmp(d->verdict, "verify") == 0 && d->eff_before >= 0 && d->eff_after >= 0)
@@ -1740,7 +1792,7 @@ runs_nothing(const char *v)
 		strcmp(v, "held") == 0 || strcmp(v, "skipped") == 0 || strcmp(v, "busy") == 0;
 }
 
-#define MAX_ITEMS 24
+#define MAX_ITEMS 72			/* case 3s: up to 65 deliveries */
 
 static int
 split_items(const char *list, char items[][64])
@@ -1809,12 +1861,37 @@ judge_verdicts(signoff_state *s, const char *observed)
 		copy_str(cr->obs_verdicts, CELL, observed[0] ? observed : "no answer");
 }
 
+/* "run, in_progress, in_progress" -> "run, 2× in_progress" (case 3s) */
+static void
+group_items(char *list, size_t sz, bool utf8)
+{
+	static char items[MAX_ITEMS][64];
+	int			n = split_items(list, items);
+	int			i = 0;
+
+	list[0] = '\0';
+	while (i < n)
+	{
+		int			j = i;
+		char		item[96];
+
+		while (j < n && strcmp(items[j], items[i]) == 0)
+			j++;
+		if (j - i > 1)
+			snprintf(item, sizeof(item), "%d%s %s", j - i, utf8 ? "\xC3\x97" : "x", items[i]);
+		else
+			snprintf(item, sizeof(item), "%s", items[i]);
+		list_append(list, sz, item);
+		i = j;
+	}
+}
+
 /* the end of a case: effects (the workers are stopped), records, verdicts */
 static void
 observe(signoff_state *s, const char *suffix)
 {
 	case_result *cr = s->cr;
-	char		items[CELL * 2] = "";
+	char		items[CELL * 8] = "";
 	int			ki,
 				i;
 
@@ -1864,6 +1941,8 @@ observe(signoff_state *s, const char *suffix)
 		}
 	if (suffix && suffix[0])
 		list_append(items, sizeof(items), suffix);
+	if (strcmp(s->case_id, "3s") == 0)
+		group_items(items, sizeof(items), s->ctx->utf8);
 	judge_verdicts(s, items);
 }
 
@@ -1905,13 +1984,31 @@ sc_1(signoff_state *s)
 	observe(s, NULL);
 }
 
-/* 2: the same message again after it completed: judged completed */
+/*
+ * 2: the same message again after it completed: judged completed. A helper
+ * that sends the stored result with judged (optional) must send the one
+ * the record holds.
+ */
 static void
 sc_2(signoff_state *s)
 {
+	int			i;
+
 	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE) && settle(s) &&
-		enqueue(s, 0, JF_ENQUEUE))
-		settle(s);
+		enqueue(s, 0, JF_ENQUEUE) && settle(s) && (i = nth_delivery(s, 0, 2)) >= 0 &&
+		s->d[i].has_result)
+	{
+		PGresult   *res = record_query(s->ctx, s->job_type, s->keys[0]);
+
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+			strcmp(PQgetvalue(res, 0, 2), s->d[i].result) == 0)
+			case_note(s->cr, "The redelivery got the stored result back: %s.", s->d[i].result);
+		else
+			case_fail(s->cr, "the redelivery's result %s is not what the record stores (%s)", s->d[i].result,
+					  PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1
+					  ? PQgetvalue(res, 0, 2) : case_sql_error(res, s->ctx));
+		PQclear(res);
+	}
 	stop_workers(s);
 	observe(s, NULL);
 }
@@ -1952,6 +2049,138 @@ sc_4(signoff_state *s)
 		settle(s);
 	stop_workers(s);
 	observe(s, NULL);
+}
+
+/*
+ * 3s: the stress variant of 3, a capability of the reference job's worker
+ * (quick to start): --stress workers; while the first delivery stands at
+ * claimed, the message goes to the others, and every one of them must meet
+ * the claim in flight (in_progress).
+ */
+static void
+sc_3s(signoff_state *s)
+{
+	int			n = s->job->stress;
+	exch	   *x;
+	int			i;
+
+	arm_point(s, 0, "claimed");
+	if (start_workers(s, n) && enqueue(s, 0, JF_ENQUEUE) &&
+		(x = wait_held(s, 0, "claimed")) != NULL)
+	{
+		long		pid = x->pid;
+		double		t0 = now_seconds();
+
+		for (i = 1; i < n; i++)
+			if (!enqueue(s, 0, JF_ENQUEUE))
+				break;
+		if (i == n && wait_nth(s, 0, n) >= 0)
+		{
+			long		pids[MAX_CASE_WORKERS];
+			int			npids = 0;
+			int			j,
+						k;
+
+			for (j = case_first_delivery; j < s->nd; j++)
+			{
+				for (k = 0; k < npids && pids[k] != s->d[j].pid; k++)
+					;
+				if (k == npids && npids < MAX_CASE_WORKERS)
+					pids[npids++] = s->d[j].pid;
+			}
+			case_note(s->cr, "%d workers; while pid %ld stood at claimed, the message went %d more times, "
+					  "to %d workers, all answered within %.0f ms.",
+					  n, pid, n - 1, npids - 1, (now_seconds() - t0) * 1000.0);
+		}
+		answer(s, x, "continue");
+		settle(s);
+	}
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/*
+ * 8: the transactional mode (the effect is a row written in the
+ * completion's transaction; the reference job's worker in this case): the
+ * worker is killed at handled, inside its transaction, after its row and
+ * before the completion. Once its server process left the transaction
+ * there is no record and no row; the message again runs once, as attempt 1.
+ */
+static bool
+pred_backend_idle(signoff_state *s, const void *arg)
+{
+	char		pid[24];
+	const char *params[1];
+	PGresult   *res;
+	bool		gone;
+
+	snprintf(pid, sizeof(pid), "%ld", *(const long *) arg);
+	params[0] = pid;
+	res = db_exec(s->ctx, "SELECT 1 FROM pg_catalog.pg_stat_activity "
+				  "WHERE pid OPERATOR(pg_catalog.=) $1::integer AND xact_start IS NOT NULL",
+				  1, params);
+	gone = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 0;
+	PQclear(res);
+	return gone;
+}
+
+static void
+sc_8(signoff_state *s)
+{
+	exch	   *x;
+	long		backend = 0;
+	char		before[CELL] = "";
+	char		after[CELL];
+	int			rows;
+	double		t0;
+
+	if (s->job->reference && (s->ctx->effects_table[0] == '\0' || s->ctx->effects_error[0]))
+	{
+		case_fail(s->cr, "no table for the effect rows: %s", s->ctx->effects_error);
+		goto out;
+	}
+	arm_point(s, 0, "handled");
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(x = wait_held(s, 0, "handled")) == NULL)
+		goto out;
+	backend = x->backend_pid;
+	if (x->delivery >= 0)
+		copy_str(s->d[x->delivery].mark, sizeof(s->d[x->delivery].mark), "killed in transaction");
+	if (!kill_at(s, x, "inside its transaction, after the claim and the effect row, before the completion"))
+		goto out;
+	t0 = now_seconds();
+	if (backend > 0)
+	{
+		/* the dead client's server process notices, rolls back, and leaves */
+		if (wait_for(s, pred_backend_idle, &backend, false, s->job->timeout_s) != WAIT_OK)
+		{
+			case_fail(s->cr, "server process %ld of the killed worker did not leave its transaction", backend);
+			goto out;
+		}
+	}
+	record_text_of(s->ctx, s->cr, s->job_type, s->keys[0], before, sizeof(before), NULL, 0);
+	rows = effects_count(s, s->keys[0], true);
+	if (backend > 0)
+		case_note(s->cr, "Its server process (pid %ld) left the transaction %.0f ms later; then the record was \"%s\" "
+				  "and %d effect rows existed.", backend, (now_seconds() - t0) * 1000.0, before, rows);
+	else
+		case_note(s->cr, "Then the record was \"%s\" and %d effect rows existed (the worker did not name its "
+				  "server process, backend_pid: the redelivery's verdict shows whether the transaction rolled back).",
+				  before, rows);
+	if (rows != 0)
+		case_fail(s->cr, "the dead transaction's effect row is visible");
+	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE))
+		settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+	if (before[0])
+	{
+		record_text_of(s->ctx, s->cr, s->job_type, s->keys[0], after, sizeof(after), NULL, 0);
+		snprintf(s->cr->obs_record, CELL, "%.90s, then %.90s", before, after);
+	}
+	case_note(s->cr, "The effect here is a row in the claim's own transaction, not an %s: the %s column counts effect rows.",
+			  s->job->reference ? "email" : "outside effect", s->job->reference ? "emails" : "effects");
 }
 
 /*
@@ -2335,9 +2564,12 @@ print_banner(signoff_state *s)
 }
 
 int
-signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *json)
+signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check_as,
+			const char *html, const char *json)
 {
-	static const case_words words = {"effect", "key"};
+	static const case_words effect_words = {"effect", "key"};
+	static const case_words seed_words = {"email", "order ORD-1002"};
+	const case_words *words = job->reference ? &seed_words : &effect_words;
 	static signoff_state st;
 	signoff_state *s = &st;
 	struct sockaddr_un addr;
@@ -2352,7 +2584,7 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 
 	memset(s, 0, sizeof(*s));
 	s->ctx = ctx;
-	s->job = ctx->job;
+	s->job = job;
 	s->lfd = -1;
 	live_state = s;
 
@@ -2388,7 +2620,8 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 		return 2;
 	}
 
-	print_banner(s);
+	if (!job->reference)
+		print_banner(s);		/* the reference run printed its own */
 	for (p = 0; p < N_POLICIES; p++)
 		if (want[p])
 			total += signoff_count_cases(ctx->cases, s->job);
@@ -2399,17 +2632,21 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 		policy_result *pr;
 		double		tp = now_seconds();
 		char		err[600] = "";
-		bool		registered;
+		bool		registered = false;
 
 		if (!want[p])
 			continue;
 		pr = &prs[npr++];
 		pr->policy = (policy_t) p;
-		pr->checked_as = (policy_t) p;
+		pr->checked_as = check_as >= 0 ? (policy_t) check_as : (policy_t) p;
 		s->policy = (policy_t) p;
-		snprintf(s->job_type, sizeof(s->job_type), "%s_%s", ctx->prefix, policy_names[p]);
-		snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
-		registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
+		if (!job->reference)
+		{
+			/* a job type per policy; the keys name policy and case */
+			snprintf(s->job_type, sizeof(s->job_type), "%s_%s", ctx->prefix, policy_names[p]);
+			snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
+			registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
+		}
 		for (k = 0; k < n_case_table && !matrix_interrupted; k++)
 		{
 			const case_spec *c = &case_table[k];
@@ -2420,7 +2657,14 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 			if (!signoff_case_wanted(ctx->cases, s->job, c))
 				continue;
 			cr = &pr->cases[pr->ncases++];
-			case_expectations(c, pr->checked_as, &words, 0, ctx->utf8, cr);
+			case_expectations(c, pr->checked_as, words, job->stress, ctx->utf8, cr);
+			if (job->reference)
+			{
+				/* the seed's keys, in a job type per case */
+				snprintf(s->job_type, sizeof(s->job_type), "%s_%s_%s", ctx->prefix, policy_names[p], c->id);
+				snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
+				registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
+			}
 			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
 					 policy_names[p], cr->id, cr->title);
 			tc = now_seconds();
@@ -2446,8 +2690,11 @@ signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *jso
 			memset(s->arms, 0, sizeof(s->arms));
 			for (ki = 0; ki < s->nkeys; ki++)
 			{
-				snprintf(s->keys[ki], KEYSZ, "signoff-%s-%s-%s-%d", ctx->run_id,
-						 policy_names[p], cr->id, ki + 1);
+				if (job->reference)
+					snprintf(s->keys[ki], KEYSZ, "ORD-%d", 1001 + ki);
+				else
+					snprintf(s->keys[ki], KEYSZ, "signoff-%s-%s-%s-%d", ctx->run_id,
+							 policy_names[p], cr->id, ki + 1);
 				s->enqueued[ki] = 0;
 			}
 			case_first_delivery = s->nd;
