@@ -40,13 +40,13 @@ const char *const policy_blurbs[N_POLICIES] = {
 
 const case_spec case_table[] = {
 	{
-		"1", "first delivery", RUN_BOTH, 1,
+		"1", "first delivery", RUN_BOTH | RUN_TX, 1,
 		"a first delivery runs, sends once, and completes",
 		"one worker; enqueue; `continue` at `claimed` and `handled`",
 		ALL(1, "completed #1", "run", "sent once")
 	},
 	{
-		"2", "same message again after success", RUN_BOTH, 1,
+		"2", "same message again after success", RUN_BOTH | RUN_TX, 1,
 		"a redelivery after success gets `completed` and the stored result; nothing is sent again",
 		"enqueue the same key again; wait for its `judged` (completed)",
 		ALL(1, "completed #1", "run, completed", "skipped")
@@ -67,7 +67,7 @@ const case_spec case_table[] = {
 		ALL(1, "completed #1", "run, N in_progress", "one claims, N skip")
 	},
 	{
-		"4", "different {item}, similar data", RUN_BOTH, 2,
+		"4", "different {item}, similar data", RUN_BOTH | RUN_TX, 2,
 		"a different order with almost the same payload is its own operation: both are sent",
 		"two workers; two keys at once; both complete",
 		ALL(2, "completed #1, completed #1", "run, run", "both processed")
@@ -109,9 +109,11 @@ const case_spec case_table[] = {
 		ALL(1, "claimed #1 (young)", "run (killed), in_progress", "skipped; no second worker takes over")
 	},
 	{
-		"8", "worker dies inside a transaction (claim + row)", RUN_REFERENCE, 1,
+		"8", "worker dies inside a transaction (claim + row)", RUN_REFERENCE | RUN_TX, 1,
 		"claim + effect row in one transaction: a death inside it leaves nothing; the redelivery runs once, as attempt 1",
-		NULL,
+		"only with `transactional = yes`: kill at `handled`, inside the transaction, after the effect row; once its "
+		"server process left the transaction (`backend_pid`, if the helper sends it) there must be no record and "
+		"no row; then a new worker and the same message again, which runs once, as attempt 1",
 		ALL(1, "none, then completed #1", "run (killed in transaction), run",
 			"nothing recorded; the redelivery runs once")
 	},
@@ -137,7 +139,7 @@ const case_spec case_table[] = {
 		ALL(1, "completed #2", "run, released, run", "the next delivery runs")
 	},
 	{
-		"11", "same key arrives with a different payload", RUN_BOTH, 1,
+		"11", "same key arrives with a different payload", RUN_BOTH | RUN_TX, 1,
 		"the same key with a different payload fingerprint is refused with `ID002`; the original payload still gets `completed`",
 		"`enqueue_other` after the key completed: the claim refuses it (`ID002`); the original message again is completed",
 		ALL(1, "completed #1", "run, ID002, completed", "refused: fingerprint mismatch")
@@ -421,7 +423,7 @@ case_table_list(const char *what)
 		printf("| case | what the run does |\n|---|---|\n");
 		for (k = 0; k < n_case_table; k++)
 		{
-			if (!(case_table[k].runs_in & RUN_SIGNOFF))
+			if (!(case_table[k].runs_in & (RUN_SIGNOFF | RUN_TX)))
 				continue;
 			printf("| %s | ", case_table[k].id);
 			md_cell(case_table[k].steps);
@@ -441,15 +443,23 @@ case_table_list(const char *what)
 				bool		all = expect_same(&case_table[k]);
 				char		title[128];
 				unsigned	in = case_table[k].runs_in;
+				char		runs[64] = "";
 
 				if (all && p > 0)
 					break;
 				fill(title, sizeof(title), case_table[k].title, &seed);
 				printf("| %s | ", p == 0 ? case_table[k].id : "");
 				md_cell(p == 0 ? title : "");
-				printf(" | %s | %s | %d | ",
-					   p > 0 ? "" : in == RUN_BOTH ? "both" : in == RUN_REFERENCE ? "reference" : "sign-off",
-					   all ? "all" : policy_names[p], e->effects);
+				if (p == 0)
+				{
+					if (in & RUN_REFERENCE)
+						list_append(runs, sizeof(runs), "reference");
+					if (in & RUN_SIGNOFF)
+						list_append(runs, sizeof(runs), "sign-off");
+					if (in & RUN_TX)
+						list_append(runs, sizeof(runs), "transactional");
+				}
+				printf(" | %s | %s | %d | ", runs, all ? "all" : policy_names[p], e->effects);
 				md_cell(e->record);
 				printf(" | ");
 				md_cell(e->verdicts);

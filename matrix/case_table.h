@@ -38,6 +38,7 @@ typedef struct case_expect
 #define RUN_REFERENCE	0x1
 #define RUN_SIGNOFF		0x2
 #define RUN_BOTH		(RUN_REFERENCE | RUN_SIGNOFF)
+#define RUN_TX			0x4		/* a transactional job's (transactional = yes) */
 
 typedef struct case_spec
 {

@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -38,6 +38,7 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the run's lease in seconds",
 	"the longest wait for one step, in seconds",
 	"the directory the commands run in",
+	"yes: the effect is a row written in the completion's transaction",
 };
 
 /* ---------------------------------------------------------------------
@@ -111,8 +112,16 @@ signoff_load_job(const char *path, signoff_job *job)
 				break;
 		if (i == N_JOB_FIELDS)
 		{
-			job_error(job, lineno, "unknown name \"%s\" (the names are queue, job_type, worker, enqueue, "
-					  "enqueue_other, effects, effects_sql, policies, lease, timeout and dir)", name);
+			char		names[300] = "";
+			int			k;
+
+			for (k = 0; k < N_JOB_FIELDS; k++)
+			{
+				if (k > 0)
+					strncat(names, k == N_JOB_FIELDS - 1 ? " and " : ", ", sizeof(names) - strlen(names) - 1);
+				strncat(names, job_field_names[k], sizeof(names) - strlen(names) - 1);
+			}
+			job_error(job, lineno, "unknown name \"%s\" (the names are %s)", name, names);
 			goto bad;
 		}
 		if (job->line[i])
@@ -166,6 +175,25 @@ signoff_load_job(const char *path, signoff_job *job)
 	}
 	job->effects_source = job->value[JF_EFFECTS] ? "command" :
 		job->value[JF_EFFECTS_SQL] ? "sql" : "handled reports";
+	if (job->value[JF_TRANSACTIONAL])
+	{
+		const char *t = job->value[JF_TRANSACTIONAL];
+
+		if (strcmp(t, "yes") == 0)
+			job->transactional = true;
+		else if (strcmp(t, "no") != 0)
+		{
+			job_error(job, job->line[JF_TRANSACTIONAL], "transactional \"%s\" is not yes or no", t);
+			return 2;
+		}
+		if (job->transactional && job->value[JF_EFFECTS_SQL] == NULL)
+		{
+			job_error(job, job->line[JF_TRANSACTIONAL],
+					  "transactional = yes needs effects_sql (the query that counts the rows your job writes "
+					  "in the completion's transaction)");
+			return 2;
+		}
+	}
 	if (job->value[JF_POLICIES])
 	{
 		if (!parse_policies(job->value[JF_POLICIES], job->want))

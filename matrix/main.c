@@ -397,9 +397,14 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 	}
 	if (signoff_count_cases(ctx->cases, job) == 0)
 	{
-		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case of a sign-off run "
-				"(cases: 1 2 3 4 5 6 7a 7b 9 10 %s12 13)\n",
-				ctx->cases ? ctx->cases : "", job->value[JF_ENQUEUE_OTHER] ? "11 " : "");
+		char		ids[128] = "";
+		int			k;
+
+		for (k = 0; k < n_case_table; k++)
+			if (signoff_case_wanted(NULL, job, &case_table[k]))
+				list_append(ids, sizeof(ids), case_table[k].id);
+		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case of this sign-off run "
+				"(its cases: %s)\n", ctx->cases ? ctx->cases : "", ids);
 		return 2;
 	}
 	ctx->job = job;
@@ -598,8 +603,13 @@ main(int argc, char **argv)
 							html, json, color);
 	if (reference_count_cases(ctx) == 0)
 	{
-		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: 1 2 3 3s 4 5 6 7a 7b 8 9 10 11 12 13)\n",
-				cases ? cases : "");
+		char		ids[128] = "";
+		int			k;
+
+		for (k = 0; k < n_case_table; k++)
+			list_append(ids, sizeof(ids), case_table[k].id);
+		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: %s)\n",
+				cases ? cases : "", ids);
 		return 2;
 	}
 

@@ -56,6 +56,7 @@ typedef enum job_field
 	JF_LEASE,
 	JF_TIMEOUT,
 	JF_DIR,
+	JF_TRANSACTIONAL,
 	N_JOB_FIELDS
 } job_field;
 
@@ -80,6 +81,13 @@ typedef struct signoff_job
 	 */
 	bool		reference;
 	int			stress;
+
+	/*
+	 * transactional = yes: the job's effect is a row written in the
+	 * completion's transaction (counted by effects_sql), so it has case 8
+	 * and none of the cases whose death leaves a committed claim
+	 */
+	bool		transactional;
 } signoff_job;
 
 typedef struct matrix_ctx

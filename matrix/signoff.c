@@ -128,7 +128,7 @@ signoff_case_wanted(const char *cases, const signoff_job *job, const case_spec *
 			return false;
 		return case_selected(cases, c->id);
 	}
-	if (!(c->runs_in & RUN_SIGNOFF))
+	if (!(c->runs_in & (job->transactional ? RUN_TX : RUN_SIGNOFF)))
 		return false;
 	if (strcmp(c->id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
 		return false;
@@ -2168,7 +2168,11 @@ sc_8(signoff_state *s)
 				  "server process, backend_pid: the redelivery's verdict shows whether the transaction rolled back).",
 				  before, rows);
 	if (rows != 0)
-		case_fail(s->cr, "the dead transaction's effect row is visible");
+		case_fail(s->cr, "the dead transaction's effect row is visible: the row was committed before the worker died "
+				  "at handled, so it is not written in the completion's transaction");
+	if (strcmp(before, "none") != 0)
+		case_fail(s->cr, "the record was %s after the worker died at handled: the claim (or the completion) committed "
+				  "on its own, before the handled point, so the effect is not in the claim's transaction", before);
 	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE))
 		settle(s);
 out:

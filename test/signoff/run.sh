@@ -32,7 +32,12 @@
 #      exit 130, no worker process left, no job type or record of the run,
 #      its directory removed;
 #   7. effects counted by the handled reports (no effects line) and by
-#      effects_sql (lookup): the cases hold, the report names the source.
+#      effects_sql (lookup): the cases hold, the report names the source;
+#   8. a transactional job (worker.py --transactional, transactional = yes,
+#      effects_sql counting its rows): exactly cases 1 2 4 8 11 run and
+#      hold, case 8 "none, then completed #1"; a claim committed on its own
+#      (--broken commit-first) fails case 8 with the sentence saying so;
+#      transactional = yes without effects_sql: exit 2, one sentence.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
 # file's lease) to save time; the good job runs with the default lease.
 # The last line: "signoff: N passed, N failed"; exit non-zero on a failure.
@@ -250,7 +255,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout and dir)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir and transactional)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -376,6 +381,54 @@ if ((rc == 0)) && [[ $(tail -n 1 "$log") == "2 passed, 0 failed" ]] && grep -q '
 else
     not_ok "$log" "effects_sql under lookup: expected exit 0 and '2 passed, 0 failed'; got exit $rc"
 fi
+
+# ---------------------------------------------------------------------
+# 8. a transactional job (transactional = yes): its cases, with case 8
+# ---------------------------------------------------------------------
+"${psql[@]}" -c 'DROP TABLE IF EXISTS public.signoff_tx_effects;
+                 CREATE TABLE public.signoff_tx_effects (operation_key text NOT NULL, attempt int NOT NULL, pid int NOT NULL)' ||
+    die "cannot create public.signoff_tx_effects"
+txsql='SELECT count(*) FROM public.signoff_tx_effects WHERE operation_key = $1'
+job=$out/tx.job
+make_job "$job" "worker=/usr/bin/python3 worker.py --transactional" "effects=-" "effects_sql=$txsql" \
+    "transactional=yes" "policies=hold" "lease=1.5"
+log=$out/tx.log
+"$runner" --job "$job" --json "$out/tx.json" >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && [[ $(tail -n 1 "$log") == "5 passed, 0 failed" ]] &&
+    "$python" - "$out/tx.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+cases = {c["case"]: c for c in r["policies"][0]["cases"]}
+assert list(cases) == ["1", "2", "4", "8", "11"], list(cases)
+c8 = cases["8"]
+assert c8["observed"]["record"] == "none, then completed #1", c8["observed"]
+assert c8["observed"]["verdicts"] == "run (killed in transaction), run", c8["observed"]
+assert c8["observed"]["effects"] == 1, c8["observed"]
+PY
+then
+    ok "transactional = yes: exactly cases 1 2 4 8 11 run and hold; case 8: none, then completed #1, one row"
+else
+    not_ok "$log" "transactional = yes: expected exit 0, '5 passed, 0 failed', cases 1 2 4 8 11; got exit $rc"
+fi
+job=$out/tx-broken.job
+make_job "$job" "worker=/usr/bin/python3 worker.py --transactional --broken commit-first" "effects=-" \
+    "effects_sql=$txsql" "transactional=yes" "policies=hold" "lease=1.5"
+log=$out/tx-broken.log
+"$runner" --job "$job" --cases 8 --json "$out/tx-broken.json" >"$log" 2>&1
+rc=$?
+if ((rc == 1)) && [[ $(failing_cases "$out/tx-broken.json") == "hold:8" ]] &&
+    grep -q "FAILED: the record was claimed #1 (young) after the worker died at handled: the claim (or the completion) committed on its own, before the handled point, so the effect is not in the claim's transaction" "$log"; then
+    ok "transactional = yes with a claim committed on its own (--broken commit-first): case 8 fails, saying so"
+else
+    not_ok "$log" "commit-first: expected exit 1, case 8 failing with the sentence; got exit $rc, failing '$(failing_cases "$out/tx-broken.json")'"
+fi
+job=$out/tx-nosql.job
+make_job "$job" "transactional=yes"
+line=$(grep -n '^transactional' "$job" | cut -d: -f1)
+bad_input "transactional = yes without effects_sql" \
+    "idempotency-matrix: $job line $line: transactional = yes needs effects_sql (the query that counts the rows your job writes in the completion's transaction)" --job "$job"
+"${psql[@]}" -c 'DROP TABLE IF EXISTS public.signoff_tx_effects' >/dev/null
 
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))

@@ -26,7 +26,16 @@ The broken variants, for the runner's own test (they must fail):
                             held and skipped (after the judged point)
   --broken complete-first   complete, then the handled point, then the
                             effect
-SIGNOFF_TEST_BROKEN=... does the same as --broken."""
+SIGNOFF_TEST_BROKEN=... does the same as --broken.
+
+--transactional: the job's effect is a row of the table
+SIGNOFF_TEST_TX_TABLE (default public.signoff_tx_effects), written in the
+claim's own transaction with the completion (the job file says
+transactional = yes and counts the rows with effects_sql), on one psycopg
+connection: BEGIN; claim; point claimed; INSERT the row; point handled;
+complete; COMMIT. Its broken variant, --broken commit-first, commits the
+claim on its own first (the row and the completion in a second
+transaction): the run's case 8 must fail it."""
 import argparse
 import logging
 import os
@@ -133,11 +142,52 @@ def handle(spool, path, message, lease, broken):
     return done()
 
 
+TX_CLAIM_SQL = ("SELECT verdict::text, attempt, result::text "
+                "FROM idempotency.claim_operation(%s, %s, %s, %s)")
+
+
+def handle_tx(conn, path, message, broken):
+    """the transactional mode: claim, row and completion in one transaction"""
+    key = message["key"]
+    fp = idem.fingerprint(message["args"])
+    jt = idem.signoff_job_type(JOB)
+    table = os.environ.get("SIGNOFF_TEST_TX_TABLE", "public.signoff_tx_effects")
+    worker = f"tx/{os.getpid()}"
+    try:
+        if broken == "commit-first":
+            with conn.transaction():    # the claim committed on its own: wrong
+                c = idem.Claim(*conn.execute(TX_CLAIM_SQL, (jt, key, fp, worker)).fetchone(), None)
+        with conn.transaction():
+            if broken != "commit-first":
+                c = idem.Claim(*conn.execute(TX_CLAIM_SQL, (jt, key, fp, worker)).fetchone(), None)
+            if not c.runs:
+                idem.signoff_point("judged", JOB, key, c)
+                log.info("%s: %s #%s", key, c.verdict, c.attempt)
+            else:
+                idem.signoff_point("claimed", JOB, key, c)
+                conn.execute(f"INSERT INTO {table} (operation_key, attempt, pid) VALUES (%s, %s, %s)",
+                             (key, c.attempt, os.getpid()))
+                idem.signoff_point("handled", JOB, key, c)
+                conn.execute("SELECT idempotency.complete_operation(%s, %s, %s, %s::jsonb)",
+                             (jt, key, c.attempt, '{"row": true}'))
+                log.info("%s: %s #%s completed with its row", key, c.verdict, c.attempt)
+    except psycopg.Error as err:
+        if err.sqlstate and (err.sqlstate == "ID002" or err.sqlstate.startswith("22")):
+            idem.signoff_point("judged", JOB, key, verdict="error", sqlstate=err.sqlstate)
+            log.info("%s: refused (%s): %s", key, err.sqlstate, err)
+        else:
+            raise
+    os.unlink(path)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first"),
+    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
-    broken = parser.parse_args().broken
+    parser.add_argument("--transactional", action="store_true")
+    args = parser.parse_args()
+    broken = args.broken
+    conn = psycopg.connect("", autocommit=True) if args.transactional else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s worker {os.getpid()}: %(message)s")
     signal.signal(signal.SIGTERM, on_term)
@@ -155,7 +205,10 @@ def main():
             time.sleep(0.02)
             continue
         try:
-            handle(spool, *taken, lease, broken)
+            if conn is not None:
+                handle_tx(conn, *taken, broken)
+            else:
+                handle(spool, *taken, lease, broken)
         except Exception:   # noqa: BLE001 -- a failed job: logged, its message dropped
             log.error("%s failed:\n%s", taken[1].get("key"), traceback.format_exc())
             if os.path.exists(taken[0]):
