@@ -29,7 +29,8 @@
  *	  completion, COMMIT; its points claimed and handled are inside that
  *	  transaction, so a death there leaves nothing;
  *	- at judged (completed) it sends the stored result ("result"), which the
- *	  run compares with the record (case 2);
+ *	  run compares with the record (case 2); in the transactional mode it
+ *	  sends its server process ("backend_pid"), which case 8 waits for;
  *	- it is quick to start (no interpreter), so case 3s can start 16.
  */
 #ifndef _GNU_SOURCE
@@ -257,6 +258,7 @@ typedef struct point_line
 	const char *sqlstate;		/* NULL: none */
 	bool		heartbeat;
 	const char *result;			/* NULL: none */
+	long		backend_pid;	/* 0: none */
 } point_line;
 
 typedef struct beat
@@ -328,6 +330,8 @@ at_point(const point_line *pl, const beat *b, char *answer, size_t asz)
 		sb_puts(&line, ",\"result\":");
 		json_string(&line, pl->result);
 	}
+	if (pl->backend_pid > 0)
+		sb_printf(&line, ",\"backend_pid\":%ld", pl->backend_pid);
 	sb_printf(&line, ",\"pid\":%d,\"heartbeat\":%s}\n", (int) getpid(), pl->heartbeat ? "true" : "false");
 
 	memset(&addr, 0, sizeof(addr));
@@ -488,8 +492,17 @@ deliver(PGconn *conn, const char *dir, const char *table, const char *name,
 	mapped_job_type(jt, sizeof(jt));
 	fingerprint(payload, fp, sizeof(fp));
 
-	if (tx && !exec_ok(conn, "BEGIN"))
-		return false;
+	memset(&pl, 0, sizeof(pl));
+	if (tx)
+	{
+		/* the server process of the transaction (through a pooler: not PQbackendPID's) */
+		if (!exec_ok(conn, "BEGIN"))
+			return false;
+		res = PQexec(conn, "SELECT pg_catalog.pg_backend_pid()");
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+			pl.backend_pid = atol(PQgetvalue(res, 0, 0));
+		PQclear(res);
+	}
 	params[0] = jt;
 	params[1] = key;
 	params[2] = fp;
@@ -498,7 +511,6 @@ deliver(PGconn *conn, const char *dir, const char *table, const char *name,
 					   "SELECT verdict::text, attempt, result::text "
 					   "FROM idempotency.claim_operation($1, $2, $3, $4)",
 					   4, NULL, params, NULL, NULL, 0);
-	memset(&pl, 0, sizeof(pl));
 	pl.job_type = jt;
 	pl.key = key;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
