@@ -3,7 +3,7 @@
  *		The replay cases: each one written once.
  *
  * A case's number means the same thing everywhere: in the reference run
- * (reference.c), in the sign-off run (signoff.c), in the reports, and in
+ * (reference.c), in the sign-off run (the engine: engine.c, case_steps.c), in the reports, and in
  * docs/replay-matrix.md and docs/signoff.md, whose case tables are printed
  * from this one (idempotency-matrix --list-cases=...; test/matrix/run.sh
  * checks that the docs hold what it prints). An engine finds here the

@@ -3,7 +3,7 @@
  *		The replay cases, written once (case_table.c), and a case's result.
  *
  * Depends only on util.h. The reference run (reference.c) and the sign-off
- * run (signoff.c) take each case's title and expectations from here, and
+ * run (case_steps.c) take each case's title and expectations from here, and
  * the docs' case tables are printed from it (--list-cases).
  */
 #ifndef IDEMPOTENCY_MATRIX_CASE_TABLE_H

@@ -12,9 +12,12 @@
  *	main.c		options, connection, cleanup; starts one of the two runs
  *	reference.c	the reference run: the seed's job signed off through the
  *				engine, with a job file built in
- *	signoff.c	the engine: the cases on a job, through its queue and its
- *				worker processes, killed at the protocol's points; a
- *				user's job (--job) or the reference job
+ *	case_steps.c	the steps of each case, and the run over the policies
+ *				and cases (signoff_run): a user's job (--job) or the
+ *				reference job
+ *	engine.c	the engine: a job's worker processes, the protocol's socket,
+ *				its commands, the waits, the kills at the protocol's
+ *				points, what a case observed (engine.h, its own)
  *	reference_job.c	the reference job: its worker (speaking the sign-off
  *				protocol), its queue (a directory), its effects
  *	reference_provider.c	its fake mail provider: an append-only, fsync'd file
@@ -161,12 +164,14 @@ int			provider_count(const char *mailbox, const char *key);
 /* jobfile.c */
 int			signoff_load_job(const char *path, signoff_job *job);
 
-/* signoff.c */
+/* case_steps.c */
 int			signoff_count_cases(const char *cases, const signoff_job *job);
 int			signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want,
 						int check_as, const char *html, const char *json);
 bool		signoff_case_wanted(const char *cases, const signoff_job *job,
 								const case_spec *c);
+
+/* engine.c */
 void		signoff_kill_all(matrix_ctx *ctx);
 void		signoff_remove_dir(matrix_ctx *ctx, bool keep_logs);
 

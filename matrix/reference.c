@@ -1,7 +1,7 @@
 /*
  * reference.c
  *		The reference run: the seed's job signed off through the sign-off
- *		engine (signoff.c), with a job file built in.
+ *		engine (engine.c, case_steps.c), with a job file built in.
  *
  * The job is reference_job.c's: send_confirmation for ORD-1001 (and
  * ORD-1002 in case 4), one email per order through the fake mail provider,

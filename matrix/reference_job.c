@@ -5,7 +5,7 @@
  *		its effects (idempotency-matrix --reference-job=...).
  *
  * The reference run (reference.c) signs this job off through the same
- * engine as a user's job (signoff.c); only the job file is built in. The
+ * engine as a user's job (engine.c, case_steps.c); only the job file is built in. The
  * job: send_confirmation sends one confirmation email for an order through
  * the fake mail provider (reference_provider.c), whose mailbox is a file
  * outside the database, so that cases 5 and 6 are really uncertain.
