@@ -32,7 +32,7 @@
 # repeated after a lost reply gets its own claim back: the same verdict and
 # attempt, not in_progress for a lease). While the database cannot be
 # reached the claim, the completion and the release are tried again after
-# 0, 0.1, 0.2 ... 2 s for up to `within` seconds (default 30). A connection
+# 0, 0.1, 0.2 ... 2 s for up to `reconnect_for` seconds (default 30). A connection
 # error is one on a connection that is no longer OK, or SQLSTATE class 08
 # (PgBouncer reports its own failures as 08P01 and closes the connection) or
 # 57P01-57P03 (the server is shutting down or starting up).
