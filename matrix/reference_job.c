@@ -74,7 +74,7 @@ fail_with(const char *fmt,...)
 {
 	va_list		ap;
 
-	fprintf(stderr, "reference job (pid %d): ", (int) getpid());
+	fprintf(stderr, "idempotency-matrix: reference job (pid %d): ", (int) getpid());
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);

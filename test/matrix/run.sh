@@ -293,6 +293,24 @@ else
     not_ok "$out/layout.log" "matrix/check-layout.sh: the runner's files call each other in a loop"
 fi
 
+# 3c'. the reference job's commands refuse what they cannot use: exit 2, one sentence
+refusals_ok=1
+for args in "--reference-job=worker" "--reference-job=send --reference-dir=$runtmp KEY" \
+            "--reference-job=enqueue --reference-dir=$runtmp" "--list-cases=everything"; do
+    # shellcheck disable=SC2086 # the words are the arguments
+    "$runner" $args >"$out/refusal.log" 2>&1
+    rc=$?
+    if ((rc != 2)) || [[ $(wc -l <"$out/refusal.log") -ne 1 ]]; then
+        refusals_ok=0
+        echo "    $args: exit $rc: $(cat "$out/refusal.log")"
+    fi
+done
+if ((refusals_ok)); then
+    ok "--reference-job without a directory, with an unknown command or without a key, and --list-cases=everything: exit 2, one sentence each"
+else
+    not_ok "" "a refused --reference-job or --list-cases did not exit 2 with one sentence"
+fi
+
 # 3d. the case tables of the docs are the runner's case table
 docs_ok=1
 for what in proves policies steps; do
