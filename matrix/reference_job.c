@@ -476,7 +476,10 @@ deliver(PGconn *conn, const char *dir, const char *table, const char *name,
 	beat		b;
 
 	if (f == NULL)
-		return fail_with("cannot read %s: %s", msg_path, strerror(errno)) == 0;
+	{
+		fail_with("cannot read %s: %s", msg_path, strerror(errno));
+		return false;			/* the worker stops */
+	}
 	if (fgets(user_jt, sizeof(user_jt), f) == NULL || fgets(key, sizeof(key), f) == NULL ||
 		fgets(payload, sizeof(payload), f) == NULL)
 	{
@@ -610,13 +613,19 @@ deliver(PGconn *conn, const char *dir, const char *table, const char *name,
 			int			l = provider_lookup(mailbox, key);
 
 			if (l < 0)
-				return fail_with("lookup in %s: %s", mailbox, strerror(errno)) == 0;
+			{
+				fail_with("lookup in %s: %s", mailbox, strerror(errno));
+				return false;	/* the worker stops: its message is lost */
+			}
 			found = l == 1;
 		}
 		if (found)
 			copy_str(message_id, sizeof(message_id), "found-by-lookup");
 		else if (provider_send(mailbox, true, key, name, attempt, message_id, sizeof(message_id)) != 0)
-			return fail_with("the provider: %s", strerror(errno)) == 0;
+		{
+			fail_with("the provider: %s", strerror(errno));
+			return false;		/* the worker stops: its message is lost */
+		}
 	}
 	pl.point = "handled";
 	if (!at_point(&pl, NULL, answer, sizeof(answer)))
