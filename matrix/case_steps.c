@@ -144,7 +144,7 @@ sc_2(signoff_state *s)
 		enqueue(s, 0, JF_ENQUEUE) && settle(s) && (i = nth_delivery(s, 0, 2)) >= 0 &&
 		s->d[i].has_result)
 	{
-		PGresult   *res = record_query(s->ctx, s->job_type, s->keys[0]);
+		PGresult   *res = record_query(s->ctx, s->job_type, s->opkey[0]);
 
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
 			strcmp(PQgetvalue(res, 0, 2), s->d[i].result) == 0)
@@ -304,7 +304,7 @@ sc_8(signoff_state *s)
 			goto out;
 		}
 	}
-	record_text_of(s->ctx, s->cr, s->job_type, s->keys[0], before, sizeof(before), NULL, 0);
+	record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], before, sizeof(before), NULL, 0);
 	rows = effects_count(s, s->keys[0], true);
 	if (backend > 0)
 		case_note(s->cr, "Its server process (pid %ld) left the transaction %.0f ms later; then the record was \"%s\" "
@@ -326,7 +326,7 @@ out:
 	observe(s, NULL);
 	if (before[0])
 	{
-		record_text_of(s->ctx, s->cr, s->job_type, s->keys[0], after, sizeof(after), NULL, 0);
+		record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], after, sizeof(after), NULL, 0);
 		snprintf(s->cr->obs_record, CELL, "%.90s, then %.90s", before, after);
 	}
 	case_note(s->cr, "The effect here is a row in the claim's own transaction, not an %s: the %s column counts effect rows.",
@@ -363,7 +363,7 @@ death(signoff_state *s, const char *point, bool after_lease)
 		if (i < 0)
 			goto out;
 		/* the record now, while the lease still runs */
-		record_text_of(s->ctx, s->cr, s->job_type, s->keys[0], s->record_early,
+		record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], s->record_early,
 					   sizeof(s->record_early), NULL, 0);
 		if (!s->d[i].runs && strcmp(s->d[i].verdict, "in_progress") == 0)
 			case_note(s->cr, "The message came again inside the lease: pid %ld was judged in_progress, and the attempt is still 1.",
@@ -440,7 +440,7 @@ out:
 		char		status[32] = "";
 		int			attempt = 0;
 
-		if (!record_row(s, s->keys[0], status, sizeof(status), &attempt))
+		if (!record_row(s, s->opkey[0], status, sizeof(status), &attempt))
 			copy_str(suffix, sizeof(suffix), "late completion no answer");
 		else if (strcmp(status, "completed") == 0 && attempt == a1)
 			copy_str(suffix, sizeof(suffix), "late completion ok");
@@ -468,7 +468,7 @@ pred_released(signoff_state *s, const void *arg)
 	int			attempt = 0;
 
 	(void) arg;
-	return record_row(s, s->keys[0], status, sizeof(status), &attempt) &&
+	return record_row(s, s->opkey[0], status, sizeof(status), &attempt) &&
 		strcmp(status, "released") == 0;
 }
 
@@ -562,7 +562,7 @@ sc_12(signoff_state *s)
 	if (di >= 0)
 		copy_str(s->d[di].mark, sizeof(s->d[di].mark), "heartbeats");
 	params[0] = s->job_type;
-	params[1] = s->keys[0];
+	params[1] = s->opkey[0];
 	t0 = now_seconds();
 	progress(s->ctx, "%s case 12: a long job heartbeats past its lease", policy_names[s->policy]);
 	for (;;)
@@ -588,7 +588,7 @@ sc_12(signoff_state *s)
 		polls++;
 		done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 		PQclear(res);
-		stale = stale_listed(s->ctx, s->cr, s->job_type, s->keys[0]);
+		stale = stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]);
 		if (stale < 0)
 			break;
 		listed += stale;
@@ -611,7 +611,7 @@ sc_12(signoff_state *s)
 	}
 	if (reached && enqueue(s, 0, JF_ENQUEUE) && wait_nth(s, 0, 2) >= 0)
 	{
-		if (stale_listed(s->ctx, s->cr, s->job_type, s->keys[0]) == 1)
+		if (stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]) == 1)
 			listed++;
 		case_note(s->cr, "pid %ld stood at claimed, its heartbeat running, for two leases (%.1f s); then the same message came again.",
 				  x->pid, now_seconds() - t0);
@@ -645,7 +645,7 @@ sc_13(signoff_state *s)
 		(x = wait_held(s, 0, "claimed")) == NULL ||
 		!kill_at(s, x, "after its claim; its message is lost, nothing delivers it again"))
 		goto out;
-	early = stale_listed(s->ctx, s->cr, s->job_type, s->keys[0]);
+	early = stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]);
 	if (early == 1)
 		case_fail(s->cr, "stale_claims() listed the claim inside its lease");
 	else if (early == 0)
@@ -655,7 +655,7 @@ sc_13(signoff_state *s)
 		copy_str(suffix, sizeof(suffix), "not listed");
 		goto out;
 	}
-	res = stale_claim_query(s->ctx, s->job_type, s->keys[0]);
+	res = stale_claim_query(s->ctx, s->job_type, s->opkey[0]);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 	{
 		bool		ok = atoi(PQgetvalue(res, 0, 0)) == 1 &&
@@ -680,6 +680,54 @@ sc_13(signoff_state *s)
 out:
 	stop_workers(s);
 	observe(s, suffix);
+}
+
+/*
+ * The operation key of the case's key ki, where the job file gives it:
+ * key (a template with {key}) or key_command (its output); else the run's
+ * key itself, or one that contains it, learned at its first point. false:
+ * key_command failed (the case fails, noted).
+ */
+static bool
+operation_key(signoff_state *s, int ki)
+{
+	const char *tmpl = s->job->value[JF_KEY];
+
+	if (tmpl)
+	{
+		const char *p = strstr(tmpl, "{key}");
+		char		out[KEYSZ];
+
+		snprintf(out, sizeof(out), "%.*s%s%s", (int) (p - tmpl), tmpl, s->keys[ki], p + 5);
+		copy_str(s->opkey[ki], KEYSZ, out);
+		s->opkey_known[ki] = true;
+		know_key(s, out);
+	}
+	else if (s->job->value[JF_KEY_COMMAND])
+	{
+		sbuf		out;
+		char	   *k;
+
+		sb_init(&out);
+		if (run_command(s, JF_KEY_COMMAND, s->keys[ki], false, &out) != 0)
+		{
+			sb_free(&out);
+			return false;
+		}
+		k = trim(out.data ? out.data : (char *) "");
+		if (*k == '\0' || strchr(k, '\n'))
+		{
+			case_fail(s->cr, "key_command printed %s for %s: one line, the operation key, was expected",
+					  *k ? "more than one line" : "nothing", s->keys[ki]);
+			sb_free(&out);
+			return false;
+		}
+		copy_str(s->opkey[ki], KEYSZ, k);
+		s->opkey_known[ki] = true;
+		know_key(s, k);
+		sb_free(&out);
+	}
+	return true;
 }
 
 /* ---------------------------------------------------------------------
@@ -825,6 +873,12 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 				case_finish(cr);
 				continue;
 			}
+			if (s->unmappable)
+			{
+				case_note(cr, "Not run: the worker claims under keys the run cannot map (see the first failing case), and every case would fail alike.");
+				case_finish(cr);
+				continue;
+			}
 			if (s->not_armed)
 			{
 				case_note(cr, "Not run: in an earlier case no point at all reached the runner (see it), and every case would wait as long.");
@@ -846,10 +900,16 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 					snprintf(s->keys[ki], KEYSZ, "signoff-%s-%s-%s-%d", ctx->run_id,
 							 policy_names[p], cr->id, ki + 1);
 				s->enqueued[ki] = 0;
+				copy_str(s->opkey[ki], KEYSZ, s->keys[ki]);
+				s->opkey_known[ki] = false;
 			}
 			case_first_delivery = s->nd;
 			cr->ran = true;
-			steps_of(c->id) (s);
+			for (ki = 0; ki < s->nkeys; ki++)
+				if (!operation_key(s, ki))
+					break;
+			if (ki == s->nkeys)
+				steps_of(c->id) (s);
 			/* nothing of the case outlives it */
 			stop_workers(s);
 			for (ki = 0; ki < s->nworkers; ki++)

@@ -633,15 +633,140 @@ answer(signoff_state *s, exch *x, const char *word)
 }
 
 
+/* does key contain k as its prefix or suffix, at a boundary ("refund:K", "K/v2")? */
+static bool
+contains_key(const char *key, const char *k)
+{
+	size_t		n = strlen(key);
+	size_t		m = strlen(k);
+
+	if (n <= m)
+		return false;
+	if (strncmp(key, k, m) == 0 && !isalnum((unsigned char) key[m]))
+		return true;
+	return strcmp(key + n - m, k) == 0 && !isalnum((unsigned char) key[n - m - 1]);
+}
+
+/*
+ * The case's key a claimed key maps to, or -1: the operation key given by
+ * the job file (key, key_command) or seen before, else one that contains
+ * the run's key as its prefix or suffix (learned here: the record is read
+ * under it from now on).
+ */
 static int
 case_key(signoff_state *s, const char *key)
 {
 	int			i;
 
 	for (i = 0; i < s->nkeys; i++)
-		if (strcmp(s->keys[i], key) == 0)
+		if (strcmp(s->opkey[i], key) == 0)
 			return i;
+	if (s->job->value[JF_KEY] || s->job->value[JF_KEY_COMMAND])
+		return -1;
+	for (i = 0; i < s->nkeys; i++)
+		if (!s->opkey_known[i] && contains_key(key, s->keys[i]))
+		{
+			copy_str(s->opkey[i], KEYSZ, key);
+			s->opkey_known[i] = true;
+			know_key(s, key);
+			if (s->cr)
+				case_note(s->cr, "The worker claims %s under the operation key %s, which contains it: the record is read under that key.",
+						  s->keys[i], key);
+			return i;
+		}
 	return -1;
+}
+
+/*
+ * A key of this run (an earlier case's, kept by the queue), not one the
+ * worker made up: an operation key the run knew (given, or seen), or one
+ * that holds a run key "signoff-<run>-..." at a boundary.
+ */
+static bool
+run_key(signoff_state *s, const char *key)
+{
+	char		mark[64];
+	const char *p;
+	int			i;
+
+	if (s->job->reference)
+		return true;
+	for (i = 0; i < s->nknown; i++)
+		if (strcmp(s->known[i], key) == 0)
+			return true;
+	snprintf(mark, sizeof(mark), "signoff-%s-", s->ctx->run_id);
+	for (p = strstr(key, mark); p; p = strstr(p + 1, mark))
+		if (p == key || !isalnum((unsigned char) p[-1]))
+		{
+			const char *end = p + strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-");
+
+			if (!isalnum((unsigned char) *end))
+				return true;
+		}
+	return false;
+}
+
+/* remember an operation key of this run, for run_key() */
+void
+know_key(signoff_state *s, const char *key)
+{
+	if (s->nknown < MAX_KNOWN)
+		copy_str(s->known[s->nknown++], KEYSZ, key);
+}
+
+/*
+ * A claim under a key the run cannot map: the case fails at once, naming
+ * the key seen and the key expected, and every wait of the run ends.
+ */
+static void
+unmappable_key(signoff_state *s, const exch *x)
+{
+	if (s->cr == NULL)
+		return;
+	s->nunmapped++;
+	s->unmappable = true;
+	if (s->unmapped[0] == '\0')
+	{
+		copy_str(s->unmapped, KEYSZ, x->key);
+		case_fail(s->cr, "a worker claimed under the key \"%s\" (point %s), which the run cannot map to its key \"%s\": "
+				  "the operation key must be the run's key, contain it as a prefix or suffix (refund:{key}), or be "
+				  "declared in the job file (key = a template with {key}, key_command = a command that prints it)",
+				  x->key, x->point, s->nkeys > 0 ? s->keys[0] : "?");
+	}
+	else if (s->nunmapped == 2)
+	{
+		if (strcmp(s->unmapped, x->key) != 0)
+			case_fail(s->cr, "the key changes between deliveries of one message (\"%s\", then \"%s\"): it is a "
+					  "message id (Sidekiq's jid, SQS's MessageId, Celery's task id), not the operation's key, so "
+					  "no redelivery can ever find the first claim", s->unmapped, x->key);
+		else
+			case_note(s->cr, "The same message sent again was claimed under the same key \"%s\": the key is the "
+					  "same for every delivery, but made differently from the run's key.", x->key);
+	}
+}
+
+static bool
+pred_probed(signoff_state *s, const void *arg)
+{
+	(void) arg;
+	return s->nunmapped >= 2;
+}
+
+/*
+ * After the first claim under a key the run cannot map: the same message
+ * once more, to tell a key made differently (the same again) from a
+ * message id (another one).
+ */
+static void
+probe_key(signoff_state *s)
+{
+	if (s->key_probed || s->nkeys == 0)
+		return;
+	s->key_probed = true;
+	s->unmappable = false;		/* so that the wait below can run */
+	if (enqueue(s, 0, JF_ENQUEUE))
+		wait_for(s, pred_probed, NULL, true, s->job->timeout_s);
+	s->unmappable = true;
 }
 
 static delivery *
@@ -670,6 +795,7 @@ new_delivery(signoff_state *s, const exch *x)
 	d->has_result = x->has_result;
 	copy_str(d->result, sizeof(d->result), x->result);
 	d->eff_before = d->eff_after = -1;
+	d->ki = x->ki;
 	return d;
 }
 
@@ -703,6 +829,7 @@ arrived(signoff_state *s, exch *x)
 	claimed = strcmp(x->point, "claimed") == 0;
 	judged = strcmp(x->point, "judged") == 0;
 	ki = case_key(s, x->key);
+	x->ki = ki;
 	x->delivery = -1;
 	if (claimed || judged)
 	{
@@ -714,7 +841,7 @@ arrived(signoff_state *s, exch *x)
 		if (claimed && ki >= 0 && strcmp(x->verdict, "verify") == 0 &&
 			strcmp(s->job->effects_source, "handled reports") != 0)
 		{
-			int			n = effects_count(s, x->key, false);
+			int			n = effects_count(s, s->keys[ki], false);
 
 			d = &s->d[x->delivery];
 			d->eff_before = n;
@@ -740,10 +867,17 @@ arrived(signoff_state *s, exch *x)
 		x->delivery = i;
 		if (ki >= 0 && s->d[i].eff_before >= 0)
 		{
-			int			n = effects_count(s, x->key, false);
+			int			n = effects_count(s, s->keys[ki], false);
 
 			s->d[x->delivery].eff_after = n;
 		}
+	}
+	if (ki < 0 && !run_key(s, x->key))
+	{
+		if (claimed || judged)
+			unmappable_key(s, x);	/* a delivery; its handled point is no other */
+		answer(s, x, "continue");
+		return;
 	}
 	if (ki < 0)
 	{
@@ -929,7 +1063,7 @@ read_file(const char *path, sbuf *b, size_t max)
  * the command, its exit status and the end of its standard error, and the
  * result is non-zero.
  */
-static int
+int
 run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwhile,
 			sbuf *out)
 {
@@ -1245,6 +1379,8 @@ wait_for(signoff_state *s, wait_pred pred, const void *arg, bool need_worker, do
 			return WAIT_OK;
 		if (matrix_interrupted)
 			return WAIT_INTERRUPTED;
+		if (s->unmappable)
+			return WAIT_UNMAPPED;
 		if (need_worker && !any_worker_alive(s))
 		{
 			pump(s, 0);
@@ -1269,6 +1405,11 @@ wait_failed(signoff_state *s, wres r, const char *what)
 	if (r == WAIT_INTERRUPTED)
 	{
 		case_fail(s->cr, "interrupted");
+		return;
+	}
+	if (r == WAIT_UNMAPPED)
+	{
+		probe_key(s);			/* the case failed naming the key already */
 		return;
 	}
 	if (r == WAIT_NO_WORKER)
@@ -1319,7 +1460,7 @@ count_deliveries(signoff_state *s, int ki)
 				n = 0;
 
 	for (i = case_first_delivery; i < s->nd; i++)
-		if (!s->d[i].stray && strcmp(s->d[i].key, s->keys[ki]) == 0)
+		if (!s->d[i].stray && s->d[i].ki == ki)
 			n++;
 	return n;
 }
@@ -1331,7 +1472,7 @@ nth_delivery(signoff_state *s, int ki, int n)
 	int			i;
 
 	for (i = case_first_delivery; i < s->nd; i++)
-		if (!s->d[i].stray && strcmp(s->d[i].key, s->keys[ki]) == 0 && --n == 0)
+		if (!s->d[i].stray && s->d[i].ki == ki && --n == 0)
 			return i;
 	return -1;
 }
@@ -1378,7 +1519,7 @@ find_held(signoff_state *s, int ki, const char *point)
 
 	for (i = 0; i < s->nx; i++)
 		if (s->x[i]->state != X_READING && strcmp(s->x[i]->point, point) == 0 &&
-			strcmp(s->x[i]->key, s->keys[ki]) == 0)
+			s->x[i]->ki == ki)
 			return s->x[i];
 	return NULL;
 }
@@ -1715,7 +1856,7 @@ observe(signoff_state *s, const char *suffix)
 		{
 			char		rec[CELL];
 
-			record_text_of(s->ctx, cr, s->job_type, s->keys[ki], rec, sizeof(rec), NULL, 0);
+			record_text_of(s->ctx, cr, s->job_type, s->opkey[ki], rec, sizeof(rec), NULL, 0);
 			list_append(cr->obs_record, CELL, rec);
 		}
 	for (ki = 0; ki < s->nkeys; ki++)
@@ -1723,7 +1864,7 @@ observe(signoff_state *s, const char *suffix)
 		{
 			char		t[64];
 
-			if (s->d[i].stray || strcmp(s->d[i].key, s->keys[ki]) != 0)
+			if (s->d[i].stray || s->d[i].ki != ki)
 				continue;
 			delivery_text(&s->d[i], t, sizeof(t));
 			list_append(items, sizeof(items), t);
@@ -1751,12 +1892,12 @@ wait_stale_checked(signoff_state *s, int ki)
 	char		status[32];
 	int			attempt = 0;
 
-	if (record_row(s, s->keys[ki], status, sizeof(status), &attempt) && strcmp(status, "claimed") != 0)
+	if (record_row(s, s->opkey[ki], status, sizeof(status), &attempt) && strcmp(status, "claimed") != 0)
 	{
 		case_fail(s->cr, "the record of %s is %s #%d already, so stale_claims() will never list it: "
 				  "was the completion sent before the handler returned?", s->keys[ki], status, attempt);
 		return false;
 	}
-	return stale_wait(s->ctx, s->cr, s->job_type, s->keys[ki], policy_names[s->policy],
+	return stale_wait(s->ctx, s->cr, s->job_type, s->opkey[ki], policy_names[s->policy],
 					  pump_idle, s);
 }

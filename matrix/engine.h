@@ -20,6 +20,7 @@
 #define POLL_MS 10
 #define TAIL_LINES 8
 #define MAX_ITEMS 72			/* case 3s: up to 65 deliveries */
+#define MAX_KNOWN 256			/* operation keys of a run (2 a case) */
 
 typedef struct signoff_state signoff_state;
 
@@ -56,6 +57,7 @@ typedef struct delivery
 	bool		stray;			/* not a key of the case it came in */
 	bool		has_result;		/* judged: the line gave the stored result */
 	char		result[512];
+	int			ki;				/* the case's key it maps to; -1: stray */
 } delivery;
 
 /* one exchange on the socket */
@@ -86,6 +88,7 @@ typedef struct exch
 	char		result[512];	/* optional: the stored result, at judged */
 	long		backend_pid;	/* optional: the server process of its transaction */
 	int			delivery;		/* index into deliveries, or -1 */
+	int			ki;				/* the case's key it maps to, or -1 */
 } exch;
 
 typedef struct arm
@@ -112,8 +115,16 @@ struct signoff_state
 	/* the case */
 	case_result *cr;
 	const char *case_id;
-	char		keys[2][KEYSZ];
+	char		keys[2][KEYSZ];	/* the run's keys: what enqueue and effects get */
+	char		opkey[2][KEYSZ];	/* the operation keys the worker claims them under */
+	bool		opkey_known[2];	/* given (key, key_command) or seen */
 	int			nkeys;
+	char		unmapped[KEYSZ];	/* the first key the run could not map */
+	int			nunmapped;		/* claims under keys the run could not map */
+	bool		unmappable;		/* then every wait ends, and the later cases */
+	bool		key_probed;		/* the message was sent once more to see its key again */
+	char		known[MAX_KNOWN][KEYSZ];	/* the run's operation keys so far */
+	int			nknown;
 	int			enqueued[2];
 	int			workers[MAX_CASE_WORKERS];	/* indexes into procs */
 	int			nworkers;
@@ -133,7 +144,8 @@ typedef enum
 	WAIT_OK,
 	WAIT_TIMEOUT,
 	WAIT_INTERRUPTED,
-	WAIT_NO_WORKER
+	WAIT_NO_WORKER,
+	WAIT_UNMAPPED				/* a worker claims under keys the run cannot map */
 } wres;
 
 typedef bool (*wait_pred) (signoff_state *s, const void *arg);
@@ -147,6 +159,9 @@ extern int	case_first_delivery;
 void	forget_proc(int i);
 void	answer(signoff_state *s, exch *x, const char *word);
 void	pump(signoff_state *s, int ms);
+void	know_key(signoff_state *s, const char *key);
+int		run_command(signoff_state *s, job_field which, const char *key,
+						bool pump_meanwhile, sbuf *out);
 int		effects_count(signoff_state *s, const char *key, bool pump_meanwhile);
 bool	start_workers(signoff_state *s, int n);
 bool	kill_at(signoff_state *s, exch *x, const char *where);

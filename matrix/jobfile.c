@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -39,6 +39,8 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the longest wait for one step, in seconds",
 	"the directory the commands run in",
 	"yes: the effect is a row written in the completion's transaction",
+	"the operation key your code claims, as a template with {key}",
+	"the command that prints the operation key your code claims for {key}",
 };
 
 /* ---------------------------------------------------------------------
@@ -77,7 +79,7 @@ signoff_load_job(const char *path, signoff_job *job)
 	int			i;
 	char		base[1024];
 	char	   *slash;
-	static const job_field keyed[] = {JF_ENQUEUE, JF_ENQUEUE_OTHER, JF_EFFECTS};
+	static const job_field keyed[] = {JF_ENQUEUE, JF_ENQUEUE_OTHER, JF_EFFECTS, JF_KEY, JF_KEY_COMMAND};
 
 	memset(job, 0, sizeof(*job));
 	copy_str(job->path, sizeof(job->path), path);
@@ -162,6 +164,12 @@ signoff_load_job(const char *path, signoff_job *job)
 					  job_field_names[keyed[i]], job_field_what[keyed[i]]);
 			return 2;
 		}
+	if (job->value[JF_KEY] && job->value[JF_KEY_COMMAND])
+	{
+		job_error(job, job->line[JF_KEY_COMMAND], "give key or key_command, not both (key is on line %d)",
+				  job->line[JF_KEY]);
+		return 2;
+	}
 	if (job->value[JF_EFFECTS] && job->value[JF_EFFECTS_SQL])
 	{
 		job_error(job, job->line[JF_EFFECTS_SQL], "give effects or effects_sql, not both (effects is on line %d)",

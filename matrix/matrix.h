@@ -60,6 +60,8 @@ typedef enum job_field
 	JF_TIMEOUT,
 	JF_DIR,
 	JF_TRANSACTIONAL,
+	JF_KEY,
+	JF_KEY_COMMAND,
 	N_JOB_FIELDS
 } job_field;
 

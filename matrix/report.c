@@ -788,7 +788,7 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	counts(prs, npr, &passed, &failed);
 	sb_init(&j);
 	sb_printf(&j, "{\n  \"format\": \"%s\",\n  \"settings\": {",
-			  ctx->job ? "idempotency-signoff/1" : "idempotency-matrix/1");
+			  ctx->job ? "idempotency-signoff/2" : "idempotency-matrix/1");
 	for (i = 0; i < nset; i++)
 	{
 		sb_printf(&j, "%s\n    ", i ? "," : "");

@@ -37,7 +37,13 @@
 #      effects_sql counting its rows): exactly cases 1 2 4 8 11 run and
 #      hold, case 8 "none, then completed #1"; a claim committed on its own
 #      (--broken commit-first) fails case 8 with the sentence saying so;
-#      transactional = yes without effects_sql: exit 2, one sentence.
+#      transactional = yes without effects_sql: exit 2, one sentence;
+#   9. keys (worker.py --key): a prefix or a suffix of the run's key needs no
+#      setting, a template (key =) and a hash (key_command) are declared,
+#      and the cases hold; a key made otherwise without a declaration fails
+#      case 1 within 20 s naming both keys (and that the same message is
+#      claimed under the same key again), later cases not run; a message id
+#      is named as one; key with key_command, and key without {key}: exit 2.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
 # file's lease) to save time; the good job runs with the default lease.
 # The last line: "signoff: N passed, N failed"; exit non-zero on a failure.
@@ -167,7 +173,7 @@ fi
 if "$python" - "$out/good.json" >"$out/good.check" 2>&1 <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["format"] == "idempotency-signoff/1", r["format"]
+assert r["format"] == "idempotency-signoff/2", r["format"]
 assert r["ok"] is True and r["failed"] == 0 and r["passed"] == 52, (r["ok"], r["passed"], r["failed"])
 s = r["signoff"]
 assert s["job_type"] == "signoff_test_job" and s["queue"] == "dirqueue", s
@@ -187,7 +193,7 @@ assert summary == {"hold": (0, 1), "retry": (1, 2), "skip": (0, 1), "lookup": (1
 EOF
 then
     cat "$out/good.check"
-    ok "the JSON report: format idempotency-signoff/1, the signoff object, 13 passing cases per policy, effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
+    ok "the JSON report: format idempotency-signoff/2, the signoff object, 13 passing cases per policy, effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
 else
     not_ok "$out/good.check" "the JSON report of the good job"
 fi
@@ -255,7 +261,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir and transactional)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key and key_command)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -429,6 +435,68 @@ line=$(grep -n '^transactional' "$job" | cut -d: -f1)
 bad_input "transactional = yes without effects_sql" \
     "idempotency-matrix: $job line $line: transactional = yes needs effects_sql (the query that counts the rows your job writes in the completion's transaction)" --job "$job"
 "${psql[@]}" -c 'DROP TABLE IF EXISTS public.signoff_tx_effects' >/dev/null
+
+# ---------------------------------------------------------------------
+# 9. keys: the run's key inside the operation key, declared mappings, and
+#    a key the run cannot map (a message id)
+# ---------------------------------------------------------------------
+check_keys() {   # check_keys NAME WHAT WORKER-KEY-MODE [NAME=VALUE...]
+    local name=$1 what=$2 mode=$3; shift 3
+    local job=$out/key-$name.job log=$out/key-$name.log
+    make_job "$job" "worker=/usr/bin/python3 worker.py --key $mode" "policies=hold" "lease=1.5" "$@"
+    "$runner" --job "$job" --cases 1,2,5,6,9 >"$log" 2>&1
+    rc=$?
+    if ((rc == 0)) && [[ $(tail -n 1 "$log") == "5 passed, 0 failed" ]]; then
+        ok "keys, $what: cases 1 2 5 6 9 hold under hold"
+    else
+        not_ok "$log" "keys, $what: expected exit 0 and '5 passed, 0 failed'; got exit $rc"
+    fi
+}
+check_keys prefix "a prefix (refund:{key}), no setting" "format:refund:{key}"
+check_keys suffix "a suffix ({key}/v2), no setting" "format:{key}/v2"
+check_keys template "a template (key = order{key}x)" "format:order{key}x" "key=order{key}x"
+check_keys hash "a hash (key_command)" "hash" \
+    "key_command=sh -c 'printf %s \"refund:\$1\" | sha256sum | cut -c1-16' - {key}"
+# a key inside another word is no prefix: the run cannot map it without key =
+job=$out/key-unmapped.job
+log=$out/key-unmapped.log
+make_job "$job" "worker=/usr/bin/python3 worker.py --key format:order{key}x" "policies=hold" "lease=1.5"
+start=$SECONDS
+"$runner" --job "$job" --cases 1,2 --json "$out/key-unmapped.json" >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+if ((rc == 1)) && ((secs < 20)) &&
+    grep -q 'FAILED: a worker claimed under the key "ordersignoff-[0-9a-f]*-hold-1-1x" (point claimed), which the run cannot map to its key "signoff-[0-9a-f]*-hold-1-1": the operation key must be the run.s key, contain it as a prefix or suffix' "$log" &&
+    grep -q 'The same message sent again was claimed under the same key' "$log" &&
+    grep -q 'Not run: the worker claims under keys the run cannot map' "$log"; then
+    ok "keys, a key made otherwise without key =: case 1 fails in $secs s naming the key seen and the key expected, the same key again, case 2 not run"
+else
+    not_ok "$log" "keys, unmapped: expected exit 1 within 20 s, the sentence naming both keys, and case 2 not run; got exit $rc in $secs s"
+fi
+job=$out/key-msgid.job
+log=$out/key-msgid.log
+make_job "$job" "worker=/usr/bin/python3 worker.py --key message-id" "policies=hold" "lease=1.5"
+start=$SECONDS
+"$runner" --job "$job" --cases 1 >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+if ((rc == 1)) && ((secs < 20)) &&
+    grep -q 'FAILED: a worker claimed under the key "msg-' "$log" &&
+    grep -q 'FAILED: the key changes between deliveries of one message ("msg-[^"]*", then "msg-[^"]*"): it is a message id' "$log"; then
+    ok "keys, a message id: case 1 fails in $secs s, naming the key a message id"
+else
+    not_ok "$log" "keys, message id: expected exit 1 within 20 s and the message-id sentence; got exit $rc in $secs s"
+fi
+job=$out/key-both.job
+make_job "$job" "key=refund:{key}" "key_command=echo {key}"
+line=$(grep -n '^key_command' "$job" | cut -d: -f1)
+bad_input "key and key_command both" \
+    "idempotency-matrix: $job line $line: give key or key_command, not both (key is on line $((line - 1)))" --job "$job"
+job=$out/key-nokey.job
+make_job "$job" "key=refund"
+line=$(grep -n '^key =' "$job" | cut -d: -f1)
+bad_input "key without {key}" \
+    "idempotency-matrix: $job line $line: \"key\" has no {key} (the operation key your code claims, as a template with {key})" --job "$job"
 
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))
