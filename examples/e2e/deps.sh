@@ -6,10 +6,11 @@
 #                     install the Debian packages that are missing (as root;
 #                     otherwise print the exact sudo apt-get line and fail)
 #   e2e_node DIR [MAJOR]
-#                     make `node` on PATH (for this hook only) a Node.js of a
-#                     major that DIR/node-versions pins (MAJOR, default: any
-#                     of them or later, else the newest pin), and set E2E_NPM
-#                     to the npm command to run (see below)
+#                     make `node` on PATH (for this hook only) a Node.js
+#                     MAJOR, one DIR/node-versions pins (without MAJOR:
+#                     PATH's if it is the oldest pinned major or later, else
+#                     the newest pin), and set E2E_NPM to the npm command to
+#                     run (see below)
 #   e2e_node_bin DIR MAJOR
 #                     the same without touching PATH: E2E_NODE_BIN is then a
 #                     directory whose `node` is Node.js MAJOR (a hook that
@@ -79,7 +80,8 @@ _e2e_node_major() {
 _e2e_pins() {
     local file=$1/node-versions pins
     pins=$(tr -d ' \t\r' <"$file") || { echo "e2e: cannot read $file" >&2; return 1; }
-    pins=$(grep -v '^$' <<<"$pins" | sort -t. -k1,1n) || { echo "e2e: $file pins no version" >&2; return 1; }
+    pins=$(grep -v '^$' <<<"$pins" | sort -t. -k1,1n || true)
+    [[ -n $pins ]] || { echo "e2e: $file pins no version" >&2; return 1; }
     if grep -qvE '^[0-9]+\.[0-9]+\.[0-9]+$' <<<"$pins"; then
         echo "e2e: $file: '$(grep -vE '^[0-9]+\.[0-9]+\.[0-9]+$' <<<"$pins" | head -n 1)' is not a version (like 24.22.3)" >&2
         return 1
@@ -87,9 +89,9 @@ _e2e_pins() {
     echo "$pins"
 }
 
-# _e2e_fetch_npm: set E2E_NPM to an npm that runs under the node it came
+# _e2e_find_npm: set E2E_NPM to an npm that runs under the node it came
 # with: PATH's, else Debian's (installed as root)
-_e2e_fetch_npm() {
+_e2e_find_npm() {
     local why=$1
     if ! command -v npm >/dev/null 2>&1; then
         if ((EUID != 0)); then
@@ -131,7 +133,7 @@ e2e_node_bin() {
     local why="node not found"
     ((major > 0)) && why="node $(node --version 2>/dev/null) on PATH"
     echo "e2e: $why; $dir needs Node.js ${want:-${pins%%.*} or later}: Node.js $pin from the npm registry"
-    _e2e_fetch_npm "Node.js $pin" || return 1
+    _e2e_find_npm "Node.js $pin" || return 1
 
     local arch
     case $(uname -m) in
