@@ -744,6 +744,16 @@ print_banner(signoff_state *s)
 		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
 		   job->value[JF_JOB_TYPE], job->value[JF_QUEUE], ctx->ext_version, ctx->server_version);
 	printf("job file %s; commands run in %s\n", job->path, job->dir);
+	printf("signed: the job file sha256 %s", job->prov.job_sha256);
+	if (job->value[JF_CODE])
+		printf("; the code (%s) %d files, sha256 %s", job->value[JF_CODE], job->prov.nfiles,
+			   job->prov.code_sha256);
+	else
+		printf("; no code named (code = in the job file)");
+	if (job->prov.git_commit[0])
+		printf("; git %s%s", job->prov.git_commit,
+			   job->prov.git_dirty == 1 ? " with uncommitted changes" : job->prov.git_dirty == 0 ? " (clean)" : "");
+	printf("\n");
 	printf("worker: %s\n", job->value[JF_WORKER]);
 	printf("enqueue: %s\n", job->value[JF_ENQUEUE]);
 	if (job->value[JF_ENQUEUE_OTHER])

@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -41,6 +41,7 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"yes: the effect is a row written in the completion's transaction",
 	"the operation key your code claims, as a template with {key}",
 	"the command that prints the operation key your code claims for {key}",
+	"the job's code, as paths or globs: the report records their sha256",
 };
 
 /* ---------------------------------------------------------------------
@@ -267,6 +268,15 @@ signoff_load_job(const char *path, signoff_job *job)
 			return 2;
 		}
 		copy_str(job->dir, sizeof(job->dir), real);
+	}
+	{
+		char		err[1400];
+
+		if (!provenance_collect(job->path, job->dir, job->value[JF_CODE], &job->prov, err, sizeof(err)))
+		{
+			job_error(job, job->line[JF_CODE], "%s", err);
+			return 2;
+		}
 	}
 	return 0;
 

@@ -50,6 +50,7 @@ usage(FILE *f)
 			"      --stress=N         workers in the stress variant of case 3 (default 16, 0: skip it)\n"
 			"      --html=FILE        write a self-contained HTML report\n"
 			"      --json=FILE        write the results as JSON\n"
+			"      --junit=FILE       write the cases as JUnit XML (a testcase per case and policy)\n"
 			"      --color=WHEN       auto (default: only on a terminal), always, never\n"
 			"  -q, --quiet            no progress lines on stderr\n"
 			"      --create-extension run CREATE EXTENSION IF NOT EXISTS idempotency first\n"
@@ -59,6 +60,8 @@ usage(FILE *f)
 			"      --job=FILE         sign off your own job: run the cases that fit it (1-7, 9-13;\n"
 			"                         transactional = yes: 1 2 4 8 11) through your queue and your\n"
 			"                         worker command, as FILE says (docs/signoff.md)\n"
+			"      --verify=REPORT    exit 0 if the job file and the code a sign-off's JSON report\n"
+			"                         names are unchanged, 1 if not (each change named)\n"
 			"      --list-cases=WHAT  print the case table as markdown: proves (what each case\n"
 			"                         proves), steps (what a sign-off run does), policies (what\n"
 			"                         each policy must give); the docs hold these tables\n"
@@ -458,6 +461,8 @@ main(int argc, char **argv)
 		{"job", required_argument, NULL, 9},
 		{"list-cases", required_argument, NULL, 10},
 		{"reference-job", required_argument, NULL, 11},
+		{"verify", required_argument, NULL, 14},
+		{"junit", required_argument, NULL, 15},
 		{"reference-dir", required_argument, NULL, 12},
 		{"reference-table", required_argument, NULL, 13},
 		{"help", no_argument, NULL, 'h'},
@@ -566,6 +571,11 @@ main(int argc, char **argv)
 				return case_table_list(optarg);
 			case 11:
 				reference_what = optarg;
+				break;
+			case 14:
+				return provenance_verify(optarg);
+			case 15:
+				ctx->junit = optarg;
 				break;
 			case 12:
 				reference_dir = optarg;

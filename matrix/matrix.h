@@ -62,10 +62,31 @@ typedef enum job_field
 	JF_TRANSACTIONAL,
 	JF_KEY,
 	JF_KEY_COMMAND,
+	JF_CODE,
 	N_JOB_FIELDS
 } job_field;
 
 extern const char *const job_field_names[N_JOB_FIELDS];
+
+/* what a sign-off report says was signed (provenance.c) */
+typedef struct code_file
+{
+	char		path[1024];		/* relative to the commands' directory */
+	char		sha256[65];
+} code_file;
+
+typedef struct provenance
+{
+	char		job_file[4096]; /* absolute */
+	char		job_sha256[65];
+	char		dir[1024];
+	code_file  *files;			/* the job file's code, sorted by path */
+	int			nfiles;
+	int			cap;
+	char		code_sha256[65];	/* "": no code named */
+	char		git_commit[64]; /* "": not in a git work tree */
+	int			git_dirty;		/* -1 unknown, 0 clean, 1 dirty */
+} provenance;
 
 typedef struct signoff_job
 {
@@ -93,6 +114,8 @@ typedef struct signoff_job
 	 * and none of the cases whose death leaves a committed claim
 	 */
 	bool		transactional;
+
+	provenance	prov;			/* the job file's and the code's digests */
 } signoff_job;
 
 typedef struct matrix_ctx
@@ -103,6 +126,7 @@ typedef struct matrix_ctx
 	char		lease_sql[32];	/* "2 seconds" */
 	int			stress;			/* workers in case 3s; 0 skips it */
 	const char *cases;			/* --cases as given; NULL: all */
+	const char *junit;			/* --junit FILE; NULL: none */
 	char		run_id[32];
 	char		prefix[64];		/* job type prefix, unique to this run */
 	char		maildir[256];
@@ -163,6 +187,12 @@ int			provider_send(const char *mailbox, bool with_ref, const char *key,
 int			provider_lookup(const char *mailbox, const char *key);
 int			provider_count(const char *mailbox, const char *key);
 
+/* provenance.c */
+bool		provenance_collect(const char *job_file, const char *dir, const char *code,
+							   provenance *pv, char *err, size_t esz);
+void		provenance_free(provenance *pv);
+int			provenance_verify(const char *report);
+
 /* jobfile.c */
 int			signoff_load_job(const char *path, signoff_job *job);
 
@@ -190,5 +220,7 @@ int			report_html(matrix_ctx *ctx, const char *path,
 						const policy_result *prs, int npr);
 int			report_json(matrix_ctx *ctx, const char *path,
 						const policy_result *prs, int npr);
+int			report_junit(matrix_ctx *ctx, const char *path,
+						 const policy_result *prs, int npr);
 
 #endif							/* IDEMPOTENCY_MATRIX_H */

@@ -1,6 +1,7 @@
 /*
  * util.h
- *		The runner's strings, escaping, clocks and interruption (util.c).
+ *		The runner's strings, escaping, clocks and interruption (util.c),
+ *		and SHA-256 (sha256.c).
  *
  * Depends on nothing else of the runner: every other file may use it.
  */
@@ -50,5 +51,9 @@ void		list_append(char *buf, size_t sz, const char *s);
 const char *one_line(const char *msg);
 char	   *trim(char *s);
 bool		parse_lease(const char *s, double *out);
+
+/* sha256.c */
+void		sha256_buffer(const void *data, size_t n, char out[65]);
+bool		sha256_file(const char *path, char out[65]);
 
 #endif							/* IDEMPOTENCY_MATRIX_UTIL_H */

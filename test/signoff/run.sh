@@ -43,7 +43,13 @@
 #      and the cases hold; a key made otherwise without a declaration fails
 #      case 1 within 20 s naming both keys (and that the same message is
 #      claimed under the same key again), later cases not run; a message id
-#      is named as one; key with key_command, and key without {key}: exit 2.
+#      is named as one; key with key_command, and key without {key}: exit 2;
+#  10. what was signed: the JSON report records the job file's sha256 and
+#      the code's (code = paths or globs), as sha256sum computes them, and
+#      git's commit; --junit writes JUnit XML; --verify REPORT exits 0 while
+#      nothing changed and 1 naming a changed, added or removed code file or
+#      a changed job file; a missing report: exit 2; code that matches no
+#      file: exit 2, one sentence.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
 # file's lease) to save time; the good job runs with the default lease.
 # The last line: "signoff: N passed, N failed"; exit non-zero on a failure.
@@ -261,7 +267,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key and key_command)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command and code)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -497,6 +503,85 @@ make_job "$job" "key=refund"
 line=$(grep -n '^key =' "$job" | cut -d: -f1)
 bad_input "key without {key}" \
     "idempotency-matrix: $job line $line: \"key\" has no {key} (the operation key your code claims, as a template with {key})" --job "$job"
+
+# ---------------------------------------------------------------------
+# 10. what was signed: the job file and the code by sha256, --verify, --junit
+# ---------------------------------------------------------------------
+mkdir -p "$out/code/lib"
+cp "$here/worker.py" "$here/dirqueue.py" "$out/code/"
+echo "# a module of the job" >"$out/code/lib/util.py"
+job=$out/signed.job
+make_job "$job" "code=$out/code/*.py $out/code/lib" "policies=hold" "lease=1.5"
+log=$out/signed.log
+"$runner" --job "$job" --cases 1 --json "$out/signed.json" --junit "$out/signed.xml" >"$log" 2>&1
+rc=$?
+want_code=$(cd / && sha256sum "$out/code/dirqueue.py" "$out/code/lib/util.py" "$out/code/worker.py" | sha256sum | cut -d' ' -f1)
+if ((rc == 0)) && "$python" - "$out/signed.json" "$job" "$want_code" "$here" <<'PY'
+import hashlib, json, subprocess, sys
+r = json.load(open(sys.argv[1]))
+s = r["signoff"]
+assert s["job_file_sha256"] == hashlib.sha256(open(sys.argv[2], "rb").read()).hexdigest(), s["job_file_sha256"]
+assert s["code_sha256"] == sys.argv[3], (s["code_sha256"], sys.argv[3])
+assert [f["path"].rsplit("/code/", 1)[1] for f in s["code_files"]] == ["dirqueue.py", "lib/util.py", "worker.py"], s["code_files"]
+git = subprocess.run(["git", "-C", sys.argv[4], "rev-parse", "HEAD"], capture_output=True, text=True)
+assert s["git_commit"] == (git.stdout.strip() if git.returncode == 0 else None), (s["git_commit"], git.stdout)
+PY
+then
+    ok "the report records the job file's sha256, each code file's and the code's (as sha256sum FILES | sha256sum), and git's commit"
+else
+    not_ok "$log" "the signed digests in the JSON report (exit $rc)"
+fi
+if "$python" - "$out/signed.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites" and root.get("tests") == "1" and root.get("failures") == "0", root.attrib
+cases = root.findall("./testsuite/testcase")
+assert [c.get("name") for c in cases] == ["case 1: first delivery"], [c.get("name") for c in cases]
+assert root.find("./testsuite").get("name") == "policy hold"
+PY
+then
+    ok "--junit: JUnit XML, a testsuite per policy and a testcase per case"
+else
+    not_ok "$out/signed.xml" "--junit: not the expected JUnit XML"
+fi
+verify() {   # verify WANT-RC PATTERN WHAT
+    local want=$1 pattern=$2 what=$3
+    "$runner" --verify "$out/signed.json" >"$out/verify.log" 2>&1
+    local rc=$?
+    if ((rc == want)) && grep -qE "$pattern" "$out/verify.log"; then
+        ok "--verify, $what: exit $rc, $(head -n 1 "$out/verify.log" | cut -c1-80)"
+    else
+        not_ok "$out/verify.log" "--verify, $what: expected exit $want and /$pattern/; got exit $rc"
+    fi
+}
+verify 0 '^unchanged: the job file .* and 3 code files' "nothing changed"
+echo "# changed" >>"$out/code/worker.py"
+verify 1 '^changed: .*/code/worker.py \(sha256' "a code file changed"
+echo "x = 1" >"$out/code/new.py"
+rm "$out/code/lib/util.py"
+verify 1 '^added: .*/code/new.py$' "a file added"
+verify 1 '^removed: .*/code/lib/util.py$' "a file removed"
+echo "# a comment" >>"$job"
+verify 1 '^changed: the job file .*signed.job' "the job file changed"
+"$runner" --verify "$out/no-such-report.json" >"$out/verify.log" 2>&1
+rc=$?
+if ((rc == 2)) && [[ $(wc -l <"$out/verify.log") -eq 1 ]]; then
+    ok "--verify of a report that is not there: exit 2, one sentence"
+else
+    not_ok "$out/verify.log" "--verify of a missing report: expected exit 2 and one sentence; got $rc"
+fi
+"$runner" --verify "$out/good.json" >"$out/verify.log" 2>&1
+rc=$?
+if ((rc == 0)) && grep -q '^unchanged: the job file .*good.job .* and 0 code files' "$out/verify.log"; then
+    ok "--verify of a report whose job file names no code: the job file alone, unchanged"
+else
+    not_ok "$out/verify.log" "--verify of good.json: expected exit 0 and 'unchanged'; got $rc"
+fi
+job=$out/nocode.job
+make_job "$job" "code=no-such-*.py"
+line=$(grep -n '^code' "$job" | cut -d: -f1)
+bad_input "code that matches no file" \
+    "idempotency-matrix: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
 
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))
