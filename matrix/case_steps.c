@@ -808,6 +808,9 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 		ctx->signoff_dir[0] = '\0';
 		return 2;
 	}
+	/* what the run starts does not outlive it, even a runner killed with SIGKILL */
+	guardian_start();
+	guardian_dir(ctx->signoff_dir);
 	snprintf(s->sock, sizeof(s->sock), "%s/signoff.sock", ctx->signoff_dir);
 	snprintf(s->cmd_out, sizeof(s->cmd_out), "%s/command.out", ctx->signoff_dir);
 	snprintf(s->cmd_err, sizeof(s->cmd_err), "%s/command.err", ctx->signoff_dir);

@@ -222,6 +222,7 @@ track_proc(pid_t pid, const char *name, const char *log)
 	memset(p, 0, sizeof(*p));
 	p->used = true;
 	p->pid = pid;
+	guardian_group(pid);
 	copy_str(p->name, sizeof(p->name), name);
 	copy_str(p->log, sizeof(p->log), log);
 	return i;
@@ -272,7 +273,10 @@ reap(void)
 		if (!p->reaped && r < 0 && errno == ECHILD)
 			p->reaped = true;	/* reaped elsewhere; status unknown */
 		if (p->reaped && kill(-p->pid, 0) != 0 && errno == ESRCH)
+		{
 			p->gone = true;
+			guardian_gone(p->pid);
+		}
 	}
 }
 

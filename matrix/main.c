@@ -278,7 +278,7 @@ remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 
 /* remove everything this run made: records, job types, table, mailboxes */
 static void
-cleanup(matrix_ctx *ctx, bool failed)
+cleanup_run(matrix_ctx *ctx, bool failed)
 {
 	/* every process group the engine started, then its socket and logs */
 	signoff_kill_all(ctx);
@@ -343,6 +343,14 @@ cleanup(matrix_ctx *ctx, bool failed)
 				ctx->prefix);
 	if (ctx->maildir[0])
 		nftw(ctx->maildir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* the run's end: its cleanup, then the guardian told that all is in order */
+static void
+cleanup(matrix_ctx *ctx, bool failed)
+{
+	cleanup_run(ctx, failed);
+	guardian_done();
 }
 
 /*
@@ -653,6 +661,8 @@ main(int argc, char **argv)
 		PQfinish(ctx->conn);
 		return 2;
 	}
+	guardian_start();
+	guardian_dir(ctx->maildir);
 	if (case_selected(cases, "8"))
 		create_effects_table(ctx);
 

@@ -21,7 +21,10 @@
  *	reference_job.c	the reference job: its worker (speaking the sign-off
  *				protocol), its queue (a directory), its effects
  *	reference_provider.c	its fake mail provider: an append-only, fsync'd file
+ *	guardian.c	a process that cleans up after a runner killed with SIGKILL
  *	jobfile.c	the sign-off run's job file
+ *	provenance.c	the job file's and the code's digests; --verify
+ *	sha256.c	SHA-256
  *	db.c		what both runs read in the database: records, stale_claims()
  *	report.c	progress lines, terminal tables, --html and --json
  *	case_table.c	the cases: each one's title, steps and expectations,
@@ -186,6 +189,13 @@ int			provider_send(const char *mailbox, bool with_ref, const char *key,
 						  char *message_id, size_t idsz);
 int			provider_lookup(const char *mailbox, const char *key);
 int			provider_count(const char *mailbox, const char *key);
+
+/* guardian.c */
+bool		guardian_start(void);
+void		guardian_group(pid_t pgid);
+void		guardian_gone(pid_t pgid);
+void		guardian_dir(const char *path);
+void		guardian_done(void);
 
 /* provenance.c */
 bool		provenance_collect(const char *job_file, const char *dir, const char *code,

@@ -30,7 +30,8 @@
 #      of its log, the later cases not run;
 #   6. SIGINT, and SIGTERM, in the middle of a case with a live worker:
 #      exit 130, no worker process left, no job type or record of the run,
-#      its directory removed;
+#      its directory removed; SIGKILL, with a worker that is not the
+#      runner's child: the guardian kills it and removes the directory;
 #   7. effects counted by the handled reports (no effects line) and by
 #      effects_sql (lookup): the cases hold, the report names the source;
 #   8. a transactional job (worker.py --transactional, transactional = yes,
@@ -363,6 +364,37 @@ for sig in INT TERM; do
         not_ok "$log" "SIG$sig: expected exit 130 and nothing left; got exit $rc, workers alive before $before, after $after, rows left '$left', directory '$rundir'"
     fi
 done
+
+# SIGKILL: the runner cannot clean up; its guardian does. The worker runs
+# under a shell that stays (not exec'd): the python process is no child of
+# the runner and is not killed with its parent, only with its group.
+job=$out/sigkill.job
+make_job "$job" "worker=sh -c '/usr/bin/python3 worker.py; exit 0'" "lease=1.5"
+log=$out/sigkill.log
+"$runner" --job "$job" --policy hold --cases 9 >"$log" 2>"$log.err" &
+pid=$!
+for _ in $(seq 600); do
+    grep -q 'hold case 9: waiting for the lease' "$log.err" 2>/dev/null && break
+    sleep 0.05
+done
+prefix=$(prefix_of "$log")
+rundir=$(rundir_of "$log")
+before=$(alive_workers "$prefix")
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+for _ in $(seq 200); do   # the guardian's work: at most 10 s
+    [[ $(alive_workers "$prefix") == 0 && -n $rundir && ! -e $rundir ]] && break
+    sleep 0.05
+done
+after=$(alive_workers "$prefix")
+if [[ -n $prefix && $before -ge 1 && $after == 0 && -n $rundir && ! -e $rundir ]]; then
+    ok "SIGKILL in case 9 ($before worker alive, not the runner's child): the guardian killed it and removed $rundir"
+else
+    cat "$log.err" >>"$log"
+    not_ok "$log" "SIGKILL: expected no worker and no directory left; workers alive before $before, after $after, directory '$rundir' $( [[ -e $rundir ]] && echo there)"
+fi
+# what a killed runner leaves in the database, as docs/signoff.md says
+"${psql[@]}" -c "DELETE FROM idempotency.operations WHERE job_type LIKE '${prefix}\\_%'; DELETE FROM idempotency.job_types WHERE job_type LIKE '${prefix}\\_%'" >/dev/null
 
 # ---------------------------------------------------------------------
 # 7. the other effect sources
