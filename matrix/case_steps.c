@@ -775,9 +775,9 @@ int
 signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check_as,
 			const char *html, const char *json)
 {
-	static const case_words effect_words = {"effect", "key"};
 	static const case_words seed_words = {"email", "order ORD-1002"};
-	const case_words *words = job->reference ? &seed_words : &effect_words;
+	case_words	job_words = {job->value[JF_EFFECT_NAME] ? job->value[JF_EFFECT_NAME] : "effect", "key"};
+	const case_words *words = job->reference ? &seed_words : &job_words;
 	static signoff_state st;
 	signoff_state *s = &st;
 	struct sockaddr_un addr;

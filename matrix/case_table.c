@@ -34,6 +34,14 @@ const char *const policy_blurbs[N_POLICIES] = {
 	"look the operation key up at the provider first",
 };
 
+/* the same, in words that fit any job (a sign-off) */
+const char *const policy_blurbs_job[N_POLICIES] = {
+	"hold for a person",
+	"accept a rare duplicate: run again after the lease",
+	"accept a rare miss: skip for good",
+	"look the operation up first (verify)",
+};
+
 /* what a policy must give: effects, record afterwards, verdicts, the words */
 #define ALL(n, rec, verd, text) \
 	{{n, rec, verd, text}, {n, rec, verd, text}, {n, rec, verd, text}, {n, rec, verd, text}}
@@ -80,7 +88,7 @@ const case_spec case_table[] = {
 		{
 			{0, "claimed #1 (stale)", "run (killed), held", "held for a person after the lease"},
 			{1, "completed #2", "run (killed), run", "sent after the lease by a takeover"},
-			{0, "skipped #1", "run (killed), skipped", "skipped for good: never emailed"},
+			{0, "skipped #1", "run (killed), skipped", "skipped for good: no {effect} at all"},
 			{1, "completed #2", "run (killed), verify (not found)", "looked up: not found, so sent"},
 		}
 	},
@@ -221,7 +229,7 @@ case_expectations(const case_spec *c, policy_t as, const case_words *words,
 	cr->exp_emails = e->effects;
 	copy_str(cr->exp_record, sizeof(cr->exp_record), e->record);
 	copy_str(cr->exp_verdicts, sizeof(cr->exp_verdicts), e->verdicts);
-	copy_str(cr->expected_text, sizeof(cr->expected_text), e->text);
+	fill(cr->expected_text, sizeof(cr->expected_text), e->text, words);
 	if (strcmp(c->id, "3s") == 0)
 	{
 		const char *x = utf8 ? "\xC3\x97" : "x";	/* × */
@@ -442,6 +450,7 @@ case_table_list(const char *what)
 				const case_expect *e = &case_table[k].expect[p];
 				bool		all = expect_same(&case_table[k]);
 				char		title[128];
+				char		text[128];
 				unsigned	in = case_table[k].runs_in;
 				char		runs[64] = "";
 
@@ -464,7 +473,8 @@ case_table_list(const char *what)
 				printf(" | ");
 				md_cell(e->verdicts);
 				printf(" | ");
-				md_cell(e->text);
+				fill(text, sizeof(text), e->text, &seed);
+				md_cell(text);
 				printf(" |\n");
 			}
 	}

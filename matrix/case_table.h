@@ -22,6 +22,7 @@ typedef enum policy_t
 
 extern const char *const policy_names[N_POLICIES];
 extern const char *const policy_blurbs[N_POLICIES];
+extern const char *const policy_blurbs_job[N_POLICIES];
 int			policy_by_name(const char *s);
 bool		parse_policies(const char *list, bool *want);
 

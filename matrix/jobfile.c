@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -42,6 +42,7 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the operation key your code claims, as a template with {key}",
 	"the command that prints the operation key your code claims for {key}",
 	"the job's code, as paths or globs: the report records their sha256",
+	"the job's effect in a word or two (refund, confirmation email), for the report's sentences",
 };
 
 /* ---------------------------------------------------------------------
@@ -165,6 +166,17 @@ signoff_load_job(const char *path, signoff_job *job)
 					  job_field_names[keyed[i]], job_field_what[keyed[i]]);
 			return 2;
 		}
+	if (job->value[JF_EFFECT_NAME])
+	{
+		const char *e = job->value[JF_EFFECT_NAME];
+
+		if (strlen(e) > 40 || strspn(e, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 -_") != strlen(e))
+		{
+			job_error(job, job->line[JF_EFFECT_NAME],
+					  "effect_name \"%s\" is not a word or two (letters, digits, blanks, - and _; at most 40)", e);
+			return 2;
+		}
+	}
 	if (job->value[JF_KEY] && job->value[JF_KEY_COMMAND])
 	{
 		job_error(job, job->line[JF_KEY_COMMAND], "give key or key_command, not both (key is on line %d)",

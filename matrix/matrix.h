@@ -66,6 +66,7 @@ typedef enum job_field
 	JF_KEY,
 	JF_KEY_COMMAND,
 	JF_CODE,
+	JF_EFFECT_NAME,
 	N_JOB_FIELDS
 } job_field;
 

@@ -170,7 +170,7 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 	}
 
 	printf("\n%sPolicy %s%s: %s", ctx->color ? C_BOLD : "", policy_names[pr->policy],
-		   ctx->color ? C_RESET : "", policy_blurbs[pr->policy]);
+		   ctx->color ? C_RESET : "", (ctx->job ? policy_blurbs_job : policy_blurbs)[pr->policy]);
 	if (pr->checked_as != pr->policy)
 		printf("  [checked against %s's expectations]", policy_names[pr->checked_as]);
 	/* a sign-off run has one job type per policy, the reference one per case */
@@ -313,10 +313,18 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 				(*failed)++;
 		}
 
-	printf("\n%sPolicy summary%s: %s in the uncertain cases (%s)\n\n",
-		   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "", effect_word(ctx),
-		   ctx->job ? "5: killed after the claim, before the handler; 6: killed after the handler"
-		   : "5: died after the claim, before the email; 6: died after the email");
+	if (ctx->job)
+	{
+		const char *e = ctx->job->value[JF_EFFECT_NAME] ? ctx->job->value[JF_EFFECT_NAME] : "effect";
+
+		printf("\n%sPolicy summary%s: effects (%s) in the uncertain cases (5: killed after the claim, before the %s; "
+			   "6: killed after the %s)\n\n",
+			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "", e, e, e);
+	}
+	else
+		printf("\n%sPolicy summary%s: emails in the uncertain cases "
+			   "(5: died after the claim, before the email; 6: died after the email)\n\n",
+			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
 	printf("%s%-8s  %6s  %6s  %s%s\n", ctx->color ? C_BOLD : "",
 		   "policy", "case 5", "case 6", "expected", ctx->color ? C_RESET : "");
 	for (i = 0; i < npr; i++)
@@ -454,7 +462,7 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 			passed++;
 	sb_printf(h, "<section class=\"policy\" id=\"policy-%s\">\n<h2>Policy %s: ",
 			  policy_names[pr->policy], policy_names[pr->policy]);
-	html_escape(h, policy_blurbs[pr->policy]);
+	html_escape(h, (ctx->job ? policy_blurbs_job : policy_blurbs)[pr->policy]);
 	sb_printf(h, "</h2>\n<p class=\"muted\">%d of %d cases hold; job type%s <code>",
 			  passed, pr->ncases, ctx->job ? "" : "s");
 	html_escape(h, ctx->prefix);

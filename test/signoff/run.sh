@@ -268,7 +268,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command and code)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code and effect_name)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -490,7 +490,15 @@ check_keys() {   # check_keys NAME WHAT WORKER-KEY-MODE [NAME=VALUE...]
         not_ok "$log" "keys, $what: expected exit 0 and '5 passed, 0 failed'; got exit $rc"
     fi
 }
-check_keys prefix "a prefix (refund:{key}), no setting" "format:refund:{key}"
+check_keys prefix "a prefix (refund:{key}), no setting" "format:refund:{key}" "effect_name=refund"
+if grep -qE '^✓  5 +worker dies after the claim, before the refund ' "$out/key-prefix.log" &&
+    grep -q '^Policy hold: hold for a person$' "$out/key-prefix.log" &&
+    grep -q '^Policy summary: effects (refund) in the uncertain cases (5: killed after the claim, before the refund; 6: killed after the refund)$' "$out/key-prefix.log" &&
+    ! grep -qiE 'order|email' "$out/key-prefix.log"; then
+    ok "effect_name = refund: the titles and the summary name the refund, and the report says neither order nor email"
+else
+    not_ok "$out/key-prefix.log" "effect_name = refund: the report's words"
+fi
 check_keys suffix "a suffix ({key}/v2), no setting" "format:{key}/v2"
 check_keys template "a template (key = order{key}x)" "format:order{key}x" "key=order{key}x"
 check_keys hash "a hash (key_command)" "hash" \
