@@ -730,6 +730,35 @@ operation_key(signoff_state *s, int ki)
 	return true;
 }
 
+/*
+ * The job file's cleanup command, after the last case: it removes what the
+ * run left in the user's queue. How it ended is printed and goes into the
+ * report's settings; a failure does not change the run's exit status (the
+ * cases were judged before).
+ */
+static void
+run_cleanup(signoff_state *s)
+{
+	case_result notes;
+	int			status;
+
+	memset(&notes, 0, sizeof(notes));
+	sb_init(&notes.notes);
+	notes.id = "cleanup";
+	s->cr = &notes;
+	s->case_id = "cleanup";
+	status = run_command(s, JF_CLEANUP, "", false, NULL);
+	s->cr = NULL;
+	if (status == 0)
+		snprintf(s->ctx->cleanup_said, sizeof(s->ctx->cleanup_said), "`%s` exited 0",
+				 s->job->value[JF_CLEANUP]);
+	else
+		snprintf(s->ctx->cleanup_said, sizeof(s->ctx->cleanup_said), "%.590s",
+				 one_line(sb_str(&notes.notes)));	/* "FAILED: the cleanup command ..." */
+	printf("\ncleanup: %s\n", s->ctx->cleanup_said);
+	sb_free(&notes.notes);
+}
+
 /* ---------------------------------------------------------------------
  * The run
  * --------------------------------------------------------------------- */
@@ -944,5 +973,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 		free(prs);
 		return 130;
 	}
+	if (job->value[JF_CLEANUP])
+		run_cleanup(s);
 	return report_all(ctx, prs, npr, html, json);
 }

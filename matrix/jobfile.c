@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -43,6 +43,7 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the command that prints the operation key your code claims for {key}",
 	"the job's code, as paths or globs: the report records their sha256",
 	"the job's effect in a word or two (refund, confirmation email), for the report's sentences",
+	"the command that removes what the run left in your queue, run at the end",
 };
 
 /* ---------------------------------------------------------------------

@@ -67,6 +67,7 @@ typedef enum job_field
 	JF_KEY_COMMAND,
 	JF_CODE,
 	JF_EFFECT_NAME,
+	JF_CLEANUP,
 	N_JOB_FIELDS
 } job_field;
 
@@ -131,6 +132,7 @@ typedef struct matrix_ctx
 	int			stress;			/* workers in case 3s; 0 skips it */
 	const char *cases;			/* --cases as given; NULL: all */
 	const char *junit;			/* --junit FILE; NULL: none */
+	char		cleanup_said[600];	/* the job file's cleanup: how it ended; "" none */
 	char		run_id[32];
 	char		prefix[64];		/* job type prefix, unique to this run */
 	char		maildir[256];

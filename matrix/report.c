@@ -619,6 +619,8 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 		SET("lease", "lease", "%s", ctx->lease_sql);
 		SET("timeout", "timeout", "%g s", job->timeout_s);
 		SET("cases", "cases", "%s", ctx->cases ? ctx->cases : "all (1-7, 9-13)");
+		if (ctx->cleanup_said[0])
+			SET("cleanup", "cleanup", "%s", ctx->cleanup_said);
 		SET("job_file", "job file", "%s", job->path);
 		SET("job_file_sha256", "job file sha256", "%s", job->prov.job_sha256);
 		if (job->value[JF_CODE])

@@ -268,7 +268,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code and effect_name)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name and cleanup)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -400,7 +400,8 @@ fi
 # 7. the other effect sources
 # ---------------------------------------------------------------------
 job=$out/handled.job
-make_job "$job" "effects=-" "policies=hold" "lease=1.5"
+make_job "$job" "effects=-" "policies=hold" "lease=1.5" \
+    "cleanup=sh -c 'echo cleaned >\"\$SIGNOFF_TEST_DIR/cleaned-\$IDEMPOTENCY_SIGNOFF_RUN\"'"
 log=$out/handled.log
 "$runner" --job "$job" --cases 1,5,6 --json "$out/handled.json" >"$log" 2>&1
 rc=$?
@@ -411,10 +412,17 @@ if ((rc == 0)) && [[ $(tail -n 1 "$log") == "3 passed, 0 failed" ]] &&
 else
     not_ok "$log" "no effects line: expected exit 0, '3 passed, 0 failed' and the handled reports named; got exit $rc"
 fi
+run=$(prefix_of "$log"); run=${run#signoff_}
+if [[ -n $run && -e $SIGNOFF_TEST_DIR/cleaned-$run ]] && grep -q '^cleanup: `sh -c .*` exited 0$' "$log" &&
+    "$python" -c 'import json,sys; s=json.load(open(sys.argv[1]))["settings"]; assert s["cleanup"].endswith("exited 0"), s' "$out/handled.json"; then
+    ok "the job file's cleanup ran at the end, with the run's id; the report says it exited 0"
+else
+    not_ok "$log" "the cleanup command: not run, or not reported (run '$run')"
+fi
 # effects_sql: the server reads the effects file; the key names the run
 sql="SELECT count(*) FROM pg_catalog.regexp_split_to_table(pg_catalog.pg_read_file('$SIGNOFF_TEST_DIR/spool-' || pg_catalog.split_part(\$1, '-', 2) || '/effects', 0, 100000000, true), E'\\n') AS l WHERE pg_catalog.split_part(l, ' ', 1) = \$1"
 job=$out/sql.job
-make_job "$job" "effects=-" "effects_sql=$sql" "policies=lookup" "lease=1.5"
+make_job "$job" "effects=-" "effects_sql=$sql" "policies=lookup" "lease=1.5" "cleanup=sh -c 'echo the queue is gone >&2; exit 4'"
 log=$out/sql.log
 "$runner" --job "$job" --cases 5,6 --json "$out/sql.json" >"$log" 2>&1
 rc=$?
@@ -424,6 +432,11 @@ if ((rc == 0)) && [[ $(tail -n 1 "$log") == "2 passed, 0 failed" ]] && grep -q '
     ok "effects_sql under lookup: cases 5 and 6 hold (verify not found, then found), the report names the query"
 else
     not_ok "$log" "effects_sql under lookup: expected exit 0 and '2 passed, 0 failed'; got exit $rc"
+fi
+if ((rc == 0)) && grep -q '^cleanup: FAILED: the cleanup command `sh -c .*` exited with status 4 .*the queue is gone' "$log"; then
+    ok "a cleanup that exits 4: reported with its status and stderr; the cases' exit status stays 0"
+else
+    not_ok "$log" "a failing cleanup: expected it reported and exit 0; got exit $rc"
 fi
 
 # ---------------------------------------------------------------------
