@@ -730,6 +730,93 @@ operation_key(signoff_state *s, int ki)
 	return true;
 }
 
+/* does total match what the case settles as, once its lease ran out (7a: 5)? */
+static bool
+settled(const case_result *cr, policy_t as, int total)
+{
+	const case_spec *c = case_by_id(cr->id);
+	const case_spec *after = c && c->settles_as ? case_by_id(c->settles_as) : NULL;
+
+	return after && after->expect[as].effects == total;
+}
+
+/*
+ * After a policy's cases: a worker keeps running until no delivery of any
+ * key has come for the job file's drain seconds (the queue's redeliveries,
+ * the job's own retries and scheduled copies arrive meanwhile; each is
+ * noted in its own case), then every case's effects are counted again and
+ * the case judged on the final count: an effect a job made after its case
+ * ended fails that case.
+ */
+static void
+drain(signoff_state *s, policy_result *pr)
+{
+	case_result notes;
+	double		t0 = now_seconds();
+	int			c,
+				k;
+
+	if (s->unmappable || s->not_armed || pr->ncases == 0)
+		return;
+	memset(&notes, 0, sizeof(notes));
+	sb_init(&notes.notes);
+	notes.id = "drain";
+	notes.checks_ok = true;
+	s->cr = &notes;
+	s->case_id = "drain";
+	s->nkeys = 0;
+	s->nworkers = 0;
+	progress(s->ctx, "%s: draining (%g s without a delivery)", policy_names[s->policy], s->job->drain_s);
+	if (start_workers(s, 1))
+	{
+		s->last_delivery = t0;
+		while (!matrix_interrupted && now_seconds() - s->last_delivery < s->job->drain_s &&
+			   now_seconds() - t0 < s->job->drain_s + s->job->timeout_s)
+			pump(s, POLL_MS);
+	}
+	stop_workers(s);
+	for (k = 0; k < s->nworkers; k++)
+		forget_proc(s->workers[k]);
+	s->nworkers = 0;
+	sb_free(&notes.notes);
+	for (c = 0; c < pr->ncases; c++)
+	{
+		case_result *cr = &pr->cases[c];
+		int			total = 0;
+
+		if (!cr->ran || cr->obs_emails < 0 || s->case_nkeys[c] == 0)
+			continue;
+		s->cr = cr;
+		for (k = 0; k < s->case_nkeys[c] && total >= 0; k++)
+		{
+			int			n = effects_count(s, s->case_keys[c][k], false);
+
+			total = n < 0 ? -1 : total + n;
+		}
+		if (total >= 0 && total != cr->obs_emails && settled(cr, pr->checked_as, total))
+		{
+			case_note(cr, "After the policy's cases the run drained (%.1f s, until no delivery came for %g s): the "
+					  "lease ran out, the message came again and the policy took over, so the %ss of its key are "
+					  "now %d, as case %s gives.", now_seconds() - t0, s->job->drain_s,
+					  s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect", total,
+					  case_by_id(cr->id)->settles_as);
+		}
+		else if (total >= 0 && total != cr->obs_emails)
+		{
+			case_note(cr, "After the policy's cases the run drained (%.1f s, until no delivery came for %g s): the %s%s "
+					  "now %d, not the %d counted when the case ended: the job made an effect after its case "
+					  "(its own retry or scheduled copy, or a handler that returned before its effect landed)%s.",
+					  now_seconds() - t0, s->job->drain_s,
+					  s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect",
+					  s->case_nkeys[c] > 1 ? "s of its keys are" : "s of its key are", total, cr->obs_emails,
+					  s->late[c] ? "; its late deliveries are noted above" : "");
+			cr->obs_emails = total;
+			case_finish(cr);
+		}
+	}
+	s->cr = NULL;
+}
+
 /*
  * The job file's cleanup command, after the last case: it removes what the
  * run left in the user's queue. How it ended is printed and goes into the
@@ -880,6 +967,11 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 		pr->policy = (policy_t) p;
 		pr->checked_as = check_as >= 0 ? (policy_t) check_as : (policy_t) p;
 		s->policy = (policy_t) p;
+		s->pr = pr;
+		memset(s->late, 0, sizeof(s->late));
+		memset(s->case_keys, 0, sizeof(s->case_keys));
+		memset(s->case_opkeys, 0, sizeof(s->case_opkeys));
+		memset(s->case_nkeys, 0, sizeof(s->case_nkeys));
 		if (!job->reference)
 		{
 			/* a job type per policy; the keys name policy and case */
@@ -959,9 +1051,18 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			s->nworkers = 0;
 			cr->seconds = now_seconds() - tc;
 			case_finish(cr);
+			for (ki = 0; ki < s->nkeys; ki++)
+			{
+				copy_str(s->case_keys[pr->ncases - 1][ki], KEYSZ, s->keys[ki]);
+				copy_str(s->case_opkeys[pr->ncases - 1][ki], KEYSZ, s->opkey[ki]);
+			}
+			s->case_nkeys[pr->ncases - 1] = s->nkeys;
 			s->cr = NULL;
 			s->nkeys = 0;
 		}
+		if (!job->reference && job->drain_s > 0 && !matrix_interrupted)
+			drain(s, pr);
+		s->pr = NULL;
 		pr->seconds = now_seconds() - tp;
 		progress_clear(ctx);
 		report_policy(ctx, pr);

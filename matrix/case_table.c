@@ -51,13 +51,15 @@ const case_spec case_table[] = {
 		"1", "first delivery", RUN_BOTH | RUN_TX, 1,
 		"a first delivery runs, sends once, and completes",
 		"one worker; enqueue; `continue` at `claimed` and `handled`",
-		ALL(1, "completed #1", "run", "sent once")
+		ALL(1, "completed #1", "run", "sent once"),
+		NULL
 	},
 	{
 		"2", "same message again after success", RUN_BOTH | RUN_TX, 1,
 		"a redelivery after success gets `completed` and the stored result; nothing is sent again",
 		"enqueue the same key again; wait for its `judged` (completed)",
-		ALL(1, "completed #1", "run, completed", "skipped")
+		ALL(1, "completed #1", "run, completed", "skipped"),
+		NULL
 	},
 	{
 		"3", "same message to two workers at once", RUN_BOTH, 1,
@@ -65,20 +67,23 @@ const case_spec case_table[] = {
 		"two workers; enqueue; while the first delivery stands at `claimed`, enqueue the key again: the other "
 		"worker's delivery must be `judged` in_progress; then `continue` (enqueued only then, so the points "
 		"arrive in the order of the claims)",
-		ALL(1, "completed #1", "run, in_progress", "one claims, one skips")
+		ALL(1, "completed #1", "run, in_progress", "one claims, one skips"),
+		NULL
 	},
 	{
 		/* the title, verdicts and words name --stress's number: case_expectations() */
 		"3s", "same message to many workers at once (stress)", RUN_REFERENCE, 1,
 		"16 workers (`--stress`) claiming one message at the same instant: exactly one `run`, the rest `in_progress`",
 		NULL,
-		ALL(1, "completed #1", "run, N in_progress", "one claims, N skip")
+		ALL(1, "completed #1", "run, N in_progress", "one claims, N skip"),
+		NULL
 	},
 	{
 		"4", "different {item}, similar data", RUN_BOTH | RUN_TX, 2,
 		"a different order with almost the same payload is its own operation: both are sent",
 		"two workers; two keys at once; both complete",
-		ALL(2, "completed #1, completed #1", "run, run", "both processed")
+		ALL(2, "completed #1, completed #1", "run, run", "both processed"),
+		NULL
 	},
 	{
 		"5", "worker dies after the claim, before the {effect}", RUN_BOTH, 1,
@@ -90,7 +95,8 @@ const case_spec case_table[] = {
 			{1, "completed #2", "run (killed), run", "sent after the lease by a takeover"},
 			{0, "skipped #1", "run (killed), skipped", "skipped for good: no {effect} at all"},
 			{1, "completed #2", "run (killed), verify (not found)", "looked up: not found, so sent"},
-		}
+		},
+		NULL
 	},
 	{
 		"6", "worker dies after the {effect}, before completed", RUN_BOTH, 1,
@@ -101,20 +107,23 @@ const case_spec case_table[] = {
 			{2, "completed #2", "run (killed), run", "sent again after the lease: a duplicate"},
 			{1, "skipped #1", "run (killed), skipped", "skipped for good"},
 			{1, "completed #2", "run (killed), verify (found)", "looked up: found, not sent again"},
-		}
+		},
+		NULL
 	},
 	{
 		"7a", "redelivery of case 5 inside the lease", RUN_BOTH, 1,
 		"a redelivery inside the lease never takes over (`in_progress`, the attempt stays 1): after case 5's death",
 		"as 5, but the message again *inside* the lease; two workers are started at once, so no worker start "
 		"stands between the death and the redelivery",
-		ALL(0, "claimed #1 (young)", "run (killed), in_progress", "skipped; no second worker takes over")
+		ALL(0, "claimed #1 (young)", "run (killed), in_progress", "skipped; no second worker takes over"),
+		"5"
 	},
 	{
 		"7b", "redelivery of case 6 inside the lease", RUN_BOTH, 1,
 		"the same after case 6's death: one email, the claim stays young and its own",
 		"as 6, but the message again *inside* the lease, as 7a",
-		ALL(1, "claimed #1 (young)", "run (killed), in_progress", "skipped; no second worker takes over")
+		ALL(1, "claimed #1 (young)", "run (killed), in_progress", "skipped; no second worker takes over"),
+		"6"
 	},
 	{
 		"8", "worker dies inside a transaction (claim + row)", RUN_REFERENCE | RUN_TX, 1,
@@ -123,7 +132,8 @@ const case_spec case_table[] = {
 		"server process left the transaction (`backend_pid`, if the helper sends it) there must be no record and "
 		"no row; then a new worker and the same message again, which runs once, as attempt 1",
 		ALL(1, "none, then completed #1", "run (killed in transaction), run",
-			"nothing recorded; the redelivery runs once")
+			"nothing recorded; the redelivery runs once"),
+		NULL
 	},
 	{
 		"9", "slow worker completes after a redelivery", RUN_BOTH, 1,
@@ -138,19 +148,22 @@ const case_spec case_table[] = {
 			{1, "completed #1", "run (slow), skipped, late completion ok", "no takeover: the late completion counts"},
 			{1, "completed #2", "run (slow), verify (found), late completion ID003",
 			"taken over: the late completion is refused"},
-		}
+		},
+		NULL
 	},
 	{
 		"10", "worker releases after a known failure", RUN_BOTH, 1,
 		"`release_operation` after a known failure: the next delivery runs as attempt 2",
 		"answer `fail` at `claimed` (the helper releases the claim: the record says released); the next delivery runs",
-		ALL(1, "completed #2", "run, released, run", "the next delivery runs")
+		ALL(1, "completed #2", "run, released, run", "the next delivery runs"),
+		NULL
 	},
 	{
 		"11", "same key arrives with a different payload", RUN_BOTH | RUN_TX, 1,
 		"the same key with a different payload fingerprint is refused with `ID002`; the original payload still gets `completed`",
 		"`enqueue_other` after the key completed: the claim refuses it (`ID002`); the original message again is completed",
-		ALL(1, "completed #1", "run, ID002, completed", "refused: fingerprint mismatch")
+		ALL(1, "completed #1", "run, ID002, completed", "refused: fingerprint mismatch"),
+		NULL
 	},
 	{
 		"12", "long job heartbeats with extend_lease", RUN_BOTH, 1,
@@ -159,14 +172,16 @@ const case_spec case_table[] = {
 		"never listing it; the message again is in_progress. A helper that reports `heartbeat: false` fails the "
 		"case with the reason: a job longer than its lease would be taken for a dead one (leave 12 out with "
 		"`--cases` if every run is far shorter than the lease)",
-		ALL(1, "completed #1", "run (heartbeats), in_progress", "never taken over")
+		ALL(1, "completed #1", "run (heartbeats), in_progress", "never taken over"),
+		NULL
 	},
 	{
 		"13", "stale claim that no redelivery touches", RUN_BOTH, 1,
 		"a claim that nothing redelivers (the queue lost the message) is listed by `stale_claims()` once its lease "
 		"runs out, and not before",
 		"kill at `claimed`; inside the lease `stale_claims()` does not list the record, after it it does (attempt 1, the policy)",
-		ALL(0, "claimed #1 (stale)", "run (killed), listed by stale_claims()", "found by stale_claims()")
+		ALL(0, "claimed #1 (stale)", "run (killed), listed by stale_claims()", "found by stale_claims()"),
+		NULL
 	},
 };
 

@@ -50,6 +50,13 @@ typedef struct case_spec
 	const char *proves;			/* docs/replay-matrix.md */
 	const char *steps;			/* what a sign-off run does: docs/signoff.md */
 	case_expect expect[N_POLICIES];
+
+	/*
+	 * The case whose expectation holds once the lease has run out and the
+	 * queue delivered the message again (7a, 7b: 5, 6), for a sign-off's
+	 * drain; NULL: the case's own holds for good
+	 */
+	const char *settles_as;
 } case_spec;
 
 extern const case_spec case_table[];

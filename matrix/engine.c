@@ -710,6 +710,24 @@ run_key(signoff_state *s, const char *key)
 	return false;
 }
 
+/* the earlier case of this policy whose key is in key (run key or operation key), or -1 */
+static int
+late_owner(signoff_state *s, const char *key)
+{
+	int			c,
+				k;
+
+	if (s->pr == NULL)
+		return -1;
+	for (c = 0; c < s->pr->ncases; c++)
+		for (k = 0; k < s->case_nkeys[c]; k++)
+			if (s->case_keys[c][k][0] &&
+				(strcmp(key, s->case_keys[c][k]) == 0 || strcmp(key, s->case_opkeys[c][k]) == 0 ||
+				 contains_key(key, s->case_keys[c][k])))
+				return &s->pr->cases[c] == s->cr ? -1 : c;
+	return -1;
+}
+
 /* remember an operation key of this run, for run_key() */
 void
 know_key(signoff_state *s, const char *key)
@@ -834,6 +852,7 @@ arrived(signoff_state *s, exch *x)
 	judged = strcmp(x->point, "judged") == 0;
 	ki = case_key(s, x->key);
 	x->ki = ki;
+	s->last_delivery = now_seconds();
 	x->delivery = -1;
 	if (claimed || judged)
 	{
@@ -885,10 +904,21 @@ arrived(signoff_state *s, exch *x)
 	}
 	if (ki < 0)
 	{
+		int			owner = late_owner(s, x->key);
+
+		if (owner >= 0 && (claimed || judged))
+		{
+			/* counted in its own case, which the drain judges again */
+			s->late[owner]++;
+			case_note(&s->pr->cases[owner], "A late delivery of %s reached %s (%s%s%s) after this case had ended%s%s.",
+					  x->key, x->point, x->verdict[0] ? x->verdict : "-", x->sqlstate[0] ? " " : "", x->sqlstate,
+					  s->case_id ? ", during case " : "", s->case_id ? s->case_id : "");
+		}
 		if (s->cr)
-			case_note(s->cr, "A delivery of %s, not a key of this case (a message the queue kept from an "
-					  "earlier case), reached %s (%s%s%s): answered continue.",
-					  x->key, x->point, x->verdict[0] ? x->verdict : "-",
+			case_note(s->cr, "A delivery of %s, not a key of this case (%s), reached %s (%s%s%s): answered continue.",
+					  x->key, owner >= 0 ? "a late delivery of an earlier case's key, noted there" :
+					  "a message the queue kept from an earlier case",
+					  x->point, x->verdict[0] ? x->verdict : "-",
 					  x->sqlstate[0] ? " " : "", x->sqlstate);
 		answer(s, x, "continue");
 		return;
@@ -1227,11 +1257,17 @@ effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 		return n;
 	}
 	{
+		const char *op = key;	/* the operation key the worker claims it under */
 		int			i,
+					k,
 					n = 0;
 
+		for (k = 0; k < s->nkeys; k++)
+			if (strcmp(s->keys[k], key) == 0)
+				op = s->opkey[k];
 		for (i = 0; i < s->nd; i++)
-			if (s->d[i].runs && s->d[i].handled && strcmp(s->d[i].key, key) == 0)
+			if (s->d[i].runs && s->d[i].handled &&
+				(strcmp(s->d[i].key, key) == 0 || strcmp(s->d[i].key, op) == 0 || contains_key(s->d[i].key, key)))
 				n++;
 		return n;
 	}

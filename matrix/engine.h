@@ -125,6 +125,14 @@ struct signoff_state
 	bool		key_probed;		/* the message was sent once more to see its key again */
 	char		known[MAX_KNOWN][KEYSZ];	/* the run's operation keys so far */
 	int			nknown;
+
+	/* the policy's cases so far, for late deliveries and the drain */
+	policy_result *pr;
+	char		case_keys[MAX_CASES][2][KEYSZ];	/* the run's keys of each */
+	char		case_opkeys[MAX_CASES][2][KEYSZ];	/* the operation keys of each */
+	int			case_nkeys[MAX_CASES];
+	int			late[MAX_CASES];	/* deliveries that came after the case */
+	double		last_delivery;	/* now_seconds() of the latest point */
 	int			enqueued[2];
 	int			workers[MAX_CASE_WORKERS];	/* indexes into procs */
 	int			nworkers;

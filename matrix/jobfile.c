@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup", "drain"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -44,6 +44,7 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the job's code, as paths or globs: the report records their sha256",
 	"the job's effect in a word or two (refund, confirmation email), for the report's sentences",
 	"the command that removes what the run left in your queue, run at the end",
+	"after a policy's cases, how long no delivery may arrive before the run judges the cases again, in seconds",
 };
 
 /* ---------------------------------------------------------------------
@@ -249,6 +250,21 @@ signoff_load_job(const char *path, signoff_job *job)
 		{
 			job_error(job, job->line[JF_TIMEOUT], "timeout \"%s\" is not a number of seconds between 1 and 3600",
 					  job->value[JF_TIMEOUT]);
+			return 2;
+		}
+	}
+	job->drain_s = 5.0;
+	if (job->value[JF_DRAIN])
+	{
+		char	   *end;
+
+		errno = 0;
+		job->drain_s = strtod(job->value[JF_DRAIN], &end);
+		if (end == job->value[JF_DRAIN] || *trim(end) != '\0' || errno != 0 ||
+			!(job->drain_s >= 0.0 && job->drain_s <= 3600.0))
+		{
+			job_error(job, job->line[JF_DRAIN], "drain \"%s\" is not a number of seconds between 0 and 3600",
+					  job->value[JF_DRAIN]);
 			return 2;
 		}
 	}

@@ -68,6 +68,7 @@ typedef enum job_field
 	JF_CODE,
 	JF_EFFECT_NAME,
 	JF_CLEANUP,
+	JF_DRAIN,
 	N_JOB_FIELDS
 } job_field;
 
@@ -102,6 +103,7 @@ typedef struct signoff_job
 	bool		want[N_POLICIES];	/* the job file's policies */
 	double		lease_s;
 	double		timeout_s;
+	double		drain_s;		/* after a policy's cases: quiet this long */
 	const char *effects_source; /* "command", "sql" or "handled reports" */
 
 	/*

@@ -19,7 +19,9 @@
 #      database; the time of each policy is printed;
 #   2. the two broken workers (worker.py --broken ...): ignore-verdict under
 #      hold must fail exactly cases 2 3 5 6 7a 7b 9 11 12, complete-first
-#      under retry exactly 6 7b 9, exit 1;
+#      under retry exactly 6 7b 9, exit 1; --broken late-copy (a copy
+#      that makes the effect again 2 s later, without a claim): the drain
+#      fails exactly cases 1 and 2 (13 runs nothing);
 #   3. bad job files (no worker line, an unknown name, a repeated name, a
 #      line without "="), a database without the extension and one with
 #      0.2: exit 2, the one sentence, nothing started;
@@ -244,6 +246,21 @@ else
     not_ok "$out/complete-first.log" "complete-first: case 6 does not say why"
 fi
 
+# a job that schedules a copy of itself: the copy's effect lands after the
+# case; the drain (default 5 s) counts it, in the case it belongs to
+job=$out/late-copy.job
+log=$out/late-copy.log
+make_job "$job" "worker=/usr/bin/python3 worker.py --broken late-copy" "lease=1.5" "policies=hold"
+"$runner" --job "$job" --cases 1,2,13 --json "$out/late-copy.json" >"$log" 2>&1
+rc=$?
+got=$(failing_cases "$out/late-copy.json" 2>&1)
+if ((rc == 1)) && [[ $got == "hold:1 hold:2" ]] &&
+    grep -q 'the effects of its key are now 2, not the 1 counted when the case ended: the job made an effect after its case' "$log"; then
+    ok "worker.py --broken late-copy: the drain counts the copies' effects in their cases, 1 and 2 fail (13 made none)"
+else
+    not_ok "$log" "late-copy: expected exit 1, cases hold:1 hold:2 failing with the drain's sentence; got exit $rc, failing '$got'"
+fi
+
 # ---------------------------------------------------------------------
 # 3. bad input: one sentence, exit 2, nothing started
 # ---------------------------------------------------------------------
@@ -268,7 +285,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name and cleanup)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup and drain)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"

@@ -22,6 +22,9 @@ It takes one message at a time and runs the protocol:
 SIGTERM: the message in hand is finished, then the process exits.
 
 The broken variants, for the runner's own test (they must fail):
+  --broken late-copy        after each run, a copy of the message that
+                            makes the effect again without a claim, due
+                            2 s later (a job that schedules itself)
   --broken ignore-verdict   the effect also on completed, in_progress,
                             held and skipped (after the judged point)
   --broken complete-first   complete, then the handled point, then the
@@ -106,6 +109,10 @@ def handle(spool, path, message, lease, broken, key_mode=None):
     run_key = message["key"]
     key = operation_key(run_key, path, key_mode)
     fp = idem.fingerprint(message["args"])
+    if message.get("unclaimed"):    # --broken late-copy's copy: no claim at all
+        effect(spool, run_key, 0)
+        os.unlink(path)
+        return
 
     def done():
         os.unlink(path)
@@ -154,6 +161,10 @@ def handle(spool, path, message, lease, broken, key_mode=None):
     finally:
         beat.stop()
     idem.signoff_point("handled", JOB, key, c, heartbeat=True)
+    if broken == "late-copy":
+        # the job schedules a copy of itself that does the effect again,
+        # without a claim, two seconds later (a perform_in, a countdown)
+        dirqueue.put(spool, dict(message, unclaimed=True), 2.0)
     try:
         idem.complete(JOB, key, c.attempt, value)
         log.info("%s: %s #%s completed", key, c.verdict, c.attempt)
@@ -204,7 +215,7 @@ def handle_tx(conn, path, message, broken):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first"),
+    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
     parser.add_argument("--transactional", action="store_true")
     parser.add_argument("--key", dest="key_mode", default=None,
