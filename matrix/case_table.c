@@ -181,7 +181,7 @@ const case_spec case_table[] = {
 		"runs out, and not before",
 		"kill at `claimed`; inside the lease `stale_claims()` does not list the record, after it it does (attempt 1, the policy)",
 		ALL(0, "claimed #1 (stale)", "run (killed), listed by stale_claims()", "found by stale_claims()"),
-		NULL
+		"5"						/* a queue that did not lose the message after all */
 	},
 };
 

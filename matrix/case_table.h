@@ -53,8 +53,9 @@ typedef struct case_spec
 
 	/*
 	 * The case whose expectation holds once the lease has run out and the
-	 * queue delivered the message again (7a, 7b: 5, 6), for a sign-off's
-	 * drain; NULL: the case's own holds for good
+	 * queue delivered the message again (7a, 7b: 5, 6; 13, where a broker
+	 * requeues a killed worker's message: 5), for a sign-off's drain; NULL:
+	 * the case's own holds for good
 	 */
 	const char *settles_as;
 } case_spec;
