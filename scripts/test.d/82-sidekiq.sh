@@ -19,15 +19,14 @@
 # sweeper-retry (hold, skip: a person's 'retry' reaches a worker through the
 # sweeper); under the first policy only, as their outcome does not depend on
 # it: known-failure-backoff (the provider refuses once: released, sent after
-# the middleware's backoff), heartbeat-long-job (a job longer than two
-# leases: the heartbeat keeps the claim, a duplicate gets in_progress and
-# comes back completed), fingerprint-mismatch (same key, other payload:
+# the middleware's backoff), fingerprint-mismatch (same key, other payload:
 # ID002, the job goes to Sidekiq's retry set), lost-reply (the reply to the
 # claim is lost, through test/faults/pgproxy.py: claimed again with the
 # same delivery token, run #1, no lease waited) and stuck-transaction (a
 # redelivery behind another transaction's uncommitted claim: in_progress at
 # once, sent once after the rollback). Sidekiq never brings a killed job
-# back, so the queue-redelivery-after-kill scenarios do not apply.
+# back, so the queue-redelivery-after-kill scenarios do not apply;
+# heartbeat-long-job is the sign-off's case 12 here (e2e.py says why).
 #
 # Last, the sign-off (examples/e2e/signoff.py sidekiq: the runner,
 # matrix/idempotency-matrix --job examples/sidekiq/signoff.job, with a
