@@ -5,18 +5,32 @@
 
 Reads DIR/results.tsv (one line per pgbench or redis-benchmark run),
 DIR/kv.tsv (everything else) and DIR/machine.txt; writes DIR/README.md and,
-with gnuplot, DIR/throughput.png. The hand-written analysis
+with gnuplot, DIR/throughput.png and DIR/batch.png (gnuplot's data files go
+to a temp dir, removed at exit). The hand-written analysis
 bench/analysis.md (next to this script) is appended to the report as it is.
 Medians over repetitions; a ratio is the median of the per-repetition ratios.
 """
+import atexit
 import csv
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+_scratch = []
+
+
+def scratch(name):
+    """a path for gnuplot's data file NAME in a temp dir removed at exit
+    (the data is in the report's tables; only the figures are kept)"""
+    if not _scratch:
+        _scratch.append(tempfile.mkdtemp(prefix="bench-report-"))
+        atexit.register(shutil.rmtree, _scratch[0], True)
+    return os.path.join(_scratch[0], name)
 IMPL_NAMES = {
     "raw": "raw SQL (seed recipe)",
     "plpgsql": "PL/pgSQL (contract)",
@@ -184,14 +198,13 @@ def main(dirname):
       "extension (`claim_operations()`, `complete_operations()`) are measured against its "
       "single calls and durable Redis in a section of their own (Batches).")
     if "proto" in impls:
-        w("**proto** is a prototype of the C code, `probe.patch` in this directory (it applies "
-          "to the extension's tree; the benchmark installs it renamed to `idempotency_proto`, "
-          "so the installed extension is not touched). What it changes and why: the analysis "
-          "in `bench/README.md`.")
+        w("**proto** is another tree of the extension (`bench/run.sh --proto DIR`: a prototype "
+          "of the C code), installed renamed to `idempotency_proto` (`bench/proto-rename.sh`), "
+          "so the installed extension is not touched.")
     w("")
     w("Run it: `make bench` (about 16 minutes; `bench/run.sh --help` lists the settings). "
       "It builds and installs the extension, starts a throwaway cluster, runs every "
-      "phase and rewrites this file, `throughput.png` and the raw data "
+      "phase and rewrites this file, its figures `throughput.png` and `batch.png` and the raw data "
       "(`results.tsv`, `kv.tsv`, `machine.txt`). `make bench-smoke` runs every script "
       "with tiny sizes (the test suite does the same, without timing assertions).")
     w("")
@@ -836,7 +849,7 @@ def plot_batch(dirname, cells):
     rc = {r["rep"]: fnum(r["tps"]) for r in cells.get("batch", "redis_claim", "redis", c)}
     rd = {r["rep"]: fnum(r["tps"]) for r in cells.get("batch", "redis_done", "redis", c)}
     pair = med([1.0 / (1.0 / rc[k] + 1.0 / rd[k]) for k in rc if k in rd and rc[k] and rd[k]])
-    data = os.path.join(dirname, "batch.dat")
+    data = scratch("batch.dat")
     panels = []
     for path in ("run", "dup"):
         rows = [("single calls", cells.med("batch", path, "c", c, "tps"))]
@@ -880,7 +893,7 @@ unset multiplot
 
 
 def plot(dirname, cells, impls):
-    data = os.path.join(dirname, "throughput.dat")
+    data = scratch("throughput.dat")
     cl = cells.clients("matrix", "run")
     if not cl:
         return

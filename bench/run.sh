@@ -35,8 +35,8 @@
 #   redis     redis-server on 127.0.0.1 (random port, appendonly yes,
 #             appendfsync always) with redis-benchmark: SET NX PX (claim),
 #             SET (done), SET NX on an existing key (duplicate)
-#   report    bench/report.py writes README.md and throughput.png into the
-#             output directory (gnuplot)
+#   report    bench/report.py writes README.md and, with gnuplot, its figures
+#             throughput.png and batch.png into the output directory
 #
 # Options:
 #   --smoke             tiny sizes, one repetition, transaction counts instead
@@ -48,9 +48,9 @@
 #                       the extension installed: no build, no install, no
 #                       cluster of our own. Databases bench_<pid>_* are
 #                       created and dropped again.
-#   --out DIR           where results.tsv, kv.tsv, machine.txt, README.md and
-#                       throughput.png go (default: bench/, i.e. the report in
-#                       the repository, for a full run)
+#   --out DIR           where results.tsv, kv.tsv, machine.txt, README.md,
+#                       throughput.png and batch.png go (default: bench/, i.e.
+#                       the report in the repository, for a full run)
 #   --proto DIR         also benchmark the extension tree in DIR as a fourth
 #                       implementation "proto": its copy is renamed to
 #                       idempotency_proto (module, control file, schema), built

@@ -17,6 +17,7 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <langinfo.h>
 #include <locale.h>
@@ -28,17 +29,6 @@
 #include <unistd.h>
 
 #include "matrix.h"
-
-volatile sig_atomic_t matrix_interrupted = 0;
-
-const char *const policy_names[N_POLICIES] = {"hold", "retry", "skip", "lookup"};
-
-const char *const policy_blurbs[N_POLICIES] = {
-	"hold the order for a person",
-	"accept a rare duplicate: send again after the lease",
-	"accept a rare miss: skip for good",
-	"look the operation key up at the provider first",
-};
 
 static matrix_ctx ctx_storage;
 
@@ -60,14 +50,24 @@ usage(FILE *f)
 			"      --stress=N         workers in the stress variant of case 3 (default 16, 0: skip it)\n"
 			"      --html=FILE        write a self-contained HTML report\n"
 			"      --json=FILE        write the results as JSON\n"
+			"      --junit=FILE       write the cases as JUnit XML (a testcase per case and policy)\n"
 			"      --color=WHEN       auto (default: only on a terminal), always, never\n"
 			"  -q, --quiet            no progress lines on stderr\n"
 			"      --create-extension run CREATE EXTENSION IF NOT EXISTS idempotency first\n"
 			"      --keep             keep the job types, records and mailboxes for inspection\n"
 			"      --check-as=POLICY  check every policy against POLICY's expectations\n"
 			"                         (tests the runner itself: the mismatching cells must fail)\n"
-			"      --job=FILE         sign off your own job: run cases 1-7 and 9-13 through your queue\n"
-			"                         and your worker command, as FILE says (docs/signoff.md)\n"
+			"      --job=FILE         sign off your own job: run the cases that fit it (1-7, 9-13;\n"
+			"                         transactional = yes: 1 2 4 8 11) through your queue and your\n"
+			"                         worker command, as FILE says (docs/signoff.md)\n"
+			"      --verify=REPORT    exit 0 if the job file and the code a sign-off's JSON report\n"
+			"                         names are unchanged, 1 if not (each change named)\n"
+			"      --list-cases=WHAT  print the case table as markdown: proves (what each case\n"
+			"                         proves), steps (what a sign-off run does), policies (what\n"
+			"                         each policy must give); the docs hold these tables\n"
+			"      --reference-job=WHAT --reference-dir=DIR [KEY]\n"
+			"                         the reference job's worker, enqueue, enqueue-other and\n"
+			"                         effects commands: the reference run starts them itself\n"
 			"  -h, --help             this help\n"
 			"  -V, --version          the runner's version\n"
 			"\n"
@@ -79,153 +79,6 @@ usage(FILE *f)
 			"idempotency.operations; CREATE on its current schema (case 8's effects table).\n"
 			"\n"
 			"Exit status: 0 every case holds, 1 some case fails, 2 cannot run, 130 interrupted.\n");
-}
-
-/* write all of buf to fd, in as few write() calls as the kernel allows */
-static void
-write_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0)
-	{
-		ssize_t		n = write(fd, buf, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		buf += n;
-		len -= (size_t) n;
-	}
-}
-
-/*
- * A progress line on stderr. The whole line is one write(): a log that
- * merges stdout and stderr (e.g. through tee) may put another line between
- * two progress lines, but never inside one.
- */
-void
-progress(matrix_ctx *ctx, const char *fmt,...)
-{
-	char		line[1024];
-	size_t		len;
-	size_t		avail;
-	va_list		ap;
-	int			n;
-
-	if (!ctx->progress)
-		return;
-	len = (size_t) snprintf(line, sizeof(line), "%s... ", ctx->progress_tty ? "\r\033[K" : "");
-	avail = sizeof(line) - len - 1;	/* one byte kept for the newline */
-	va_start(ap, fmt);
-	n = vsnprintf(line + len, avail, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	if ((size_t) n >= avail)
-		n = (int) avail - 1;	/* truncated */
-	len += (size_t) n;
-	if (!ctx->progress_tty)
-		line[len++] = '\n';
-	write_all(STDERR_FILENO, line, len);
-}
-
-void
-progress_clear(matrix_ctx *ctx)
-{
-	if (ctx->progress && ctx->progress_tty)
-		fputs("\r\033[K", stderr);
-}
-
-PGresult *
-db_exec(matrix_ctx *ctx, const char *sql, int nparams, const char *const *params)
-{
-	return PQexecParams(ctx->conn, sql, nparams, NULL, params, NULL, NULL, 0);
-}
-
-static void
-on_signal(int sig)
-{
-	(void) sig;
-	matrix_interrupted = 1;
-}
-
-bool
-parse_lease(const char *s, double *out)
-{
-	char	   *end;
-	double		v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || errno != 0)
-		return false;
-	while (*end == ' ')
-		end++;
-	if (strcmp(end, "ms") == 0)
-		v /= 1000.0;
-	else if (*end != '\0' && strcmp(end, "s") != 0 && strcmp(end, "sec") != 0 &&
-			 strcmp(end, "second") != 0 && strcmp(end, "seconds") != 0)
-		return false;
-	if (!(v >= 0.1 && v <= 600.0))
-		return false;
-	*out = v;
-	return true;
-}
-
-static int
-policy_by_name(const char *s)
-{
-	int			i;
-
-	for (i = 0; i < N_POLICIES; i++)
-		if (strcmp(s, policy_names[i]) == 0)
-			return i;
-	return -1;
-}
-
-bool
-parse_policies(const char *list, bool *want)
-{
-	char	   *copy = strdup(list);
-	char	   *save = NULL;
-	char	   *tok;
-	bool		ok = true;
-	int			i;
-
-	for (i = 0; i < N_POLICIES; i++)
-		want[i] = false;
-	for (tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
-	{
-		int			p = policy_by_name(tok);
-
-		if (strcmp(tok, "all") == 0)
-			for (i = 0; i < N_POLICIES; i++)
-				want[i] = true;
-		else if (p >= 0)
-			want[p] = true;
-		else
-			ok = false;
-	}
-	free(copy);
-	for (i = 0; i < N_POLICIES; i++)
-		if (want[i])
-			return ok;
-	return false;
-}
-
-const char *
-one_line(const char *msg)
-{
-	static char buf[512];
-	char	   *p;
-
-	copy_str(buf, sizeof(buf), msg);
-	for (p = buf; *p; p++)
-		if (*p == '\n' || *p == '\t')
-			*p = ' ';
-	while (p > buf && p[-1] == ' ')
-		*--p = '\0';
-	return buf;
 }
 
 /* a single value from a query, or NULL (message in err) */
@@ -415,17 +268,21 @@ create_effects_table(matrix_ctx *ctx)
 	PQclear(res);
 }
 
+static int
+remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void) st;
+	(void) ftw;
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
 /* remove everything this run made: records, job types, table, mailboxes */
 static void
-cleanup(matrix_ctx *ctx, bool failed)
+cleanup_run(matrix_ctx *ctx, bool failed)
 {
-	workers_kill_all();
-	if (ctx->job)
-	{
-		/* every process group the sign-off run started, then its files */
-		signoff_kill_all(ctx);
-		signoff_remove_dir(ctx, ctx->keep || failed);
-	}
+	/* every process group the engine started, then its socket and logs */
+	signoff_kill_all(ctx);
+	signoff_remove_dir(ctx, ctx->keep || (failed && ctx->job));
 	if (ctx->keep && ctx->job)
 	{
 		fprintf(stderr, "idempotency-matrix: kept job types %s_* and their records (--keep)\n", ctx->prefix);
@@ -485,25 +342,15 @@ cleanup(matrix_ctx *ctx, bool failed)
 		fprintf(stderr, "idempotency-matrix: cleanup: no connection; job types %s_* are left behind\n",
 				ctx->prefix);
 	if (ctx->maildir[0])
-	{
-		DIR		   *d = opendir(ctx->maildir);
-		struct dirent *de;
+		nftw(ctx->maildir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
-		if (d)
-		{
-			while ((de = readdir(d)) != NULL)
-			{
-				char		path[600];
-
-				if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-					continue;
-				snprintf(path, sizeof(path), "%s/%s", ctx->maildir, de->d_name);
-				unlink(path);
-			}
-			closedir(d);
-		}
-		rmdir(ctx->maildir);
-	}
+/* the run's end: its cleanup, then the guardian told that all is in order */
+static void
+cleanup(matrix_ctx *ctx, bool failed)
+{
+	cleanup_run(ctx, failed);
+	guardian_done();
 }
 
 /*
@@ -514,8 +361,6 @@ cleanup(matrix_ctx *ctx, bool failed)
 static void
 begin_run(matrix_ctx *ctx, const char *color)
 {
-	struct sigaction sa;
-
 	ctx->color = strcmp(color, "always") == 0 ||
 		(strcmp(color, "auto") == 0 && isatty(STDOUT_FILENO) &&
 		 getenv("NO_COLOR") == NULL &&
@@ -525,13 +370,7 @@ begin_run(matrix_ctx *ctx, const char *color)
 			 ctx->lease_s, ctx->lease_s == 1.0 ? "" : "s");
 	iso_time(ctx->started_at, sizeof(ctx->started_at), false);
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	catch_interrupts();
 }
 
 /* the run's id and its job types' prefix, base_<id>: unique to this run */
@@ -541,33 +380,6 @@ name_run(matrix_ctx *ctx, const char *base)
 	snprintf(ctx->run_id, sizeof(ctx->run_id), "%lx%x",
 			 (unsigned long) time(NULL) & 0xffffffUL, (unsigned) getpid() & 0xffffu);
 	snprintf(ctx->prefix, sizeof(ctx->prefix), "%s_%.31s", base, ctx->run_id);
-}
-
-/*
- * The summary, the --html and --json reports, and the results freed: exit
- * status 0 (every case held), 1 (some failed) or 2 (a report not written)
- */
-int
-report_all(matrix_ctx *ctx, policy_result *prs, int npr, const char *html,
-		   const char *json)
-{
-	int			passed = 0,
-				failed = 0;
-	int			rc;
-	int			p,
-				k;
-
-	report_summary(ctx, prs, npr, &passed, &failed);
-	rc = failed == 0 && passed > 0 ? 0 : 1;
-	if (html && report_html(ctx, html, prs, npr) != 0)
-		rc = 2;
-	if (json && report_json(ctx, json, prs, npr) != 0)
-		rc = 2;
-	for (p = 0; p < npr; p++)
-		for (k = 0; k < prs[p].ncases; k++)
-			sb_free(&prs[p].cases[k].notes);
-	free(prs);
-	return rc;
 }
 
 /*
@@ -600,9 +412,14 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 	}
 	if (signoff_count_cases(ctx->cases, job) == 0)
 	{
-		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case of a sign-off run "
-				"(cases: 1 2 3 4 5 6 7a 7b 9 10 %s12 13)\n",
-				ctx->cases ? ctx->cases : "", job->value[JF_ENQUEUE_OTHER] ? "11 " : "");
+		char		ids[128] = "";
+		int			k;
+
+		for (k = 0; k < n_case_table; k++)
+			if (signoff_case_wanted(NULL, job, &case_table[k]))
+				list_append(ids, sizeof(ids), case_table[k].id);
+		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case of this sign-off run "
+				"(its cases: %s)\n", ctx->cases ? ctx->cases : "", ids);
 		return 2;
 	}
 	ctx->job = job;
@@ -619,7 +436,7 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 	}
 	name_run(ctx, "signoff");
 
-	rc = signoff_run(ctx, want, html, json);
+	rc = signoff_run(ctx, job, want, -1, html, json);
 	if (matrix_interrupted)
 	{
 		progress_clear(ctx);
@@ -650,6 +467,12 @@ main(int argc, char **argv)
 		{"keep", no_argument, NULL, 7},
 		{"check-as", required_argument, NULL, 8},
 		{"job", required_argument, NULL, 9},
+		{"list-cases", required_argument, NULL, 10},
+		{"reference-job", required_argument, NULL, 11},
+		{"verify", required_argument, NULL, 14},
+		{"junit", required_argument, NULL, 15},
+		{"reference-dir", required_argument, NULL, 12},
+		{"reference-table", required_argument, NULL, 13},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}
@@ -662,18 +485,13 @@ main(int argc, char **argv)
 	const char *color = "auto";
 	bool		create_extension = false;
 	int			check_as = -1;
-	policy_result *prs;
-	int			npr = 0;
 	int			opt;
 	int			rc;
-	int			p,
-				k;
-	double		t0;
 	const char *tmp;
-	bool		need_effects = false;
-	int			total = 0;
-	int			done = 0;
 	const char *job_path = NULL;
+	const char *reference_what = NULL;	/* the reference job's commands */
+	const char *reference_dir = NULL;
+	const char *reference_table = NULL;
 	const char *policy_arg = NULL;
 	const char *not_for_job = NULL;	/* an option a sign-off run refuses */
 	static signoff_job job;
@@ -757,6 +575,22 @@ main(int argc, char **argv)
 			case 9:
 				job_path = optarg;
 				break;
+			case 10:
+				return case_table_list(optarg);
+			case 11:
+				reference_what = optarg;
+				break;
+			case 14:
+				return provenance_verify(optarg);
+			case 15:
+				ctx->junit = optarg;
+				break;
+			case 12:
+				reference_dir = optarg;
+				break;
+			case 13:
+				reference_table = optarg;
+				break;
 			case 8:
 				not_for_job = "--check-as does not apply to a sign-off run (--job)";
 				check_as = policy_by_name(optarg);
@@ -777,6 +611,9 @@ main(int argc, char **argv)
 				return 2;
 		}
 	}
+	if (reference_what)
+		return reference_job_main(reference_what, reference_dir, reference_table,
+								  optind < argc ? argv[optind] : NULL);
 	if (optind < argc)
 	{
 		fprintf(stderr, "idempotency-matrix: unexpected argument \"%s\"\n", argv[optind]);
@@ -786,14 +623,15 @@ main(int argc, char **argv)
 	if (job_path)
 		return signoff_main(ctx, job_path, &job, not_for_job, policy_arg, want,
 							html, json, color);
-	for (k = 0; k < n_matrix_cases; k++)
-		if (case_selected(cases, matrix_cases[k].id) &&
-			!(strcmp(matrix_cases[k].id, "3s") == 0 && ctx->stress == 0))
-			break;
-	if (k == n_matrix_cases)
+	if (reference_count_cases(ctx) == 0)
 	{
-		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: 1 2 3 3s 4 5 6 7a 7b 8 9 10 11 12 13)\n",
-				cases ? cases : "");
+		char		ids[128] = "";
+		int			k;
+
+		for (k = 0; k < n_case_table; k++)
+			list_append(ids, sizeof(ids), case_table[k].id);
+		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: %s)\n",
+				cases ? cases : "", ids);
 		return 2;
 	}
 
@@ -823,73 +661,17 @@ main(int argc, char **argv)
 		PQfinish(ctx->conn);
 		return 2;
 	}
-	for (k = 0; k < n_matrix_cases; k++)
-		if (strcmp(matrix_cases[k].id, "8") == 0 && case_selected(cases, "8"))
-			need_effects = true;
-	if (need_effects)
+	guardian_start();
+	guardian_dir(ctx->maildir);
+	if (case_selected(cases, "8"))
 		create_effects_table(ctx);
 
-	printf("%sReplay matrix%s: send_confirmation for ORD-1001, idempotency %s on PostgreSQL %s\n",
-		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
-		   ctx->ext_version, ctx->server_version);
-	printf("server %s; lease %s; stress %d workers; %s\n",
-		   ctx->server_desc, ctx->lease_sql, ctx->stress, ctx->started_at);
-	printf("job types %s_<policy>_<case>, mailboxes in %s: %s\n",
-		   ctx->prefix, ctx->maildir, ctx->keep ? "kept (--keep)" : "removed at the end");
-	fflush(stdout);
-
-	for (p = 0; p < N_POLICIES; p++)
-		for (k = 0; k < n_matrix_cases && want[p]; k++)
-			if (case_selected(cases, matrix_cases[k].id) &&
-				!(strcmp(matrix_cases[k].id, "3s") == 0 && ctx->stress == 0))
-				total++;
-	prs = calloc(N_POLICIES, sizeof(policy_result));
-	t0 = now_seconds();
-	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
-	{
-		policy_result *pr;
-		double		tp = now_seconds();
-
-		if (!want[p])
-			continue;
-		pr = &prs[npr++];
-		pr->policy = (policy_t) p;
-		pr->checked_as = check_as >= 0 ? (policy_t) check_as : (policy_t) p;
-		for (k = 0; k < n_matrix_cases && !matrix_interrupted; k++)
-		{
-			const case_def *def = &matrix_cases[k];
-			case_result *cr;
-			double		tc;
-
-			if (!case_selected(cases, def->id) ||
-				(strcmp(def->id, "3s") == 0 && ctx->stress == 0))
-				continue;
-			cr = &pr->cases[pr->ncases++];
-			case_expectations(ctx, pr->checked_as, def, cr);
-			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
-					 policy_names[p], cr->id, cr->title);
-			tc = now_seconds();
-			def->run(ctx, (policy_t) p, pr->checked_as, cr);
-			cr->seconds = now_seconds() - tc;
-			workers_kill_all();
-			case_finish(cr);
-		}
-		pr->seconds = now_seconds() - tp;
-		progress_clear(ctx);
-		report_policy(ctx, pr);
-	}
-	ctx->seconds = now_seconds() - t0;
-	progress_clear(ctx);
-
+	rc = reference_run(ctx, want, check_as, html, json);
 	if (matrix_interrupted)
 	{
 		fprintf(stderr, "idempotency-matrix: interrupted; cleaning up\n");
-		cleanup(ctx, false);
-		PQfinish(ctx->conn);
-		return 130;
+		rc = 130;
 	}
-
-	rc = report_all(ctx, prs, npr, html, json);
 	cleanup(ctx, false);
 	PQfinish(ctx->conn);
 	return rc;

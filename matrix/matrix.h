@@ -7,109 +7,43 @@
  * through real worker processes, kills them at exact points, and checks the
  * emails, the record and the verdicts against each stale-claim policy.
  *
- * Files:
- *	main.c		options, connection, the run, cleanup
- *	cases.c		the cases and what each must show, per policy
- *	worker.c	worker processes (fork, one connection each) and their events
- *	provider.c	the fake mail provider: an append-only, fsync'd file
- *	report.c	terminal tables, --html and --json
- *	signoff.c	the sign-off run (--job): the cases on the user's own job,
- *				through the user's queue and worker processes
- *	util.c		strings, escaping, clocks
+ * Files, each depending only on those listed after it (test/matrix/run.sh
+ * checks that no two call each other, with nm and tsort):
+ *	main.c		options, connection, cleanup; starts one of the two runs
+ *	reference.c	the reference run: the seed's job signed off through the
+ *				engine, with a job file built in
+ *	case_steps.c	the steps of each case, and the run over the policies
+ *				and cases (signoff_run): a user's job (--job) or the
+ *				reference job
+ *	engine.c	the engine: a job's worker processes, the protocol's socket,
+ *				its commands, the waits, the kills at the protocol's
+ *				points, what a case observed (engine.h, its own)
+ *	reference_job.c	the reference job: its worker (speaking the sign-off
+ *				protocol), its queue (a directory), its effects
+ *	reference_provider.c	its fake mail provider: an append-only, fsync'd file
+ *	guardian.c	a process that cleans up after a runner killed with SIGKILL
+ *	jobfile.c	the sign-off run's job file
+ *	provenance.c	the job file's and the code's digests; --verify
+ *	sha256.c	SHA-256
+ *	db.c		what both runs read in the database: records, stale_claims()
+ *	report.c	progress lines, terminal tables, --html and --json
+ *	case_table.c	the cases: each one's title, steps and expectations,
+ *				written once (case_table.h)
+ *	util.c		strings, escaping, clocks, interruption (util.h)
  */
 #ifndef IDEMPOTENCY_MATRIX_H
 #define IDEMPOTENCY_MATRIX_H
 
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <signal.h>
 #include <sys/types.h>
 
 #include "libpq-fe.h"
 
+#include "case_table.h"
+#include "util.h"
+
 #ifndef MATRIX_VERSION			/* matrix/Makefile passes idempotency.control's */
 #define MATRIX_VERSION "unknown"
 #endif
-
-#if defined(__GNUC__)
-#define MX_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define MX_PRINTF(f, a)
-#endif
-
-typedef enum policy_t
-{
-	POLICY_HOLD,
-	POLICY_RETRY,
-	POLICY_SKIP,
-	POLICY_LOOKUP,
-	N_POLICIES
-} policy_t;
-
-extern const char *const policy_names[N_POLICIES];
-extern const char *const policy_blurbs[N_POLICIES];
-
-/* growable string */
-typedef struct sbuf
-{
-	char	   *data;
-	size_t		len;
-	size_t		cap;
-} sbuf;
-
-void		sb_init(sbuf *b);
-void		sb_free(sbuf *b);
-void		sb_reset(sbuf *b);
-void		sb_append(sbuf *b, const char *s, size_t n);
-void		sb_puts(sbuf *b, const char *s);
-void		sb_printf(sbuf *b, const char *fmt,...) MX_PRINTF(2, 3);
-void		sb_vprintf(sbuf *b, const char *fmt, va_list ap) MX_PRINTF(2, 0);
-const char *sb_str(const sbuf *b);
-
-void		html_escape(sbuf *b, const char *s);
-void		json_string(sbuf *b, const char *s);
-size_t		display_width(const char *s);
-double		now_seconds(void);
-void		sleep_ms(int ms);
-void		iso_time(char *buf, size_t sz, bool utc_millis);
-void		copy_str(char *dst, size_t sz, const char *src);
-void		list_append(char *buf, size_t sz, const char *s);
-
-/* one row of the matrix: a case under one policy */
-#define CELL 192
-
-typedef struct case_result
-{
-	const char *id;				/* "1", "3s", "7a", ... */
-	char		title[96];		/* "first delivery" */
-	char		expected_text[96];	/* the seed's "expected" words */
-	int			exp_emails;
-	int			obs_emails;		/* -1: not observed */
-	char		exp_record[CELL];
-	char		obs_record[CELL];
-	char		exp_verdicts[CELL];
-	char		obs_verdicts[CELL];
-	bool		emails_ok;
-	bool		record_ok;
-	bool		verdicts_ok;
-	bool		checks_ok;		/* the checks behind the notes */
-	bool		ran;
-	bool		pass;
-	sbuf		notes;			/* what else was checked; why a cell failed */
-	double		seconds;
-} case_result;
-
-#define MAX_CASES 16
-
-typedef struct policy_result
-{
-	policy_t	policy;			/* configured in the job types */
-	policy_t	checked_as;		/* whose expectations were checked */
-	int			ncases;
-	case_result cases[MAX_CASES];
-	double		seconds;
-} policy_result;
 
 /*
  * A sign-off run's job file (docs/signoff.md): name = value lines. The
@@ -128,10 +62,36 @@ typedef enum job_field
 	JF_LEASE,
 	JF_TIMEOUT,
 	JF_DIR,
+	JF_TRANSACTIONAL,
+	JF_KEY,
+	JF_KEY_COMMAND,
+	JF_CODE,
+	JF_EFFECT_NAME,
+	JF_CLEANUP,
 	N_JOB_FIELDS
 } job_field;
 
 extern const char *const job_field_names[N_JOB_FIELDS];
+
+/* what a sign-off report says was signed (provenance.c) */
+typedef struct code_file
+{
+	char		path[1024];		/* relative to the commands' directory */
+	char		sha256[65];
+} code_file;
+
+typedef struct provenance
+{
+	char		job_file[4096]; /* absolute */
+	char		job_sha256[65];
+	char		dir[1024];
+	code_file  *files;			/* the job file's code, sorted by path */
+	int			nfiles;
+	int			cap;
+	char		code_sha256[65];	/* "": no code named */
+	char		git_commit[64]; /* "": not in a git work tree */
+	int			git_dirty;		/* -1 unknown, 0 clean, 1 dirty */
+} provenance;
 
 typedef struct signoff_job
 {
@@ -143,6 +103,24 @@ typedef struct signoff_job
 	double		lease_s;
 	double		timeout_s;
 	const char *effects_source; /* "command", "sql" or "handled reports" */
+
+	/*
+	 * The built-in reference job (reference.c), not a file: the seed's keys
+	 * (ORD-1001, ORD-1002) in a job type per case, the seed's words, and
+	 * its worker's capabilities: case 8 (its transactional mode) and 3s
+	 * (stress workers at once; 0: not run).
+	 */
+	bool		reference;
+	int			stress;
+
+	/*
+	 * transactional = yes: the job's effect is a row written in the
+	 * completion's transaction (counted by effects_sql), so it has case 8
+	 * and none of the cases whose death leaves a committed claim
+	 */
+	bool		transactional;
+
+	provenance	prov;			/* the job file's and the code's digests */
 } signoff_job;
 
 typedef struct matrix_ctx
@@ -153,6 +131,8 @@ typedef struct matrix_ctx
 	char		lease_sql[32];	/* "2 seconds" */
 	int			stress;			/* workers in case 3s; 0 skips it */
 	const char *cases;			/* --cases as given; NULL: all */
+	const char *junit;			/* --junit FILE; NULL: none */
+	char		cleanup_said[600];	/* the job file's cleanup: how it ended; "" none */
 	char		run_id[32];
 	char		prefix[64];		/* job type prefix, unique to this run */
 	char		maildir[256];
@@ -180,38 +160,9 @@ typedef struct matrix_ctx
 	char		signoff_dir[256];	/* its socket and worker logs */
 } matrix_ctx;
 
-extern volatile sig_atomic_t matrix_interrupted;
-
-/* main.c */
-void		progress(matrix_ctx *ctx, const char *fmt,...) MX_PRINTF(2, 3);
-void		progress_clear(matrix_ctx *ctx);
+/* db.c */
 PGresult   *db_exec(matrix_ctx *ctx, const char *sql, int nparams,
 					 const char *const *params);
-int			report_all(matrix_ctx *ctx, policy_result *prs, int npr,
-					   const char *html, const char *json);
-bool		parse_lease(const char *s, double *out);
-bool		parse_policies(const char *list, bool *want);
-const char *one_line(const char *msg);
-
-/* cases.c */
-typedef struct case_def
-{
-	const char *id;
-	const char *title;
-	void		(*run) (matrix_ctx *ctx, policy_t policy, policy_t checked_as,
-						case_result *cr);
-} case_def;
-
-extern const case_def matrix_cases[];
-extern const int n_matrix_cases;
-void		case_expectations(matrix_ctx *ctx, policy_t checked_as,
-							  const case_def *def, case_result *cr);
-bool		case_selected(const char *list, const char *id);
-void		case_finish(case_result *cr);
-
-/* cases.c, shared with signoff.c: notes, the record, stale_claims() */
-void		case_note(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
-void		case_fail(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
 const char *case_sql_error(PGresult *res, matrix_ctx *ctx);
 bool		job_type_register(matrix_ctx *ctx, const char *job_type, policy_t policy,
 							  char *err, size_t esz);
@@ -226,90 +177,54 @@ bool		stale_wait(matrix_ctx *ctx, case_result *cr, const char *job_type,
 					   const char *key, const char *policy_name,
 					   void (*idle) (void *arg, int ms), void *idle_arg);
 
-/* worker.c */
-typedef enum worker_mode
-{
-	W_NORMAL,					/* claim, (look up), send, complete */
-	W_TX,						/* BEGIN; claim; effect row; complete; COMMIT */
-	W_RELEASE,					/* claim; the provider refuses; release */
-	W_HEARTBEAT					/* claim; extend_lease until told to go on */
-} worker_mode;
+/* reference_job.c */
+int			reference_job_main(const char *what, const char *dir, const char *table,
+							   const char *key);
 
-#define PAUSE_CLAIMED	0x1		/* after the claim committed (TX: in the txn) */
-#define PAUSE_SENT		0x2		/* after the email left, before completion */
+/* reference.c */
+int			reference_count_cases(const matrix_ctx *ctx);
+int			reference_run(matrix_ctx *ctx, const bool *want, int check_as,
+						  const char *html, const char *json);
 
-typedef struct worker_spec
-{
-	const char *job_type;
-	const char *key;
-	const char *fingerprint;	/* NULL: none */
-	worker_mode mode;
-	unsigned	pauses;
-	const char *mailbox;
-	bool		lookup_provider;
-	double		heartbeat_s;
-	const char *effects_table;
-} worker_spec;
-
-typedef struct worker
-{
-	pid_t		pid;
-	int			ev_fd;			/* events from the worker */
-	int			cmd_fd;			/* commands to the worker */
-	char		name[48];
-	char		buf[4096];
-	size_t		buflen;
-	bool		eof;
-	bool		reaped;
-	bool		killed;
-	int			exit_status;
-
-	/* what its events said */
-	int			backend_pid;
-	bool		ready;
-	char		verdict[32];	/* "" until the claim answered */
-	int			attempt;
-	char		result[512];
-	char		claim_error[8]; /* SQLSTATE of a failed claim */
-	char		error_text[256];
-	int			lookup;			/* -1 none, 0 missing, 1 found */
-	int			sent;
-	char		message_id[96];
-	bool		effect;
-	bool		paused;
-	int			extended;
-	bool		released;
-	bool		completed;
-	char		complete_error[8];
-	char		problem[256];	/* why a wait failed */
-} worker;
-
-int			worker_spawn(matrix_ctx *ctx, worker *w, const worker_spec *spec,
-						 const char *name, int barrier_rd);
-bool		worker_wait(matrix_ctx *ctx, worker *w, const char *event);
-bool		worker_drain(worker *w);
-void		worker_go(worker *w);
-void		worker_kill(worker *w);
-void		worker_dispose(worker *w);
-void		workers_kill_all(void);
-const char *worker_verdict_text(const worker *w, char *buf, size_t sz);
-
-/* provider.c */
+/* reference_provider.c */
 int			provider_send(const char *mailbox, bool with_ref, const char *key,
 						  const char *worker, int attempt,
 						  char *message_id, size_t idsz);
 int			provider_lookup(const char *mailbox, const char *key);
 int			provider_count(const char *mailbox, const char *key);
 
-/* signoff.c */
+/* guardian.c */
+bool		guardian_start(void);
+void		guardian_group(pid_t pgid);
+void		guardian_gone(pid_t pgid);
+void		guardian_dir(const char *path);
+void		guardian_done(void);
+
+/* provenance.c */
+bool		provenance_collect(const char *job_file, const char *dir, const char *code,
+							   provenance *pv, char *err, size_t esz);
+void		provenance_free(provenance *pv);
+int			provenance_verify(const char *report);
+
+/* jobfile.c */
 int			signoff_load_job(const char *path, signoff_job *job);
+
+/* case_steps.c */
 int			signoff_count_cases(const char *cases, const signoff_job *job);
-int			signoff_run(matrix_ctx *ctx, const bool *want, const char *html,
-						const char *json);
+int			signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want,
+						int check_as, const char *html, const char *json);
+bool		signoff_case_wanted(const char *cases, const signoff_job *job,
+								const case_spec *c);
+
+/* engine.c */
 void		signoff_kill_all(matrix_ctx *ctx);
 void		signoff_remove_dir(matrix_ctx *ctx, bool keep_logs);
 
 /* report.c */
+void		progress(matrix_ctx *ctx, const char *fmt,...) MX_PRINTF(2, 3);
+void		progress_clear(matrix_ctx *ctx);
+int			report_all(matrix_ctx *ctx, policy_result *prs, int npr,
+					   const char *html, const char *json);
 void		report_policy(matrix_ctx *ctx, const policy_result *pr);
 void		report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 						   int *passed, int *failed);
@@ -318,5 +233,7 @@ int			report_html(matrix_ctx *ctx, const char *path,
 						const policy_result *prs, int npr);
 int			report_json(matrix_ctx *ctx, const char *path,
 						const policy_result *prs, int npr);
+int			report_junit(matrix_ctx *ctx, const char *path,
+						 const policy_result *prs, int npr);
 
 #endif							/* IDEMPOTENCY_MATRIX_H */

@@ -170,7 +170,7 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 	}
 
 	printf("\n%sPolicy %s%s: %s", ctx->color ? C_BOLD : "", policy_names[pr->policy],
-		   ctx->color ? C_RESET : "", policy_blurbs[pr->policy]);
+		   ctx->color ? C_RESET : "", (ctx->job ? policy_blurbs_job : policy_blurbs)[pr->policy]);
 	if (pr->checked_as != pr->policy)
 		printf("  [checked against %s's expectations]", policy_names[pr->checked_as]);
 	/* a sign-off run has one job type per policy, the reference one per case */
@@ -313,10 +313,18 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 				(*failed)++;
 		}
 
-	printf("\n%sPolicy summary%s: %s in the uncertain cases (%s)\n\n",
-		   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "", effect_word(ctx),
-		   ctx->job ? "5: killed after the claim, before the handler; 6: killed after the handler"
-		   : "5: died after the claim, before the email; 6: died after the email");
+	if (ctx->job)
+	{
+		const char *e = ctx->job->value[JF_EFFECT_NAME] ? ctx->job->value[JF_EFFECT_NAME] : "effect";
+
+		printf("\n%sPolicy summary%s: effects (%s) in the uncertain cases (5: killed after the claim, before the %s; "
+			   "6: killed after the %s)\n\n",
+			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "", e, e, e);
+	}
+	else
+		printf("\n%sPolicy summary%s: emails in the uncertain cases "
+			   "(5: died after the claim, before the email; 6: died after the email)\n\n",
+			   ctx->color ? C_BOLD : "", ctx->color ? C_RESET : "");
 	printf("%s%-8s  %6s  %6s  %s%s\n", ctx->color ? C_BOLD : "",
 		   "policy", "case 5", "case 6", "expected", ctx->color ? C_RESET : "");
 	for (i = 0; i < npr; i++)
@@ -454,7 +462,7 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 			passed++;
 	sb_printf(h, "<section class=\"policy\" id=\"policy-%s\">\n<h2>Policy %s: ",
 			  policy_names[pr->policy], policy_names[pr->policy]);
-	html_escape(h, policy_blurbs[pr->policy]);
+	html_escape(h, (ctx->job ? policy_blurbs_job : policy_blurbs)[pr->policy]);
 	sb_printf(h, "</h2>\n<p class=\"muted\">%d of %d cases hold; job type%s <code>",
 			  passed, pr->ncases, ctx->job ? "" : "s");
 	html_escape(h, ctx->prefix);
@@ -572,7 +580,7 @@ typedef struct setting
 	char		value[1100];
 } setting;
 
-#define MAX_SETTINGS 24
+#define MAX_SETTINGS 32
 
 static int
 settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
@@ -611,7 +619,21 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 		SET("lease", "lease", "%s", ctx->lease_sql);
 		SET("timeout", "timeout", "%g s", job->timeout_s);
 		SET("cases", "cases", "%s", ctx->cases ? ctx->cases : "all (1-7, 9-13)");
+		if (ctx->cleanup_said[0])
+			SET("cleanup", "cleanup", "%s", ctx->cleanup_said);
 		SET("job_file", "job file", "%s", job->path);
+		SET("job_file_sha256", "job file sha256", "%s", job->prov.job_sha256);
+		if (job->value[JF_CODE])
+			SET("code_signed", "code signed", "%s: %d files, sha256 %s", job->value[JF_CODE],
+				job->prov.nfiles, job->prov.code_sha256);
+		else
+			SET("code_signed", "code signed", "not named (code = in the job file)");
+		if (job->prov.git_commit[0])
+			SET("git", "git", "commit %s%s", job->prov.git_commit,
+				job->prov.git_dirty == 1 ? ", with uncommitted changes to the job file or the code" :
+				job->prov.git_dirty == 0 ? ", clean" : "");
+		else
+			SET("git", "git", "not a git work tree");
 		SET("directory", "commands run in", "%s", job->dir);
 		SET("extension_version", "extension", "idempotency %s", ctx->ext_version);
 		SET("server_version", "PostgreSQL", "%s", ctx->server_version_full);
@@ -788,7 +810,7 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	counts(prs, npr, &passed, &failed);
 	sb_init(&j);
 	sb_printf(&j, "{\n  \"format\": \"%s\",\n  \"settings\": {",
-			  ctx->job ? "idempotency-signoff/1" : "idempotency-matrix/1");
+			  ctx->job ? "idempotency-signoff/2" : "idempotency-matrix/1");
 	for (i = 0; i < nset; i++)
 	{
 		sb_printf(&j, "%s\n    ", i ? "," : "");
@@ -814,6 +836,30 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		}
 		sb_puts(&j, ",\n    \"directory\": ");
 		json_string(&j, job->dir);
+		sb_puts(&j, ",\n    \"job_file_path\": ");
+		json_string(&j, job->prov.job_file);
+		sb_printf(&j, ",\n    \"job_file_sha256\": \"%s\"", job->prov.job_sha256);
+		if (job->value[JF_CODE])
+			sb_printf(&j, ",\n    \"code_sha256\": \"%s\"", job->prov.code_sha256);
+		else
+			sb_puts(&j, ",\n    \"code_sha256\": null");
+		sb_puts(&j, ",\n    \"code_files\": [");
+		for (f = 0; f < job->prov.nfiles; f++)
+		{
+			sb_puts(&j, f ? ",\n      {\"path\": " : "\n      {\"path\": ");
+			json_string(&j, job->prov.files[f].path);
+			sb_printf(&j, ", \"sha256\": \"%s\"}", job->prov.files[f].sha256);
+		}
+		sb_puts(&j, job->prov.nfiles ? "\n    ]" : "]");
+		if (job->prov.git_commit[0])
+		{
+			sb_puts(&j, ",\n    \"git_commit\": ");
+			json_string(&j, job->prov.git_commit);
+			sb_printf(&j, ",\n    \"git_dirty\": %s", job->prov.git_dirty == 1 ? "true" :
+					  job->prov.git_dirty == 0 ? "false" : "null");
+		}
+		else
+			sb_puts(&j, ",\n    \"git_commit\": null,\n    \"git_dirty\": null");
 		sb_printf(&j, ",\n    \"effects_source\": \"%s\",\n    \"lease_seconds\": %g,\n    \"timeout_seconds\": %g,\n    \"run\": ",
 				  job->effects_source, job->lease_s, job->timeout_s);
 		json_string(&j, ctx->run_id);
@@ -901,5 +947,205 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			  passed, failed, failed == 0 && passed > 0 ? "true" : "false");
 	rc = write_file(path, &j);
 	sb_free(&j);
+	return rc;
+}
+
+/* write all of buf to fd, in as few write() calls as the kernel allows */
+static void
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0)
+	{
+		ssize_t		n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		buf += n;
+		len -= (size_t) n;
+	}
+}
+
+/*
+ * A progress line on stderr. The whole line is one write(): a log that
+ * merges stdout and stderr (e.g. through tee) may put another line between
+ * two progress lines, but never inside one.
+ */
+void
+progress(matrix_ctx *ctx, const char *fmt,...)
+{
+	char		line[1024];
+	size_t		len;
+	size_t		avail;
+	va_list		ap;
+	int			n;
+
+	if (!ctx->progress)
+		return;
+	len = (size_t) snprintf(line, sizeof(line), "%s... ", ctx->progress_tty ? "\r\033[K" : "");
+	avail = sizeof(line) - len - 1;	/* one byte kept for the newline */
+	va_start(ap, fmt);
+	n = vsnprintf(line + len, avail, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t) n >= avail)
+		n = (int) avail - 1;	/* truncated */
+	len += (size_t) n;
+	if (!ctx->progress_tty)
+		line[len++] = '\n';
+	write_all(STDERR_FILENO, line, len);
+}
+
+void
+progress_clear(matrix_ctx *ctx)
+{
+	if (ctx->progress && ctx->progress_tty)
+		fputs("\r\033[K", stderr);
+}
+
+/* s, escaped for XML text and attributes */
+static void
+xml_escape(sbuf *b, const char *s)
+{
+	for (; *s; s++)
+	{
+		switch (*s)
+		{
+			case '&':
+				sb_puts(b, "&amp;");
+				break;
+			case '<':
+				sb_puts(b, "&lt;");
+				break;
+			case '>':
+				sb_puts(b, "&gt;");
+				break;
+			case '"':
+				sb_puts(b, "&quot;");
+				break;
+			default:
+				if ((unsigned char) *s < 0x20 && *s != '\n' && *s != '\t')
+					sb_puts(b, " ");
+				else
+					sb_append(b, s, 1);
+		}
+	}
+}
+
+/*
+ * --junit FILE: the cases as JUnit XML, for a CI system to show: a
+ * testsuite per policy, a testcase per case, a failure with the cells that
+ * differ and the notes.
+ */
+int
+report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr)
+{
+	sbuf		x;
+	int			i,
+				k;
+	int			passed,
+				failed;
+	int			rc;
+	const char *what = ctx->job ? "sign-off" : "replay matrix";
+
+	counts(prs, npr, &passed, &failed);
+	sb_init(&x);
+	sb_puts(&x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"");
+	xml_escape(&x, what);
+	if (ctx->job)
+	{
+		sb_puts(&x, ": ");
+		xml_escape(&x, ctx->job->value[JF_JOB_TYPE]);
+		sb_puts(&x, " on ");
+		xml_escape(&x, ctx->job->value[JF_QUEUE]);
+	}
+	sb_printf(&x, "\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n", passed + failed, failed, ctx->seconds);
+	for (i = 0; i < npr; i++)
+	{
+		const policy_result *pr = &prs[i];
+		int			f = 0;
+
+		for (k = 0; k < pr->ncases; k++)
+			f += !pr->cases[k].pass;
+		sb_printf(&x, "  <testsuite name=\"policy %s\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n",
+				  policy_names[pr->policy], pr->ncases, f, pr->seconds);
+		for (k = 0; k < pr->ncases; k++)
+		{
+			const case_result *cr = &pr->cases[k];
+
+			sb_printf(&x, "    <testcase classname=\"%s.%s\" name=\"case %s: ", ctx->job ? "signoff" : "matrix",
+					  policy_names[pr->policy], cr->id);
+			xml_escape(&x, cr->title);
+			sb_printf(&x, "\" time=\"%.3f\"", cr->seconds);
+			if (cr->pass)
+			{
+				sb_puts(&x, "/>\n");
+				continue;
+			}
+			sb_puts(&x, ">\n      <failure message=\"");
+			if (!cr->ran)
+				sb_puts(&x, "not run");
+			else
+			{
+				sb_printf(&x, "%s %d", effect_word(ctx), cr->obs_emails);
+				if (!cr->emails_ok)
+					sb_printf(&x, " (expected %d)", cr->exp_emails);
+				sb_puts(&x, "; record ");
+				xml_escape(&x, cr->obs_record);
+				if (!cr->record_ok)
+				{
+					sb_puts(&x, " (expected ");
+					xml_escape(&x, cr->exp_record);
+					sb_puts(&x, ")");
+				}
+				sb_puts(&x, "; verdicts ");
+				xml_escape(&x, cr->obs_verdicts);
+				if (!cr->verdicts_ok)
+				{
+					sb_puts(&x, " (expected ");
+					xml_escape(&x, cr->exp_verdicts);
+					sb_puts(&x, ")");
+				}
+			}
+			sb_puts(&x, "\">");
+			xml_escape(&x, sb_str(&cr->notes));
+			sb_puts(&x, "</failure>\n    </testcase>\n");
+		}
+		sb_puts(&x, "  </testsuite>\n");
+	}
+	sb_puts(&x, "</testsuites>\n");
+	rc = write_file(path, &x);
+	sb_free(&x);
+	return rc;
+}
+
+/*
+ * The summary, the --html and --json reports, and the results freed: exit
+ * status 0 (every case held), 1 (some failed) or 2 (a report not written)
+ */
+int
+report_all(matrix_ctx *ctx, policy_result *prs, int npr, const char *html,
+		   const char *json)
+{
+	int			passed = 0,
+				failed = 0;
+	int			rc;
+	int			p,
+				k;
+
+	report_summary(ctx, prs, npr, &passed, &failed);
+	rc = failed == 0 && passed > 0 ? 0 : 1;
+	if (html && report_html(ctx, html, prs, npr) != 0)
+		rc = 2;
+	if (json && report_json(ctx, json, prs, npr) != 0)
+		rc = 2;
+	if (ctx->junit && report_junit(ctx, ctx->junit, prs, npr) != 0)
+		rc = 2;
+	for (p = 0; p < npr; p++)
+		for (k = 0; k < prs[p].ncases; k++)
+			sb_free(&prs[p].cases[k].notes);
+	free(prs);
 	return rc;
 }

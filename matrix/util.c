@@ -5,13 +5,15 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "matrix.h"
+#include "util.h"
 
 void
 sb_init(sbuf *b)
@@ -231,4 +233,82 @@ list_append(char *buf, size_t sz, const char *s)
 	size_t		len = strlen(buf);
 
 	snprintf(buf + len, sz - len, "%s%s", len ? ", " : "", s);
+}
+
+volatile sig_atomic_t matrix_interrupted = 0;
+
+static void
+on_signal(int sig)
+{
+	(void) sig;
+	matrix_interrupted = 1;
+}
+
+/* SIGINT, SIGTERM and SIGHUP set matrix_interrupted; SIGPIPE is ignored */
+void
+catch_interrupts(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* "2", "1.5", "500ms", "3 s": seconds between 0.1 and 600 */
+bool
+parse_lease(const char *s, double *out)
+{
+	char	   *end;
+	double		v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno != 0)
+		return false;
+	while (*end == ' ')
+		end++;
+	if (strcmp(end, "ms") == 0)
+		v /= 1000.0;
+	else if (*end != '\0' && strcmp(end, "s") != 0 && strcmp(end, "sec") != 0 &&
+			 strcmp(end, "second") != 0 && strcmp(end, "seconds") != 0)
+		return false;
+	if (!(v >= 0.1 && v <= 600.0))
+		return false;
+	*out = v;
+	return true;
+}
+
+/* msg on one line: newlines and tabs as blanks, no trailing blank */
+const char *
+one_line(const char *msg)
+{
+	static char buf[512];
+	char	   *p;
+
+	copy_str(buf, sizeof(buf), msg);
+	for (p = buf; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
+	while (p > buf && p[-1] == ' ')
+		*--p = '\0';
+	return buf;
+}
+
+/* s without its leading and trailing blanks (trailing ones cut in place) */
+char *
+trim(char *s)
+{
+	char	   *e;
+
+	while (*s && isspace((unsigned char) *s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char) e[-1]))
+		*--e = '\0';
+	return s;
 }

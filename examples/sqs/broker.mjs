@@ -1,9 +1,11 @@
-// broker.mjs: a local SQS (fauxqs 1.9.2) on 127.0.0.1 and a random free port,
+// broker.mjs: a local SQS (fauxqs 2.4) on 127.0.0.1 and a random free port,
 // for the example and its test; there is no AWS here. fauxqs's own CLI and
 // startFauxqs() listen on 0.0.0.0, so this builds its app and binds it to
 // loopback itself. Creates the queue $QUEUE_NAME (default
 // send_confirmation), prints one line "QUEUE_URL=... SQS_ENDPOINT=..." and
-// runs until SIGTERM/SIGINT.
+// runs until SIGTERM/SIGINT. On Node.js 22 it prints an ExperimentalWarning
+// for node:sqlite on stderr (fauxqs 2 loads it for its optional persistence,
+// unused here); 24 does not.
 import { buildApp } from 'fauxqs';
 import { SQSClient, CreateQueueCommand } from '@aws-sdk/client-sqs';
 

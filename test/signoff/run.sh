@@ -30,9 +30,27 @@
 #      of its log, the later cases not run;
 #   6. SIGINT, and SIGTERM, in the middle of a case with a live worker:
 #      exit 130, no worker process left, no job type or record of the run,
-#      its directory removed;
+#      its directory removed; SIGKILL, with a worker that is not the
+#      runner's child: the guardian kills it and removes the directory;
 #   7. effects counted by the handled reports (no effects line) and by
-#      effects_sql (lookup): the cases hold, the report names the source.
+#      effects_sql (lookup): the cases hold, the report names the source;
+#   8. a transactional job (worker.py --transactional, transactional = yes,
+#      effects_sql counting its rows): exactly cases 1 2 4 8 11 run and
+#      hold, case 8 "none, then completed #1"; a claim committed on its own
+#      (--broken commit-first) fails case 8 with the sentence saying so;
+#      transactional = yes without effects_sql: exit 2, one sentence;
+#   9. keys (worker.py --key): a prefix or a suffix of the run's key needs no
+#      setting, a template (key =) and a hash (key_command) are declared,
+#      and the cases hold; a key made otherwise without a declaration fails
+#      case 1 within 20 s naming both keys (and that the same message is
+#      claimed under the same key again), later cases not run; a message id
+#      is named as one; key with key_command, and key without {key}: exit 2;
+#  10. what was signed: the JSON report records the job file's sha256 and
+#      the code's (code = paths or globs), as sha256sum computes them, and
+#      git's commit; --junit writes JUnit XML; --verify REPORT exits 0 while
+#      nothing changed and 1 naming a changed, added or removed code file or
+#      a changed job file; a missing report: exit 2; code that matches no
+#      file: exit 2, one sentence.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
 # file's lease) to save time; the good job runs with the default lease.
 # The last line: "signoff: N passed, N failed"; exit non-zero on a failure.
@@ -162,7 +180,7 @@ fi
 if "$python" - "$out/good.json" >"$out/good.check" 2>&1 <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["format"] == "idempotency-signoff/1", r["format"]
+assert r["format"] == "idempotency-signoff/2", r["format"]
 assert r["ok"] is True and r["failed"] == 0 and r["passed"] == 52, (r["ok"], r["passed"], r["failed"])
 s = r["signoff"]
 assert s["job_type"] == "signoff_test_job" and s["queue"] == "dirqueue", s
@@ -182,7 +200,7 @@ assert summary == {"hold": (0, 1), "retry": (1, 2), "skip": (0, 1), "lookup": (1
 EOF
 then
     cat "$out/good.check"
-    ok "the JSON report: format idempotency-signoff/1, the signoff object, 13 passing cases per policy, effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
+    ok "the JSON report: format idempotency-signoff/2, the signoff object, 13 passing cases per policy, effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
 else
     not_ok "$out/good.check" "the JSON report of the good job"
 fi
@@ -250,7 +268,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout and dir)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name and cleanup)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -347,11 +365,43 @@ for sig in INT TERM; do
     fi
 done
 
+# SIGKILL: the runner cannot clean up; its guardian does. The worker runs
+# under a shell that stays (not exec'd): the python process is no child of
+# the runner and is not killed with its parent, only with its group.
+job=$out/sigkill.job
+make_job "$job" "worker=sh -c '/usr/bin/python3 worker.py; exit 0'" "lease=1.5"
+log=$out/sigkill.log
+"$runner" --job "$job" --policy hold --cases 9 >"$log" 2>"$log.err" &
+pid=$!
+for _ in $(seq 600); do
+    grep -q 'hold case 9: waiting for the lease' "$log.err" 2>/dev/null && break
+    sleep 0.05
+done
+prefix=$(prefix_of "$log")
+rundir=$(rundir_of "$log")
+before=$(alive_workers "$prefix")
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+for _ in $(seq 200); do   # the guardian's work: at most 10 s
+    [[ $(alive_workers "$prefix") == 0 && -n $rundir && ! -e $rundir ]] && break
+    sleep 0.05
+done
+after=$(alive_workers "$prefix")
+if [[ -n $prefix && $before -ge 1 && $after == 0 && -n $rundir && ! -e $rundir ]]; then
+    ok "SIGKILL in case 9 ($before worker alive, not the runner's child): the guardian killed it and removed $rundir"
+else
+    cat "$log.err" >>"$log"
+    not_ok "$log" "SIGKILL: expected no worker and no directory left; workers alive before $before, after $after, directory '$rundir' $( [[ -e $rundir ]] && echo there)"
+fi
+# what a killed runner leaves in the database, as docs/signoff.md says
+"${psql[@]}" -c "DELETE FROM idempotency.operations WHERE job_type LIKE '${prefix}\\_%'; DELETE FROM idempotency.job_types WHERE job_type LIKE '${prefix}\\_%'" >/dev/null
+
 # ---------------------------------------------------------------------
 # 7. the other effect sources
 # ---------------------------------------------------------------------
 job=$out/handled.job
-make_job "$job" "effects=-" "policies=hold" "lease=1.5"
+make_job "$job" "effects=-" "policies=hold" "lease=1.5" \
+    "cleanup=sh -c 'echo cleaned >\"\$SIGNOFF_TEST_DIR/cleaned-\$IDEMPOTENCY_SIGNOFF_RUN\"'"
 log=$out/handled.log
 "$runner" --job "$job" --cases 1,5,6 --json "$out/handled.json" >"$log" 2>&1
 rc=$?
@@ -362,10 +412,17 @@ if ((rc == 0)) && [[ $(tail -n 1 "$log") == "3 passed, 0 failed" ]] &&
 else
     not_ok "$log" "no effects line: expected exit 0, '3 passed, 0 failed' and the handled reports named; got exit $rc"
 fi
+run=$(prefix_of "$log"); run=${run#signoff_}
+if [[ -n $run && -e $SIGNOFF_TEST_DIR/cleaned-$run ]] && grep -q '^cleanup: `sh -c .*` exited 0$' "$log" &&
+    "$python" -c 'import json,sys; s=json.load(open(sys.argv[1]))["settings"]; assert s["cleanup"].endswith("exited 0"), s' "$out/handled.json"; then
+    ok "the job file's cleanup ran at the end, with the run's id; the report says it exited 0"
+else
+    not_ok "$log" "the cleanup command: not run, or not reported (run '$run')"
+fi
 # effects_sql: the server reads the effects file; the key names the run
 sql="SELECT count(*) FROM pg_catalog.regexp_split_to_table(pg_catalog.pg_read_file('$SIGNOFF_TEST_DIR/spool-' || pg_catalog.split_part(\$1, '-', 2) || '/effects', 0, 100000000, true), E'\\n') AS l WHERE pg_catalog.split_part(l, ' ', 1) = \$1"
 job=$out/sql.job
-make_job "$job" "effects=-" "effects_sql=$sql" "policies=lookup" "lease=1.5"
+make_job "$job" "effects=-" "effects_sql=$sql" "policies=lookup" "lease=1.5" "cleanup=sh -c 'echo the queue is gone >&2; exit 4'"
 log=$out/sql.log
 "$runner" --job "$job" --cases 5,6 --json "$out/sql.json" >"$log" 2>&1
 rc=$?
@@ -376,6 +433,208 @@ if ((rc == 0)) && [[ $(tail -n 1 "$log") == "2 passed, 0 failed" ]] && grep -q '
 else
     not_ok "$log" "effects_sql under lookup: expected exit 0 and '2 passed, 0 failed'; got exit $rc"
 fi
+if ((rc == 0)) && grep -q '^cleanup: FAILED: the cleanup command `sh -c .*` exited with status 4 .*the queue is gone' "$log"; then
+    ok "a cleanup that exits 4: reported with its status and stderr; the cases' exit status stays 0"
+else
+    not_ok "$log" "a failing cleanup: expected it reported and exit 0; got exit $rc"
+fi
+
+# ---------------------------------------------------------------------
+# 8. a transactional job (transactional = yes): its cases, with case 8
+# ---------------------------------------------------------------------
+"${psql[@]}" -c 'DROP TABLE IF EXISTS public.signoff_tx_effects;
+                 CREATE TABLE public.signoff_tx_effects (operation_key text NOT NULL, attempt int NOT NULL, pid int NOT NULL)' ||
+    die "cannot create public.signoff_tx_effects"
+txsql='SELECT count(*) FROM public.signoff_tx_effects WHERE operation_key = $1'
+job=$out/tx.job
+make_job "$job" "worker=/usr/bin/python3 worker.py --transactional" "effects=-" "effects_sql=$txsql" \
+    "transactional=yes" "policies=hold" "lease=1.5"
+log=$out/tx.log
+"$runner" --job "$job" --json "$out/tx.json" >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && [[ $(tail -n 1 "$log") == "5 passed, 0 failed" ]] &&
+    "$python" - "$out/tx.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+cases = {c["case"]: c for c in r["policies"][0]["cases"]}
+assert list(cases) == ["1", "2", "4", "8", "11"], list(cases)
+c8 = cases["8"]
+assert c8["observed"]["record"] == "none, then completed #1", c8["observed"]
+assert c8["observed"]["verdicts"] == "run (killed in transaction), run", c8["observed"]
+assert c8["observed"]["effects"] == 1, c8["observed"]
+PY
+then
+    ok "transactional = yes: exactly cases 1 2 4 8 11 run and hold; case 8: none, then completed #1, one row"
+else
+    not_ok "$log" "transactional = yes: expected exit 0, '5 passed, 0 failed', cases 1 2 4 8 11; got exit $rc"
+fi
+job=$out/tx-broken.job
+make_job "$job" "worker=/usr/bin/python3 worker.py --transactional --broken commit-first" "effects=-" \
+    "effects_sql=$txsql" "transactional=yes" "policies=hold" "lease=1.5"
+log=$out/tx-broken.log
+"$runner" --job "$job" --cases 8 --json "$out/tx-broken.json" >"$log" 2>&1
+rc=$?
+if ((rc == 1)) && [[ $(failing_cases "$out/tx-broken.json") == "hold:8" ]] &&
+    grep -q "FAILED: the record was claimed #1 (young) after the worker died at handled: the claim (or the completion) committed on its own, before the handled point, so the effect is not in the claim's transaction" "$log"; then
+    ok "transactional = yes with a claim committed on its own (--broken commit-first): case 8 fails, saying so"
+else
+    not_ok "$log" "commit-first: expected exit 1, case 8 failing with the sentence; got exit $rc, failing '$(failing_cases "$out/tx-broken.json")'"
+fi
+job=$out/tx-nosql.job
+make_job "$job" "transactional=yes"
+line=$(grep -n '^transactional' "$job" | cut -d: -f1)
+bad_input "transactional = yes without effects_sql" \
+    "idempotency-matrix: $job line $line: transactional = yes needs effects_sql (the query that counts the rows your job writes in the completion's transaction)" --job "$job"
+"${psql[@]}" -c 'DROP TABLE IF EXISTS public.signoff_tx_effects' >/dev/null
+
+# ---------------------------------------------------------------------
+# 9. keys: the run's key inside the operation key, declared mappings, and
+#    a key the run cannot map (a message id)
+# ---------------------------------------------------------------------
+check_keys() {   # check_keys NAME WHAT WORKER-KEY-MODE [NAME=VALUE...]
+    local name=$1 what=$2 mode=$3; shift 3
+    local job=$out/key-$name.job log=$out/key-$name.log
+    make_job "$job" "worker=/usr/bin/python3 worker.py --key $mode" "policies=hold" "lease=1.5" "$@"
+    "$runner" --job "$job" --cases 1,2,5,6,9 >"$log" 2>&1
+    rc=$?
+    if ((rc == 0)) && [[ $(tail -n 1 "$log") == "5 passed, 0 failed" ]]; then
+        ok "keys, $what: cases 1 2 5 6 9 hold under hold"
+    else
+        not_ok "$log" "keys, $what: expected exit 0 and '5 passed, 0 failed'; got exit $rc"
+    fi
+}
+check_keys prefix "a prefix (refund:{key}), no setting" "format:refund:{key}" "effect_name=refund"
+if grep -qE '^✓  5 +worker dies after the claim, before the refund ' "$out/key-prefix.log" &&
+    grep -q '^Policy hold: hold for a person$' "$out/key-prefix.log" &&
+    grep -q '^Policy summary: effects (refund) in the uncertain cases (5: killed after the claim, before the refund; 6: killed after the refund)$' "$out/key-prefix.log" &&
+    ! grep -qiE 'order|email' "$out/key-prefix.log"; then
+    ok "effect_name = refund: the titles and the summary name the refund, and the report says neither order nor email"
+else
+    not_ok "$out/key-prefix.log" "effect_name = refund: the report's words"
+fi
+check_keys suffix "a suffix ({key}/v2), no setting" "format:{key}/v2"
+check_keys template "a template (key = order{key}x)" "format:order{key}x" "key=order{key}x"
+check_keys hash "a hash (key_command)" "hash" \
+    "key_command=sh -c 'printf %s \"refund:\$1\" | sha256sum | cut -c1-16' - {key}"
+# a key inside another word is no prefix: the run cannot map it without key =
+job=$out/key-unmapped.job
+log=$out/key-unmapped.log
+make_job "$job" "worker=/usr/bin/python3 worker.py --key format:order{key}x" "policies=hold" "lease=1.5"
+start=$SECONDS
+"$runner" --job "$job" --cases 1,2 --json "$out/key-unmapped.json" >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+if ((rc == 1)) && ((secs < 20)) &&
+    grep -q 'FAILED: a worker claimed under the key "ordersignoff-[0-9a-f]*-hold-1-1x" (point claimed), which the run cannot map to its key "signoff-[0-9a-f]*-hold-1-1": the operation key must be the run.s key, contain it as a prefix or suffix' "$log" &&
+    grep -q 'The same message sent again was claimed under the same key' "$log" &&
+    grep -q 'Not run: the worker claims under keys the run cannot map' "$log"; then
+    ok "keys, a key made otherwise without key =: case 1 fails in $secs s naming the key seen and the key expected, the same key again, case 2 not run"
+else
+    not_ok "$log" "keys, unmapped: expected exit 1 within 20 s, the sentence naming both keys, and case 2 not run; got exit $rc in $secs s"
+fi
+job=$out/key-msgid.job
+log=$out/key-msgid.log
+make_job "$job" "worker=/usr/bin/python3 worker.py --key message-id" "policies=hold" "lease=1.5"
+start=$SECONDS
+"$runner" --job "$job" --cases 1 >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+if ((rc == 1)) && ((secs < 20)) &&
+    grep -q 'FAILED: a worker claimed under the key "msg-' "$log" &&
+    grep -q 'FAILED: the key changes between deliveries of one message ("msg-[^"]*", then "msg-[^"]*"): it is a message id' "$log"; then
+    ok "keys, a message id: case 1 fails in $secs s, naming the key a message id"
+else
+    not_ok "$log" "keys, message id: expected exit 1 within 20 s and the message-id sentence; got exit $rc in $secs s"
+fi
+job=$out/key-both.job
+make_job "$job" "key=refund:{key}" "key_command=echo {key}"
+line=$(grep -n '^key_command' "$job" | cut -d: -f1)
+bad_input "key and key_command both" \
+    "idempotency-matrix: $job line $line: give key or key_command, not both (key is on line $((line - 1)))" --job "$job"
+job=$out/key-nokey.job
+make_job "$job" "key=refund"
+line=$(grep -n '^key =' "$job" | cut -d: -f1)
+bad_input "key without {key}" \
+    "idempotency-matrix: $job line $line: \"key\" has no {key} (the operation key your code claims, as a template with {key})" --job "$job"
+
+# ---------------------------------------------------------------------
+# 10. what was signed: the job file and the code by sha256, --verify, --junit
+# ---------------------------------------------------------------------
+mkdir -p "$out/code/lib"
+cp "$here/worker.py" "$here/dirqueue.py" "$out/code/"
+echo "# a module of the job" >"$out/code/lib/util.py"
+job=$out/signed.job
+make_job "$job" "code=$out/code/*.py $out/code/lib" "policies=hold" "lease=1.5"
+log=$out/signed.log
+"$runner" --job "$job" --cases 1 --json "$out/signed.json" --junit "$out/signed.xml" >"$log" 2>&1
+rc=$?
+want_code=$(cd / && sha256sum "$out/code/dirqueue.py" "$out/code/lib/util.py" "$out/code/worker.py" | sha256sum | cut -d' ' -f1)
+if ((rc == 0)) && "$python" - "$out/signed.json" "$job" "$want_code" "$here" <<'PY'
+import hashlib, json, subprocess, sys
+r = json.load(open(sys.argv[1]))
+s = r["signoff"]
+assert s["job_file_sha256"] == hashlib.sha256(open(sys.argv[2], "rb").read()).hexdigest(), s["job_file_sha256"]
+assert s["code_sha256"] == sys.argv[3], (s["code_sha256"], sys.argv[3])
+assert [f["path"].rsplit("/code/", 1)[1] for f in s["code_files"]] == ["dirqueue.py", "lib/util.py", "worker.py"], s["code_files"]
+git = subprocess.run(["git", "-C", sys.argv[4], "rev-parse", "HEAD"], capture_output=True, text=True)
+assert s["git_commit"] == (git.stdout.strip() if git.returncode == 0 else None), (s["git_commit"], git.stdout)
+PY
+then
+    ok "the report records the job file's sha256, each code file's and the code's (as sha256sum FILES | sha256sum), and git's commit"
+else
+    not_ok "$log" "the signed digests in the JSON report (exit $rc)"
+fi
+if "$python" - "$out/signed.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites" and root.get("tests") == "1" and root.get("failures") == "0", root.attrib
+cases = root.findall("./testsuite/testcase")
+assert [c.get("name") for c in cases] == ["case 1: first delivery"], [c.get("name") for c in cases]
+assert root.find("./testsuite").get("name") == "policy hold"
+PY
+then
+    ok "--junit: JUnit XML, a testsuite per policy and a testcase per case"
+else
+    not_ok "$out/signed.xml" "--junit: not the expected JUnit XML"
+fi
+verify() {   # verify WANT-RC PATTERN WHAT
+    local want=$1 pattern=$2 what=$3
+    "$runner" --verify "$out/signed.json" >"$out/verify.log" 2>&1
+    local rc=$?
+    if ((rc == want)) && grep -qE "$pattern" "$out/verify.log"; then
+        ok "--verify, $what: exit $rc, $(head -n 1 "$out/verify.log" | cut -c1-80)"
+    else
+        not_ok "$out/verify.log" "--verify, $what: expected exit $want and /$pattern/; got exit $rc"
+    fi
+}
+verify 0 '^unchanged: the job file .* and 3 code files' "nothing changed"
+echo "# changed" >>"$out/code/worker.py"
+verify 1 '^changed: .*/code/worker.py \(sha256' "a code file changed"
+echo "x = 1" >"$out/code/new.py"
+rm "$out/code/lib/util.py"
+verify 1 '^added: .*/code/new.py$' "a file added"
+verify 1 '^removed: .*/code/lib/util.py$' "a file removed"
+echo "# a comment" >>"$job"
+verify 1 '^changed: the job file .*signed.job' "the job file changed"
+"$runner" --verify "$out/no-such-report.json" >"$out/verify.log" 2>&1
+rc=$?
+if ((rc == 2)) && [[ $(wc -l <"$out/verify.log") -eq 1 ]]; then
+    ok "--verify of a report that is not there: exit 2, one sentence"
+else
+    not_ok "$out/verify.log" "--verify of a missing report: expected exit 2 and one sentence; got $rc"
+fi
+"$runner" --verify "$out/good.json" >"$out/verify.log" 2>&1
+rc=$?
+if ((rc == 0)) && grep -q '^unchanged: the job file .*good.job .* and 0 code files' "$out/verify.log"; then
+    ok "--verify of a report whose job file names no code: the job file alone, unchanged"
+else
+    not_ok "$out/verify.log" "--verify of good.json: expected exit 0 and 'unchanged'; got $rc"
+fi
+job=$out/nocode.job
+make_job "$job" "code=no-such-*.py"
+line=$(grep -n '^code' "$job" | cut -d: -f1)
+bad_input "code that matches no file" \
+    "idempotency-matrix: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
 
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))

@@ -26,8 +26,25 @@ The broken variants, for the runner's own test (they must fail):
                             held and skipped (after the judged point)
   --broken complete-first   complete, then the handled point, then the
                             effect
-SIGNOFF_TEST_BROKEN=... does the same as --broken."""
+SIGNOFF_TEST_BROKEN=... does the same as --broken.
+
+--key MODE: the operation key the job claims under, made from the
+message's key (the run's): format:TEMPLATE (e.g. format:refund:{key}),
+hash (the first 16 hex digits of sha256("refund:" + key)), or message-id
+(the message's own file name: another for every delivery, the mistake of
+keying a job by Sidekiq's jid or SQS's MessageId). The effects stay
+counted under the run's key.
+
+--transactional: the job's effect is a row of the table
+SIGNOFF_TEST_TX_TABLE (default public.signoff_tx_effects), written in the
+claim's own transaction with the completion (the job file says
+transactional = yes and counts the rows with effects_sql), on one psycopg
+connection: BEGIN; claim; point claimed; INSERT the row; point handled;
+complete; COMMIT. Its broken variant, --broken commit-first, commits the
+claim on its own first (the row and the completion in a second
+transaction): the run's case 8 must fail it."""
 import argparse
+import hashlib
 import logging
 import os
 import signal
@@ -72,8 +89,22 @@ def found(spool, key):
         return False
 
 
-def handle(spool, path, message, lease, broken):
-    key = message["key"]
+def operation_key(run_key, path, key_mode):
+    """the key the job claims under: the run's, a format of it, a hash of
+    it, or (wrong) the message's own id, which changes per delivery"""
+    if key_mode is None:
+        return run_key
+    kind, _, arg = key_mode.partition(":")
+    if kind == "format":
+        return arg.replace("{key}", run_key)
+    if kind == "hash":
+        return hashlib.sha256(f"refund:{run_key}".encode()).hexdigest()[:16]
+    return "msg-" + os.path.basename(path)      # message-id
+
+
+def handle(spool, path, message, lease, broken, key_mode=None):
+    run_key = message["key"]
+    key = operation_key(run_key, path, key_mode)
     fp = idem.fingerprint(message["args"])
 
     def done():
@@ -97,7 +128,7 @@ def handle(spool, path, message, lease, broken):
     if not c.runs:                  # claim() reported the point judged
         log.info("%s: %s #%s", key, c.verdict, c.attempt)
         if broken == "ignore-verdict":
-            effect(spool, key, c.attempt)
+            effect(spool, run_key, c.attempt)
         if c.verdict == "in_progress":
             return again(lease)
         return done()
@@ -113,12 +144,12 @@ def handle(spool, path, message, lease, broken):
             beat.stop()
             idem.complete(JOB, key, c.attempt, {"pid": os.getpid()})
             idem.signoff_point("handled", JOB, key, c, heartbeat=True)
-            effect(spool, key, c.attempt)
+            effect(spool, run_key, c.attempt)
             return done()
-        if c.verdict == "verify" and found(spool, key):
+        if c.verdict == "verify" and found(spool, run_key):
             value = {"found": True}
         else:
-            effect(spool, key, c.attempt)
+            effect(spool, run_key, c.attempt)
             value = {"pid": os.getpid(), "attempt": c.attempt}
     finally:
         beat.stop()
@@ -133,11 +164,54 @@ def handle(spool, path, message, lease, broken):
     return done()
 
 
+TX_CLAIM_SQL = ("SELECT verdict::text, attempt, result::text "
+                "FROM idempotency.claim_operation(%s, %s, %s, %s)")
+
+
+def handle_tx(conn, path, message, broken):
+    """the transactional mode: claim, row and completion in one transaction"""
+    key = message["key"]
+    fp = idem.fingerprint(message["args"])
+    jt = idem.signoff_job_type(JOB)
+    table = os.environ.get("SIGNOFF_TEST_TX_TABLE", "public.signoff_tx_effects")
+    worker = f"tx/{os.getpid()}"
+    try:
+        if broken == "commit-first":
+            with conn.transaction():    # the claim committed on its own: wrong
+                c = idem.Claim(*conn.execute(TX_CLAIM_SQL, (jt, key, fp, worker)).fetchone(), None)
+        with conn.transaction():
+            if broken != "commit-first":
+                c = idem.Claim(*conn.execute(TX_CLAIM_SQL, (jt, key, fp, worker)).fetchone(), None)
+            if not c.runs:
+                idem.signoff_point("judged", JOB, key, c)
+                log.info("%s: %s #%s", key, c.verdict, c.attempt)
+            else:
+                idem.signoff_point("claimed", JOB, key, c)
+                conn.execute(f"INSERT INTO {table} (operation_key, attempt, pid) VALUES (%s, %s, %s)",
+                             (key, c.attempt, os.getpid()))
+                idem.signoff_point("handled", JOB, key, c)
+                conn.execute("SELECT idempotency.complete_operation(%s, %s, %s, %s::jsonb)",
+                             (jt, key, c.attempt, '{"row": true}'))
+                log.info("%s: %s #%s completed with its row", key, c.verdict, c.attempt)
+    except psycopg.Error as err:
+        if err.sqlstate and (err.sqlstate == "ID002" or err.sqlstate.startswith("22")):
+            idem.signoff_point("judged", JOB, key, verdict="error", sqlstate=err.sqlstate)
+            log.info("%s: refused (%s): %s", key, err.sqlstate, err)
+        else:
+            raise
+    os.unlink(path)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first"),
+    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
-    broken = parser.parse_args().broken
+    parser.add_argument("--transactional", action="store_true")
+    parser.add_argument("--key", dest="key_mode", default=None,
+                        help="format:TEMPLATE (with {key}), hash, or message-id: the operation key")
+    args = parser.parse_args()
+    broken = args.broken
+    conn = psycopg.connect("", autocommit=True) if args.transactional else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s worker {os.getpid()}: %(message)s")
     signal.signal(signal.SIGTERM, on_term)
@@ -155,7 +229,10 @@ def main():
             time.sleep(0.02)
             continue
         try:
-            handle(spool, *taken, lease, broken)
+            if conn is not None:
+                handle_tx(conn, *taken, broken)
+            else:
+                handle(spool, *taken, lease, broken, args.key_mode)
         except Exception:   # noqa: BLE001 -- a failed job: logged, its message dropped
             log.error("%s failed:\n%s", taken[1].get("key"), traceback.format_exc())
             if os.path.exists(taken[0]):

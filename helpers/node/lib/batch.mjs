@@ -3,16 +3,10 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
-import { BUSY, CLAIM_SQL, KnownFailure, claimOn, connectionLost, fingerprintOf, judgedVerdictOf, releaseDelay,
-         sleep, timings, withRetry } from './common.mjs';
+import { BUSY, CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, KnownFailure, claimOn, connectionLost,
+         fingerprintOf, judgedVerdictOf, releaseDelay, sleep, timings, withReconnect } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
-const CLAIMS_SQL = 'SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations(' +
-                   '$1, $2::text[], $3::text[], $4, deliveries => $5::text[], wait => $6)';
-const COMPLETE_SQL = 'SELECT operation_key, attempt, done, sqlstate, message ' +
-                     'FROM idempotency.complete_operations($1, $2::text[], $3::int[], $4::jsonb[])';
-const RELEASE_SQL = 'SELECT operation_key, attempt, done, sqlstate, message ' +
-                    'FROM idempotency.release_operations($1, $2::text[], $3::int[])';
 const MAX_KEYS = 1000;        // claim_operations' limit per call
 const SQS_BATCH_MAX = 10;     // entries per ChangeMessageVisibilityBatch
 
@@ -68,8 +62,8 @@ export function idempotentBatch(handler, opts) {
   const claimWait = opts.claimWait ?? 0;
   const lostOnce = (what) => (err) =>
     console.error(`${what}: ${err.message}; once more on a new connection`);
-  const write = (sql, params, reconnectMs) => withRetry(pool, (c) => c.query(sql, params),
-                                                        lostOnce(sql.slice(0, 48) + '...'), reconnectMs);
+  const write = (sql, params, reconnectFor) => withReconnect(pool, (c) => c.query(sql, params),
+                                                            { onLost: lostOnce(sql.slice(0, 48) + '...'), reconnectFor });
 
   // the line of a sign-off point (lib/signoff.mjs)
   const signoffFields = (it, jobType) => ({ job_type: jobType, key: it.key, attempt: it.claim.attempt,
@@ -87,22 +81,23 @@ export function idempotentBatch(handler, opts) {
   };
 
   // one claim_operation per message (the fallback); it.claim or it.error
-  async function claimEach(items, jobType, reconnectMs) {
+  async function claimEach(items, jobType, reconnectFor) {
     for (const it of items) {
       const params = [jobType, it.key, it.fingerprint, worker, it.delivery, claimWait > 0];
       try {
-        ({ rows: [it.claim] } = await withRetry(pool, (c) => claimOn(c, CLAIM_SQL, params, claimWait),
-          (err) => {
+        ({ rows: [it.claim] } = await withReconnect(pool, (c) => claimOn(c, CLAIM_SQL, params, claimWait), {
+          onLost: (err) => {
             console.error(`claim_operation ${it.key}: ${err.message}; once more on a new connection`);
             notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
-          }, reconnectMs));
+          },
+          reconnectFor }));
       } catch (err) {
         it.error = err;
       }
     }
   }
 
-  async function receive(messages, jobType, { heartbeatMs, retryAfter, releaseCap, reconnectMs }) {
+  async function receive(messages, jobType, { heartbeatMs, retryAfter, releaseCap, reconnectFor }) {
     const n = messages.length;
     const acks = [];          // messages sqs-consumer deletes
     const postponed = [];     // [message, VisibilityTimeout]
@@ -132,12 +127,14 @@ export function idempotentBatch(handler, opts) {
     const params = [jobType, items.map((it) => it.key), items.map((it) => it.fingerprint), worker,
                     items.map((it) => it.delivery), claimWait > 0];
     try {
-      const { rows } = await withRetry(pool, (c) => claimOn(c, CLAIMS_SQL, params, claimWait), (err) => {
-        console.error(`claim_operations (${items.length} keys): ${err.message}; once more on a new connection`);
-        for (const it of items) {
-          notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
-        }
-      }, reconnectMs);
+      const { rows } = await withReconnect(pool, (c) => claimOn(c, CLAIMS_SQL, params, claimWait), {
+        onLost: (err) => {
+          console.error(`claim_operations (${items.length} keys): ${err.message}; once more on a new connection`);
+          for (const it of items) {
+            notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
+          }
+        },
+        reconnectFor });
       if (rows.length !== items.length) {
         throw new Error(`claim_operations returned ${rows.length} rows for ${items.length} keys`);
       }
@@ -155,7 +152,7 @@ export function idempotentBatch(handler, opts) {
       // refused as a whole, nothing recorded: single claims for this receive
       console.error(`claim_operations (${items.length} keys): ${err.code} ${err.message}; ` +
                     'one claim_operation per message');
-      await claimEach(items, jobType, reconnectMs);
+      await claimEach(items, jobType, reconnectFor);
     }
 
     // ---- the keys to work on: run / verify; one heartbeat for all their
@@ -285,7 +282,7 @@ export function idempotentBatch(handler, opts) {
       let rows;
       try {
         ({ rows } = await write(sql, [jobType, list.map((it) => it.key), list.map((it) => it.claim.attempt),
-                                      ...extra(list)], reconnectMs));
+                                      ...extra(list)], reconnectFor));
       } catch (err) {   // the call as a whole: left to the visibility timeout
         console.error(`${sql.slice(0, 48)}...: ${err.code ?? ''} ${err.message}`);
         for (const it of list) notify({ ...it.event, action: 'failed', sqlstate: err.code ?? 'connection' });

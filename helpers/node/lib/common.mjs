@@ -1,12 +1,33 @@
-// lib/common.mjs: what the single and the batch handler share: the claim's
-// SQL, the retry of a call whose connection was lost, the claim's bound,
-// the release backoff, KnownFailure and the fingerprint.
+// lib/common.mjs: what the plain functions, the single and the batch
+// handler share: the claims' SQL, the call again after a lost connection
+// (withReconnect, the reconnect bound), the claim's bound, the release
+// backoff, KnownFailure, the error classification and the fingerprint.
 import { createHash } from 'node:crypto';
+import { hostname } from 'node:os';
 import pg from 'pg';
 
 export const CLAIM_SQL = 'SELECT verdict, attempt, result FROM idempotency.claim_operation($1, $2, $3, $4, ' +
                          'delivery => $5, wait => $6)';
+export const CLAIMS_SQL = 'SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations(' +
+                          '$1, $2::text[], $3::text[], $4, deliveries => $5::text[], wait => $6)';
+export const COMPLETE_SQL = 'SELECT operation_key, attempt, done, sqlstate, message ' +
+                            'FROM idempotency.complete_operations($1, $2::text[], $3::int[], $4::jsonb[])';
+export const RELEASE_SQL = 'SELECT operation_key, attempt, done, sqlstate, message ' +
+                           'FROM idempotency.release_operations($1, $2::text[], $3::int[])';
 export const BUSY = ['55P03', '57014'];   // lock_timeout, statement_timeout: the claim hit its bound
+
+/** the claim hit its bound (55P03, 57014): treat it as in_progress */
+export const isBusy = (err) => BUSY.includes(err?.code);
+
+/**
+ * Can the same claim succeed later? No for the caller's bugs: ID002 (the key
+ * was claimed with another fingerprint) and class 22 (bad input); yes for
+ * everything else, first of all a lost connection.
+ */
+export const claimErrorHeals = (err) => !(err?.code === 'ID002' || /^22/.test(err?.code ?? ''));
+
+/** the claim's worker column: HOST/pid-PID */
+export const workerId = () => `${hostname()}/pid-${process.pid}`;
 
 // the sign-off verdict of a claim that threw (the point `judged`,
 // docs/signoff-protocol.md): 'busy' for its bound (BUSY), 'error' for an
@@ -28,56 +49,86 @@ const isDatabaseError = (err) => err instanceof pg.DatabaseError ||
 export const connectionLost = (err) => !isDatabaseError(err) ||
   /^08/.test(err.code ?? '') || ['57P01', '57P02', '57P03'].includes(err.code);
 
-// how long a call whose connection was lost is tried again (same arguments,
-// so a claim keeps its delivery token): 0, 0.1, 0.2 ... 2 s apart, for up to
-// IDEMPOTENCY_RECONNECT_FOR ms (default 30 s; keep it under half the lease;
-// under a sign-off run's lease, at most half of that: see timings()).
-// PgBouncer refuses logins for server_login_retry (15 s) after the server
-// was down.
-const RECONNECT_FOR = Number(process.env.IDEMPOTENCY_RECONNECT_FOR ?? 30000);
+// The reconnect bound (docs/helpers.md): how long, in seconds, a call whose
+// connection was lost is tried again (same arguments, so a claim keeps its
+// delivery token), 0, 0.1, 0.2, 0.4 ... 2 s apart, from the first error:
+// the option reconnectFor, default 30 (keep it under half the lease; under a
+// sign-off run's lease, at most half of that: see timings()). PgBouncer
+// refuses logins for server_login_retry (15 s) after the server was down.
+export const RECONNECT_FOR = 30;
 const pauseFor = (ms) => new Promise((r) => setTimeout(r, ms));
+let reconnectEnvWarned = false;
+
+/**
+ * The reconnect bound when no reconnectFor option is given: 30 s, or the
+ * deprecated IDEMPOTENCY_RECONNECT_FOR in its old unit, milliseconds (read at
+ * each call; a DeprecationWarning once per process; removed in 0.5.0). A value
+ * that is not a number of milliseconds is ignored (30 s).
+ */
+export function defaultReconnectFor(env = process.env) {
+  const ms = env.IDEMPOTENCY_RECONNECT_FOR;
+  if (ms === undefined || ms === '') return RECONNECT_FOR;
+  if (!reconnectEnvWarned) {
+    reconnectEnvWarned = true;
+    process.emitWarning('IDEMPOTENCY_RECONNECT_FOR (milliseconds) is deprecated: use the option reconnectFor ' +
+                        '(seconds); removed in 0.5.0', { type: 'DeprecationWarning', code: 'PG_IDEMPOTENCY_DEP1' });
+  }
+  const seconds = Number(ms) / 1000;
+  return Number.isFinite(seconds) && seconds >= 0 ? seconds : RECONNECT_FOR;
+}
 
 /**
  * The timings a wrapper derives from its options and the lease:
- * { heartbeatMs, retryAfter, releaseCap, reconnectMs }.
+ * { heartbeatMs, retryAfter, releaseCap, reconnectFor }.
  *  - heartbeatMs: ms between extend_lease calls (opts.heartbeat, default 60000)
  *  - retryAfter: s until an in_progress (or busy) message is seen again
  *    (opts.retryAfter, default 600: about the lease)
  *  - releaseCap: s a released message waits at most (half of retryAfter)
- *  - reconnectMs: ms a call whose connection was lost is tried again
- *    (IDEMPOTENCY_RECONNECT_FOR)
+ *  - reconnectFor: s a call whose connection was lost is tried again
+ *    (opts.reconnectFor; default defaultReconnectFor())
  * `runLease` (s): a sign-off run's lease (IDEMPOTENCY_SIGNOFF_LEASE,
  * docs/signoff-protocol.md), or null. When given, it replaces the lease the
  * options stand for: retryAfter is the run's lease (rounded up to whole
- * seconds, as SQS counts, at least 1), releaseCap and reconnectMs at most
+ * seconds, as SQS counts, at least 1), releaseCap and reconnectFor at most
  * half of it, and heartbeatMs at most a quarter of it.
  */
 export function timings(opts, runLease = null) {
   const heartbeatMs = opts.heartbeat ?? 60_000;
   const retryAfter = opts.retryAfter ?? 600;
+  const reconnectFor = opts.reconnectFor ?? defaultReconnectFor();
   if (runLease === null) {
-    return { heartbeatMs, retryAfter, releaseCap: retryAfter / 2, reconnectMs: RECONNECT_FOR };
+    return { heartbeatMs, retryAfter, releaseCap: retryAfter / 2, reconnectFor };
   }
   return { heartbeatMs: Math.min(heartbeatMs, runLease * 1000 / 4),
            retryAfter: Math.max(1, Math.ceil(runLease)),
            releaseCap: runLease / 2,
-           reconnectMs: Math.min(RECONNECT_FOR, runLease * 1000 / 2) };
+           reconnectFor: Math.min(reconnectFor, runLease / 2) };
 }
 
-// run(client) on a client of the pool; again on a new client while the
-// connection is lost (onLost(err) first), for up to reconnectMs (default
-// IDEMPOTENCY_RECONNECT_FOR). A broken client is discarded.
-export async function withRetry(pool, run, onLost, reconnectMs = RECONNECT_FOR) {
-  const deadline = Date.now() + reconnectMs;
-  for (let tries = 1; ; tries++) {
-    const pause = Math.min(2000, 100 * (tries - 1));
+/**
+ * run(client) on a client of the pool; again on a new client while the
+ * connection is lost (connectionLost; onLost(err) first), 0, 0.1, 0.2, 0.4
+ * ... 2 s apart, until reconnectFor seconds (default defaultReconnectFor())
+ * have passed since the first error (at least once more); then that error
+ * is thrown. Other errors are thrown at once. A broken client is discarded.
+ */
+export async function withReconnect(pool, run, { reconnectFor = defaultReconnectFor(), onLost } = {}) {
+  let deadline = null;
+  let pause = 0;   // s
+  const again = async (err) => {   // throws err once the bound has passed
+    const now = Date.now();
+    if (deadline === null) deadline = now + Math.max(0, reconnectFor) * 1000;
+    else if (now + pause * 1000 > deadline) throw err;
+    onLost?.(err);
+    await pauseFor(pause * 1000);
+    pause = Math.min(2, Math.max(0.1, pause * 2));
+  };
+  for (;;) {
     let client;
     try {
       client = await pool.connect();
     } catch (err) {
-      if (Date.now() + pause > deadline) throw err;
-      onLost?.(err);
-      await pauseFor(pause);
+      await again(err);
       continue;
     }
     // a checked-out client that loses its connection also emits 'error'
@@ -93,9 +144,8 @@ export async function withRetry(pool, run, onLost, reconnectMs = RECONNECT_FOR) 
       const lost = connectionLost(err);
       client.removeListener('error', ignore);
       client.release(lost ? err : undefined);   // an error: the pool drops that client
-      if (!lost || Date.now() + pause > deadline) throw err;
-      onLost?.(err);
-      await pauseFor(pause);
+      if (!lost) throw err;
+      await again(err);
     }
   }
 }

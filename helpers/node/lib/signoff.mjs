@@ -24,24 +24,43 @@ import { createConnection } from 'node:net';
 
 export const SIGNOFF_VERSION = 1;
 
+/**
+ * The sign-off run's variables are wrong, or its runner could not be asked
+ * (unreachable, closed without a line, another answer).
+ */
+export class SignoffError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'SignoffError';
+  }
+}
+
+// the sentences below are the same in the three helpers, tested by
+// helpers/conformance/signoff.json (docs/helpers.md)
 const MAP_FORM = "yours=run's[,yours2=run's2...]";
+const SPACE = /^[ \t\n\r\f\v]+|[ \t\n\r\f\v]+$/g;   // dropped around a side of the map
+const LEASE_FORM = /^[ \t\n\r\f\v]*\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r\f\v]*$/;
+const quoted = (text) => JSON.stringify(String(text));
 
 /**
- * IDEMPOTENCY_SIGNOFF_JOB_TYPES's text -> Map(your job type -> the run's).
- * Throws on an entry without '=', with more than one, with an empty side, or
- * naming one of your job types twice.
+ * IDEMPOTENCY_SIGNOFF_JOB_TYPES's value "yours=run's[,yours2=run's2...]" ->
+ * Map(your job type -> the run's); undefined, null or '' (unset) -> an empty
+ * Map. Spaces around a side are dropped. Throws SignoffError for an entry
+ * without exactly one '=', with an empty side, or naming one of your job
+ * types twice.
  */
 export function parseJobTypes(text) {
   const map = new Map();
+  if (text === undefined || text === null || text === '') return map;
   for (const entry of String(text).split(',')) {
-    const sides = entry.split('=').map((s) => s.trim());
+    const sides = entry.split('=').map((s) => s.replace(SPACE, ''));
     if (sides.length !== 2 || !sides[0] || !sides[1]) {
-      throw new Error(`IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry ${JSON.stringify(entry)} ` +
-                      `in ${JSON.stringify(text)} (expected ${MAP_FORM}); no job type is used`);
+      throw new SignoffError(`IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry ${quoted(entry)} in ${quoted(text)} ` +
+                             `(expected ${MAP_FORM}); no job type is used`);
     }
     if (map.has(sides[0])) {
-      throw new Error(`IDEMPOTENCY_SIGNOFF_JOB_TYPES: job type ${JSON.stringify(sides[0])} mapped twice ` +
-                      `in ${JSON.stringify(text)}; no job type is used`);
+      throw new SignoffError(`IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry ${quoted(entry)} in ${quoted(text)} ` +
+                             `(the job type ${quoted(sides[0])} is mapped twice); no job type is used`);
     }
     map.set(sides[0], sides[1]);
   }
@@ -49,63 +68,97 @@ export function parseJobTypes(text) {
 }
 
 /**
- * IDEMPOTENCY_SIGNOFF_LEASE's text -> the run's lease in seconds (a positive,
- * finite decimal number), or null when unset or empty. Throws on anything
- * else ('0', '-1', 'abc', '0x10', 'Infinity', '1e999').
+ * IDEMPOTENCY_SIGNOFF_LEASE's value -> the run's lease in seconds (a positive,
+ * finite decimal number), or null when unset or empty. Throws SignoffError
+ * on anything else ('0', '-1', 'abc', '0x10', 'Infinity', '1e999').
  */
 export function parseLease(text) {
   if (text === undefined || text === null || text === '') return null;
-  const lease = /^\s*\+?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?\s*$/i.test(text) ? Number(text) : NaN;
+  const lease = LEASE_FORM.test(String(text)) ? Number(text) : 0;
   if (!(lease > 0 && Number.isFinite(lease))) {
-    throw new Error(`IDEMPOTENCY_SIGNOFF_LEASE: ${JSON.stringify(String(text))} is not a positive number ` +
-                    'of seconds; no job is claimed');
+    throw new SignoffError(`IDEMPOTENCY_SIGNOFF_LEASE: ${quoted(text)} is not a positive number of seconds; ` +
+                           'no job is claimed');
   }
   return lease;
 }
 
 // the answers each point may get
 const ANSWERS = { claimed: ['continue', 'fail'], judged: ['continue'], handled: ['continue'] };
+const unknownPoint = (point) =>
+  new Error(`sign-off: unknown point ${quoted(point)} (expected claimed, judged or handled)`);
+
+/**
+ * The line (JSON and '\n') sent to the runner at `point`; job_type as sent
+ * (the run's); `sqlstate` only with the verdict 'busy' or 'error'; `pid` this
+ * process's unless given. Throws for an unknown point.
+ */
+export function signoffMessage(point, { job_type, key, attempt = null, verdict = null, heartbeat = false,
+                                        sqlstate = null }, pid = process.pid) {
+  if (!Object.hasOwn(ANSWERS, point)) throw unknownPoint(point);
+  const fields = { v: SIGNOFF_VERSION, point, job_type, key: String(key), attempt, verdict, pid,
+                   heartbeat: Boolean(heartbeat) };
+  if (verdict === 'busy' || verdict === 'error') fields.sqlstate = sqlstate;
+  return JSON.stringify(fields) + '\n';
+}
+
+/**
+ * The runner's answer at `point` from what was read (up to the first
+ * newline, or all it sent before it closed the connection): 'continue', or
+ * 'fail' at 'claimed'. Throws SignoffError otherwise; its message starts
+ * with `where` when given.
+ */
+export function signoffAnswer(point, received, where = null) {
+  const lead = where ? `${where}: ` : '';
+  const nl = received.indexOf('\n');
+  if (nl < 0) throw new SignoffError(`${lead}the runner closed the connection without an answer line`);
+  const line = received.slice(0, nl);
+  if (!ANSWERS[point].includes(line)) {
+    throw new SignoffError(`${lead}unexpected answer ${quoted(line)} (expected ${ANSWERS[point].join(' or ')})`);
+  }
+  return line;
+}
 
 /**
  * One exchange with the runner at `point` ('claimed', 'judged' or
  * 'handled'): a new connection to the Unix socket `socket`, one JSON line
- * written, one line read, no timeout. Resolves the answer ('continue', or
- * 'fail' at 'claimed'); rejects when the socket cannot be reached, when the
- * runner closes the connection without a line, or answers anything else.
- * The runner may instead kill the process while it waits: that is the
- * point. The line has `sqlstate` only with the verdict 'busy' or 'error'
- * (`judged` of a claim that threw; attempt null).
+ * (signoffMessage) written, one line read, no timeout. Resolves the answer
+ * ('continue', or 'fail' at 'claimed'); rejects with a SignoffError when the
+ * socket cannot be reached, when the runner closes the connection without a
+ * line, or answers anything else. The runner may instead kill the process
+ * while it waits: that is the point. `fields.job_type` is sent as given (the
+ * run's: map it first).
  */
-export function signoffPoint(socket, point, { job_type, key, attempt, verdict, heartbeat, sqlstate }) {
-  const allowed = Object.hasOwn(ANSWERS, point) ? ANSWERS[point] : null;
-  if (!allowed) return Promise.reject(new Error(`sign-off: unknown point ${JSON.stringify(point)}`));
-  const fields = { v: SIGNOFF_VERSION, point, job_type, key, attempt, verdict,
-                   pid: process.pid, heartbeat: Boolean(heartbeat) };
-  if (verdict === 'busy' || verdict === 'error') fields.sqlstate = sqlstate ?? null;
-  const line = JSON.stringify(fields) + '\n';
-  const at = `sign-off runner at ${socket}, point ${point} of ${job_type}/${key}`;
+export function signoffPoint(socket, point, fields) {
+  if (!Object.hasOwn(ANSWERS, point)) return Promise.reject(unknownPoint(point));
+  const line = signoffMessage(point, fields);
+  const at = `sign-off runner at ${socket}, point ${point} of ${fields.job_type}/${fields.key}`;
   return new Promise((resolve, reject) => {
-    let buf = '';
+    let received = '';
     let settled = false;
     const conn = createConnection({ path: socket });
-    const settle = (err, answer) => {
+    const settle = (answer) => {
       if (settled) return;
       settled = true;
       conn.destroy();
-      if (err) reject(err); else resolve(answer);
+      try {
+        resolve(signoffAnswer(point, answer, at));
+      } catch (err) {
+        reject(err);
+      }
     };
     conn.setEncoding('utf8');
     conn.on('connect', () => conn.write(line));
     conn.on('data', (chunk) => {
-      buf += chunk;
-      const nl = buf.indexOf('\n');
-      if (nl < 0) return;
-      const answer = buf.slice(0, nl).trim();
-      if (allowed.includes(answer)) settle(null, answer);
-      else settle(new Error(`${at}: unexpected answer ${JSON.stringify(answer)} (expected ${allowed.join(' or ')})`));
+      received += chunk;
+      if (received.includes('\n')) settle(received);
     });
-    conn.on('error', (err) => settle(new Error(`${at}: ${err.message}`)));
-    conn.on('close', () => settle(new Error(`${at}: the runner closed the connection without an answer`)));
+    conn.on('error', (err) => {
+      if (settled) return;
+      settled = true;
+      conn.destroy();
+      reject(new SignoffError(`${at}: ${err.message}`));
+    });
+    conn.on('close', () => settle(received));
   });
 }
 
@@ -122,7 +175,7 @@ export function signoff(env = process.env) {
   const socket = env.IDEMPOTENCY_SIGNOFF || null;
   const settle = (parse, text, none) => {
     try {
-      return { value: text ? parse(text) : none, error: null };
+      return { value: parse(text), error: null };
     } catch (err) {
       return { value: none, error: err.message };
     }
@@ -133,11 +186,11 @@ export function signoff(env = process.env) {
     armed: Boolean(socket),
     socket,
     jobType(t) {
-      if (map.error) throw new Error(map.error);
+      if (map.error) throw new SignoffError(map.error);
       return map.value.get(t) ?? t;
     },
     lease() {
-      if (lease.error) throw new Error(lease.error);
+      if (lease.error) throw new SignoffError(lease.error);
       return lease.value;
     },
     point: socket ? (point, fields) => signoffPoint(socket, point, fields) : async () => 'continue',

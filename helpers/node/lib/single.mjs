@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
 import { BUSY, CLAIM_SQL, KnownFailure, claimOn, fingerprintOf, judgedVerdictOf, releaseDelay, sleep, timings,
-         withRetry } from './common.mjs';
+         withReconnect } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 
@@ -23,6 +23,9 @@ import { signoff } from './signoff.mjs';
  * @param opts.backoffMax s at most (default 60; never more than retryAfter / 2)
  * @param opts.claimWait  s a claim may wait for another transaction's uncommitted
  *                        claim of the key (default 0: not at all, in_progress at once)
+ * @param opts.reconnectFor s a call whose connection was lost is tried again (the
+ *                        reconnect bound; default 30, or the deprecated
+ *                        IDEMPOTENCY_RECONNECT_FOR in ms)
  * @param opts.onVerdict  optional (event) => void, for logs and metrics
  *
  * Sign-off (docs/signoff-protocol.md): the environment is read here, once.
@@ -47,10 +50,10 @@ export function idempotent(handler, opts) {
     // both throw (a malformed map, a lease that is not a positive number)
     // before any call
     const jobType = so.jobType(opts.jobType);
-    const { heartbeatMs, retryAfter, releaseCap, reconnectMs } = timings(opts, so.lease());
-    const write = (sql, params) => withRetry(pool, (c) => c.query(sql, params),
-      (err) => console.error(`${sql.slice(0, 40)}...: ${err.message}; once more on a new connection`),
-      reconnectMs);
+    const { heartbeatMs, retryAfter, releaseCap, reconnectFor } = timings(opts, so.lease());
+    const write = (sql, params) => withReconnect(pool, (c) => c.query(sql, params), {
+      onLost: (err) => console.error(`${sql.slice(0, 40)}...: ${err.message}; once more on a new connection`),
+      reconnectFor });
     // sign-off point `judged` (any answer of the claim but run / verify),
     // before the message is acknowledged, postponed or failed; a failed
     // exchange fails the message as a handler's error would
@@ -73,10 +76,12 @@ export function idempotent(handler, opts) {
     const params = [jobType, opKey, fingerprintOf(message.Body), worker, delivery, claimWait > 0];
     let claim;
     try {
-      ({ rows: [claim] } = await withRetry(pool, (c) => claimOn(c, CLAIM_SQL, params, claimWait), (err) => {
-        console.error(`claim_operation ${opKey}: ${err.message}; once more on a new connection`);
-        notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
-      }, reconnectMs));
+      ({ rows: [claim] } = await withReconnect(pool, (c) => claimOn(c, CLAIM_SQL, params, claimWait), {
+        onLost: (err) => {
+          console.error(`claim_operation ${opKey}: ${err.message}; once more on a new connection`);
+          notify({ ...seen, verdict: 'claim error', attempt: null, sqlstate: 'connection', action: 'again' });
+        },
+        reconnectFor }));
     } catch (err) {
       const verdict = judgedVerdictOf(err);   // busy, error, or not reported (null)
       if (verdict) {

@@ -62,6 +62,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -74,12 +75,27 @@ __version__ = "0.3.0"
 EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery, wait)
 
 __all__ = [
-    "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "SERVER_GONE",
-    "SIGNOFF_PROTOCOL", "SignoffError",
-    "claim", "claim_error_heals", "complete", "connection", "connection_lost", "discard",
-    "extend_lease", "fingerprint", "is_busy", "new_delivery", "reconnecting", "release",
-    "signoff_job_type", "signoff_lease", "signoff_point", "worker_id",
+    "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "Outcome", "SERVER_GONE",
+    "SIGNOFF_VERSION", "SignoffError",
+    "claim", "claim_batch", "claim_error_heals", "complete", "complete_batch", "connection",
+    "connection_lost", "discard", "extend_lease", "fingerprint", "is_busy", "new_delivery",
+    "parse_job_types", "parse_lease", "release", "release_batch", "signoff_answer",
+    "signoff_job_type", "signoff_lease", "signoff_message", "signoff_point", "with_reconnect",
+    "worker_id",
 ]
+
+# deprecated names (docs/helpers.md): they still work, with a
+# DeprecationWarning, and go away in 0.5.0
+_DEPRECATED = {"reconnecting": "with_reconnect", "SIGNOFF_PROTOCOL": "SIGNOFF_VERSION"}
+
+
+def __getattr__(name):
+    if name in _DEPRECATED:
+        import warnings
+        warnings.warn(f"pg_idempotency.{name} is deprecated, use {_DEPRECATED[name]} "
+                      "(removed in 0.5.0)", DeprecationWarning, stacklevel=2)
+        return globals()[_DEPRECATED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +191,8 @@ def fingerprint(arguments):
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
-def reconnecting(call: Callable[[Any], Any], *, dsn="", reconnect_for=30.0,
-                 on_lost: Optional[Callable[[Exception], None]] = None):
+def with_reconnect(call: Callable[[Any], Any], *, dsn="", reconnect_for=30.0,
+                   on_lost: Optional[Callable[[Exception], None]] = None):
     """call(conn) on the process's connection; after a connection error
     on a new connection, after 0, 0.1, 0.2 ... 2 s, until reconnect_for
     seconds have passed since the first error (at least once more);
@@ -220,7 +236,7 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
           dsn="", reconnect_for=30.0, on_lost=None) -> Claim:
     """idempotency.claim_operation(job_type, key, fingerprint, worker,
     delivery => token, wait => wait > 0). Sent again on a new connection
-    with the same token while the connection is lost (see reconnecting).
+    with the same token while the connection is lost (see with_reconnect).
     wait: seconds to wait for another transaction's uncommitted claim of the
     key (0: not at all, in_progress at once). Raises psycopg.Error: ID002
     (other fingerprint) and class 22 are the caller's bugs
@@ -246,8 +262,8 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
         return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
 
     try:
-        verdict, attempt, result = reconnecting(call, dsn=dsn, reconnect_for=reconnect_for,
-                                                on_lost=on_lost)
+        verdict, attempt, result = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for,
+                                                  on_lost=on_lost)
     except psycopg.Error as err:
         if is_busy(err) or not claim_error_heals(err):
             signoff_point("judged", yours, key, verdict="busy" if is_busy(err) else "error",
@@ -264,8 +280,8 @@ def _write(function, params, *, dsn, reconnect_for, on_lost):
     if on_lost is None:
         def on_lost(err):
             log.warning("%s: %s; once more on a new connection", function, err)
-    reconnecting(lambda conn: conn.execute(sql, params), dsn=dsn,
-                 reconnect_for=reconnect_for, on_lost=on_lost)
+    with_reconnect(lambda conn: conn.execute(sql, params), dsn=dsn,
+                   reconnect_for=reconnect_for, on_lost=on_lost)
 
 
 def complete(job_type, key, attempt, result=None, *, dsn="", reconnect_for=30.0, on_lost=None):
@@ -285,6 +301,100 @@ def release(job_type, key, attempt, *, dsn="", reconnect_for=30.0, on_lost=None)
     job_type = signoff_job_type(job_type)
     _write("release_operation", (job_type, key, attempt),
            dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
+
+
+CLAIMS_SQL = ("SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations("
+              "%s, %s::text[], %s::text[], %s, deliveries => %s::text[], wait => %s)")
+
+
+class Outcome(NamedTuple):
+    """one key's row of complete_batch or release_batch"""
+    key: str
+    attempt: int
+    done: bool            # completed (released) now, or already by this attempt
+    sqlstate: Optional[str]   # else the refusal: ID003 taken over, ID004 no record, ID005 wrong state
+    message: Optional[str]
+
+
+def claim_batch(job_type, keys, fingerprints=None, worker=None, *, deliveries=None, wait=0.0,
+                dsn="", reconnect_for=30.0, on_lost=None) -> list:
+    """idempotency.claim_operations(job_type, keys, fingerprints, worker,
+    deliveries => tokens, wait => wait > 0): many keys of one job type in one
+    call and one commit (at most 1000). Returns one Claim per key, in the
+    order of `keys`, each with the verdict claim() would give it (a key given
+    twice is two deliveries: run, then in_progress). fingerprints and
+    deliveries are parallel to keys; a token per key is made unless given.
+    Sent again, with the same tokens, while the connection is lost.
+
+    The server answers or refuses the call as a whole: ID002 (one key's
+    other fingerprint), class 22, or the bound (55P03, 57014) raise
+    psycopg.Error and record nothing; claim those keys one by one with
+    claim() to find the bad one (as the Node.js idempotentBatch does). Every
+    key answered anything but run or verify is reported at the sign-off point
+    "judged", as claim() does."""
+    keys = [str(k) for k in keys]
+    yours = job_type
+    job_type = signoff_job_type(job_type)   # before anything is sent
+    deliveries = list(deliveries) if deliveries is not None else [new_delivery() for _ in keys]
+    fingerprints = list(fingerprints) if fingerprints is not None else None
+    if len(deliveries) != len(keys) or (fingerprints is not None and len(fingerprints) != len(keys)):
+        raise ValueError("claim_batch: fingerprints and deliveries must be parallel to keys")
+    params = (job_type, keys, fingerprints, worker_id() if worker is None else worker, deliveries)
+
+    def call(conn):
+        if wait and wait > 0:
+            with conn.transaction():
+                conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                             (f"{max(1, round(wait * 1000))}ms",))
+                return conn.execute(CLAIMS_SQL, params + (True,)).fetchall()
+        return conn.execute(CLAIMS_SQL, params + (False,)).fetchall()
+
+    rows = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
+    if [r[0] for r in rows] != keys:
+        raise RuntimeError(f"claim_operations answered {len(rows)} rows for {len(keys)} keys, "
+                           "not one per key in their order")
+    claims = [Claim(verdict, attempt, result, d) for (_, verdict, attempt, result), d in zip(rows, deliveries)]
+    for key, c in zip(keys, claims):
+        if not c.runs:
+            signoff_point("judged", yours, key, c)
+    return claims
+
+
+def _outcomes(function, job_type, keys, attempts, extra, *, dsn, reconnect_for, on_lost):
+    keys = [str(k) for k in keys]
+    attempts = list(attempts)
+    if len(attempts) != len(keys) or any(len(e) != len(keys) for e in extra):
+        raise ValueError(f"{function}: attempts (and results) must be parallel to keys")
+    casts = ["%s", "%s::text[]", "%s::int[]", "%s::jsonb[]"][:3 + len(extra)]
+    sql = (f"SELECT operation_key, attempt, done, sqlstate, message FROM idempotency.{function}("
+           f"{', '.join(casts)})")
+    if on_lost is None:
+        def on_lost(err):
+            log.warning("%s: %s; once more on a new connection", function, err)
+    params = (signoff_job_type(job_type), keys, attempts, *extra)
+    rows = with_reconnect(lambda conn: conn.execute(sql, params).fetchall(), dsn=dsn,
+                          reconnect_for=reconnect_for, on_lost=on_lost)
+    return [Outcome(*r) for r in rows]
+
+
+def complete_batch(job_type, keys, attempts, results=None, *, dsn="", reconnect_for=30.0,
+                   on_lost=None) -> list:
+    """idempotency.complete_operations(job_type, keys, attempts, results as
+    JSON): many completions in one call. One Outcome per key, in their
+    order: done, or the refusal of that key alone (ID003: taken over, the new
+    owner records the effect; ID004, ID005). Sent again while the connection
+    is lost (a repeated completion is done again)."""
+    keys = list(keys)
+    results = [None] * len(keys) if results is None else list(results)
+    return _outcomes("complete_operations", job_type, keys, attempts, [[json.dumps(r) for r in results]],
+                     dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
+
+
+def release_batch(job_type, keys, attempts, *, dsn="", reconnect_for=30.0, on_lost=None) -> list:
+    """idempotency.release_operations(job_type, keys, attempts): many
+    releases in one call; one Outcome per key, as complete_batch"""
+    return _outcomes("release_operations", job_type, keys, attempts, [],
+                     dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
 
 
 def extend_lease(job_type, key, attempt, *, dsn=""):
@@ -346,7 +456,7 @@ class Heartbeat:
 
 
 # -- the sign-off points (docs/signoff-protocol.md) -----------------------------
-SIGNOFF_PROTOCOL = 1
+SIGNOFF_VERSION = 1   # the version of docs/signoff-protocol.md spoken here
 # the answers each point may get
 SIGNOFF_ANSWERS = {"claimed": ("continue", "fail"), "judged": ("continue",), "handled": ("continue",)}
 
@@ -358,37 +468,59 @@ class SignoffError(RuntimeError):
     runs without its runner, and never touches your job types by mistake)"""
 
 
+# the sentences below are the same in the three helpers, tested by
+# helpers/conformance/signoff.json (docs/helpers.md)
+_MAP_FORM = "yours=run's[,yours2=run's2...]"
+_SPACE = " \t\n\r\f\v"   # what is dropped around a side of the map and the lease
+_LEASE = re.compile(r"[ \t\n\r\f\v]*\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r\f\v]*")
+
+
+def _quoted(text):
+    return json.dumps(text, ensure_ascii=False)
+
+
+def parse_job_types(text):
+    """IDEMPOTENCY_SIGNOFF_JOB_TYPES's value "yours=run's[,yours2=run's2...]"
+    -> {yours: run's}; None or "" (unset) -> {}. Spaces around a side are
+    dropped. Raises SignoffError for an entry without exactly one "=", with
+    an empty side, or naming one of your job types twice."""
+    mapping = {}
+    for entry in text.split(",") if text else ():
+        sides = [side.strip(_SPACE) for side in entry.split("=")]
+        if len(sides) != 2 or not all(sides):
+            raise SignoffError(f"IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry {_quoted(entry)} in "
+                               f"{_quoted(text)} (expected {_MAP_FORM}); no job type is used")
+        if sides[0] in mapping:
+            raise SignoffError(f"IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry {_quoted(entry)} in "
+                               f"{_quoted(text)} (the job type {_quoted(sides[0])} is mapped twice); "
+                               "no job type is used")
+        mapping[sides[0]] = sides[1]
+    return mapping
+
+
+def parse_lease(text):
+    """IDEMPOTENCY_SIGNOFF_LEASE's value -> the run's lease in seconds (a
+    positive, finite decimal number), None when unset or "". Raises
+    SignoffError for anything else."""
+    if not text:
+        return None
+    lease = float(text) if _LEASE.fullmatch(text) else 0.0
+    if not (0 < lease < float("inf")):
+        raise SignoffError(f"IDEMPOTENCY_SIGNOFF_LEASE: {_quoted(text)} is not a positive number "
+                           "of seconds; no job is claimed")
+    return lease
+
+
 # (the runner's socket or None, {your job type: the run's}, the map's error
 # or None, the run's lease in seconds or None, the lease's error or None)
 _signoff = None
 
 
-def _job_type_map(spec):
-    """IDEMPOTENCY_SIGNOFF_JOB_TYPES "yours=run's[,yours2=run's2...]" as
-    ({yours: run's}, None), or ({}, what is wrong with it)"""
-    mapping = {}
-    for entry in spec.split(",") if spec else ():
-        yours, eq, runs = entry.partition("=")
-        if not (eq and yours and runs):
-            return {}, f"the entry {entry!r} is not yours=run's"
-        if yours in mapping:
-            return {}, f"the job type {yours!r} is mapped twice"
-        mapping[yours] = runs
-    return mapping, None
-
-
-def _lease(spec):
-    """IDEMPOTENCY_SIGNOFF_LEASE as (seconds, None), (None, None) when unset,
-    or (None, what is wrong with it)"""
-    if not spec:
-        return None, None
+def _settle(parse, text, none):
     try:
-        lease = float(spec)
-    except ValueError:
-        lease = None
-    if lease is None or not (0 < lease < float("inf")):
-        return None, f"{spec!r} is not a positive number of seconds"
-    return lease, None
+        return parse(text), None
+    except SignoffError as err:
+        return none, err
 
 
 def _signoff_settings():
@@ -398,8 +530,8 @@ def _signoff_settings():
     global _signoff
     if _signoff is None:
         _signoff = (os.environ.get("IDEMPOTENCY_SIGNOFF") or None,
-                    *_job_type_map(os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES", "")),
-                    *_lease(os.environ.get("IDEMPOTENCY_SIGNOFF_LEASE", "")))
+                    *_settle(parse_job_types, os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES"), {}),
+                    *_settle(parse_lease, os.environ.get("IDEMPOTENCY_SIGNOFF_LEASE"), None))
     return _signoff
 
 
@@ -409,20 +541,50 @@ def signoff_lease():
     unset; SignoffError when it is not a positive number"""
     lease, error = _signoff_settings()[3:5]
     if error is not None:
-        raise SignoffError(f"IDEMPOTENCY_SIGNOFF_LEASE: {error}")
+        raise SignoffError(str(error))
     return lease
 
 
 def signoff_job_type(job_type):
     """the job type every call uses: the run's when IDEMPOTENCY_SIGNOFF_JOB_TYPES
     maps job_type to it, else job_type. claim, complete, release,
-    extend_lease (so Heartbeat) and signoff_point call it themselves: pass
-    them your own job type. A malformed map raises SignoffError, at every
-    call, before anything is sent."""
+    extend_lease (so Heartbeat), the batch calls and signoff_point call it
+    themselves: pass them your own job type. A malformed map raises
+    SignoffError, at every call, before anything is sent."""
     _, mapping, error = _signoff_settings()[:3]
     if error is not None:
-        raise SignoffError(f"IDEMPOTENCY_SIGNOFF_JOB_TYPES: {error} (yours=run's[,yours2=run's2...])")
+        raise SignoffError(str(error))
     return mapping.get(job_type, job_type)
+
+
+def signoff_message(point, job_type, key, *, attempt=None, verdict=None, heartbeat=False,
+                    sqlstate=None, pid=None):
+    """the line (JSON and a newline) sent to the runner at `point`;
+    job_type as sent (the run's); sqlstate only with the verdict busy or
+    error; pid: this process's unless given. ValueError for an unknown point."""
+    if point not in SIGNOFF_ANSWERS:
+        raise ValueError(f"sign-off: unknown point {_quoted(str(point))} (expected claimed, judged or handled)")
+    message = {"v": SIGNOFF_VERSION, "point": point, "job_type": job_type, "key": str(key),
+               "attempt": attempt, "verdict": verdict, "pid": os.getpid() if pid is None else pid,
+               "heartbeat": bool(heartbeat)}
+    if verdict in ("busy", "error"):
+        message["sqlstate"] = sqlstate
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def signoff_answer(point, received, where=None):
+    """the runner's answer at `point` from what was read (up to the first
+    newline, or all it sent before it closed the connection): "continue",
+    or "fail" at claimed. SignoffError otherwise; its message starts with
+    `where` when given."""
+    lead = f"{where}: " if where else ""
+    line, newline, _ = received.partition("\n")
+    if not newline:
+        raise SignoffError(f"{lead}the runner closed the connection without an answer line")
+    if line not in SIGNOFF_ANSWERS[point]:
+        raise SignoffError(f"{lead}unexpected answer {_quoted(line)} "
+                           f"(expected {' or '.join(SIGNOFF_ANSWERS[point])})")
+    return line
 
 
 def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=None, sqlstate=None):
@@ -439,40 +601,32 @@ def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=
                  before complete().
 
     Unarmed (IDEMPOTENCY_SIGNOFF unset): returns "continue" at once. Armed:
-    sends one line of JSON to the runner's Unix socket and waits, without a
-    timeout, for its answer, which is returned: "continue" (go on), or
-    "fail" at claimed (do as on KnownFailure: release the claim and retry
-    later, without calling the handler). Instead of answering, the runner
-    may kill the process here. Raises SignoffError when the socket cannot be
-    reached or the runner closes without a line or answers anything else
-    (never tried again). heartbeat: whether a Heartbeat extends the lease
-    while the handler runs."""
+    sends one line of JSON (signoff_message) to the runner's Unix socket and
+    waits, without a timeout, for its answer, which is returned: "continue"
+    (go on), or "fail" at claimed (do as on KnownFailure: release the claim
+    and retry later, without calling the handler). Instead of answering, the
+    runner may kill the process here. Raises SignoffError when the socket
+    cannot be reached or the runner closes without a line or answers
+    anything else (never tried again). heartbeat: whether a Heartbeat
+    extends the lease while the handler runs."""
     if point not in SIGNOFF_ANSWERS:
-        raise ValueError(f"no sign-off point {point!r} (claimed, judged, handled)")
+        raise ValueError(f"sign-off: unknown point {_quoted(str(point))} (expected claimed, judged or handled)")
     path = _signoff_settings()[0]
     if path is None:
         return "continue"
-    message = {"v": SIGNOFF_PROTOCOL, "point": point, "job_type": signoff_job_type(job_type),
-               "key": key, "attempt": claim.attempt if claim is not None else None,
-               "verdict": claim.verdict if claim is not None else verdict,
-               "pid": os.getpid(), "heartbeat": bool(heartbeat)}
-    if claim is None:
-        message["sqlstate"] = sqlstate
-    line = json.dumps(message, separators=(",", ":")) + "\n"
-    where = f"sign-off runner at {path}, point {point} of {key!r}"
+    job_type = signoff_job_type(job_type)
+    line = signoff_message(point, job_type, key,
+                           attempt=claim.attempt if claim is not None else None,
+                           verdict=claim.verdict if claim is not None else verdict,
+                           heartbeat=heartbeat, sqlstate=sqlstate)
+    where = f"sign-off runner at {path}, point {point} of {job_type}/{key}"
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as runner:
             runner.settimeout(None)   # the runner answers when it decides to
             runner.connect(path)
             runner.sendall(line.encode("utf-8"))
             with runner.makefile("rb") as answers:
-                answer = answers.readline()
+                received = answers.readline()
     except OSError as err:
         raise SignoffError(f"{where}: {err}") from err
-    if not answer.endswith(b"\n"):
-        raise SignoffError(f"{where}: the connection closed without an answer line"
-                           + (f" (after {answer!r})" if answer else ""))
-    word = answer[:-1].decode("utf-8", "replace")
-    if word not in SIGNOFF_ANSWERS[point]:
-        raise SignoffError(f"{where}: the answer {word!r} is not one of {', '.join(SIGNOFF_ANSWERS[point])}")
-    return word
+    return signoff_answer(point, received.decode("utf-8", "replace"), where)

@@ -226,3 +226,95 @@ def test_heartbeat_stops_when_taken_over(types):
     with pytest.raises(psycopg.Error) as e:
         idem.complete(t, "K-over", c.attempt)
     assert e.value.sqlstate == "ID003"
+
+
+# -- the batch functions -------------------------------------------------------
+def test_claim_batch_mixed_verdicts_then_complete_and_release_batch(types):
+    t = types.make("hold", LEASE)
+    done = idem.claim(t, "B-done")
+    idem.complete(t, "B-done", done.attempt, {"n": 0})
+    claims = idem.claim_batch(t, ["B-1", "B-2", "B-done", "B-1"], ["fp1", "fp2", None, "fp1"])
+    assert [(c.verdict, c.attempt) for c in claims] == [("run", 1), ("run", 1), ("completed", 1),
+                                                        ("in_progress", 1)]
+    assert claims[2].result == {"n": 0}
+    assert len({c.delivery for c in claims}) == 4   # one token per key
+    out = idem.complete_batch(t, ["B-1", "B-done"], [1, 1], [{"sent": 1}, None])
+    assert out[0] == idem.Outcome("B-1", 1, True, None, None)
+    assert (out[1].key, out[1].done) == ("B-done", True)   # already completed by this attempt
+    rel = idem.release_batch(t, ["B-2", "B-none"], [1, 1])
+    assert rel[0] == idem.Outcome("B-2", 1, True, None, None)
+    assert (rel[1].key, rel[1].done, rel[1].sqlstate) == ("B-none", False, "ID004")   # no record
+    assert types.record(t, "B-1") == "completed #1"
+    assert types.record(t, "B-2") == "released #1"
+    assert idem.claim(t, "B-1").result == {"sent": 1}
+    assert [(c.verdict, c.attempt) for c in idem.claim_batch(t, ["B-2"])] == [("run", 2)]
+
+
+def test_claim_batch_refused_as_a_whole_records_nothing(types):
+    t = types.make("hold", LEASE)
+    idem.claim(t, "B-fp", "fp")
+    with pytest.raises(psycopg.Error) as e:
+        idem.claim_batch(t, ["B-new", "B-fp"], ["fp", "other"])
+    assert e.value.sqlstate == "ID002" and not idem.claim_error_heals(e.value)
+    assert types.record(t, "B-new") == "none"
+    with pytest.raises(ValueError, match="parallel"):
+        idem.claim_batch(t, ["B-a", "B-b"], ["fp"])
+
+
+def test_claim_batch_lost_reply_same_tokens(types):
+    t = types.make("hold", LEASE)
+    real = idem.connection()
+    sent = []
+
+    class LosesTheReply:
+        closed = False
+
+        def execute(self, sql, params=None):
+            sent.append(params)
+            real.execute(sql, params)
+            real.close()
+            self.closed = True
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    idem._db["conn"] = LosesTheReply()
+    lost = []
+    claims = idem.claim_batch(t, ["B-l1", "B-l2"], on_lost=lost.append)
+    assert [(c.verdict, c.attempt) for c in claims] == [("run", 1), ("run", 1)]
+    assert len(lost) == 1 and sent[0][4] == [c.delivery for c in claims]
+    out = idem.complete_batch(t, ["B-l1", "B-l2"], [1, 1])
+    assert [o.done for o in out] == [True, True]
+
+
+def test_claim_batch_stuck_key_in_progress_or_busy_with_wait(types):
+    t = types.make("hold", LEASE)
+    stuck = psycopg.connect("", autocommit=False)
+    try:
+        stuck.execute("SELECT idempotency.claim_operation(%s, 'B-stuck')", (t,))
+        claims = idem.claim_batch(t, ["B-free", "B-stuck"])
+        assert [c.verdict for c in claims] == ["run", "in_progress"]
+        with pytest.raises(psycopg.Error) as e:
+            idem.claim_batch(t, ["B-free2", "B-stuck"], wait=0.2)
+        assert idem.is_busy(e.value)
+    finally:
+        stuck.rollback()
+        stuck.close()
+    assert types.record(t, "B-free2") == "none"
+
+
+def test_complete_batch_taken_over_is_reported_on_its_row(types):
+    t = types.make("retry", LEASE)
+    c = idem.claim(t, "B-over")
+    types.age(t, "B-over")
+    assert idem.claim(t, "B-over").attempt == 2
+    out, = idem.complete_batch(t, ["B-over"], [c.attempt])
+    assert (out.done, out.sqlstate) == (False, "ID003")
+
+
+# -- the deprecated names (docs/helpers.md) ---------------------------------------
+def test_deprecated_names_still_work():
+    with pytest.deprecated_call():
+        assert idem.reconnecting is idem.with_reconnect
+    with pytest.deprecated_call():
+        assert idem.SIGNOFF_PROTOCOL == idem.SIGNOFF_VERSION == 1
+    with pytest.raises(AttributeError):
+        idem.no_such_name   # noqa: B018

@@ -80,7 +80,7 @@ def test_judged_line(types, runner):
                              "pid": os.getpid(), "heartbeat": False, "attempt": None,
                              "verdict": "busy", "sqlstate": "55P03"}]
     runner.answer = lambda m: "fail"   # fail is no answer at judged
-    with pytest.raises(idem.SignoffError, match="'fail' is not one of continue"):
+    with pytest.raises(idem.SignoffError, match=r'unexpected answer "fail" \(expected continue\)'):
         idem.signoff_point("judged", t, "K-judged", verdict="error", sqlstate="ID002")
 
 
@@ -118,15 +118,15 @@ def test_fail_at_claimed_is_returned(types, runner):
     c = idem.claim(t, "K-fail")
     assert idem.signoff_point("claimed", t, "K-fail", c) == "fail"
     # fail is no answer at handled
-    with pytest.raises(idem.SignoffError, match="'fail' is not one of continue"):
+    with pytest.raises(idem.SignoffError, match=r'unexpected answer "fail" \(expected continue\)'):
         idem.signoff_point("handled", t, "K-fail", c)
 
 
 @pytest.mark.parametrize("answer, error", [
-    (None, "closed without an answer line"),
-    (b"contin", "closed without an answer line"),
-    ("maybe", "'maybe' is not one of continue, fail"),
-    ("continue\r", "is not one of"),
+    (None, "the runner closed the connection without an answer line"),
+    (b"contin", "the runner closed the connection without an answer line"),
+    ("maybe", r'unexpected answer "maybe" \(expected continue or fail\)'),
+    ("continue\r", r'unexpected answer "continue\\r"'),
 ])
 def test_other_answers_raise(types, runner, answer, error):
     t = types.make("hold", LEASE)

@@ -32,7 +32,7 @@
 # repeated after a lost reply gets its own claim back: the same verdict and
 # attempt, not in_progress for a lease). While the database cannot be
 # reached the claim, the completion and the release are tried again after
-# 0, 0.1, 0.2 ... 2 s for up to `within` seconds (default 30). A connection
+# 0, 0.1, 0.2 ... 2 s for up to `reconnect_for` seconds (default 30). A connection
 # error is one on a connection that is no longer OK, or SQLSTATE class 08
 # (PgBouncer reports its own failures as 08P01 and closes the connection) or
 # 57P01-57P03 (the server is shutting down or starting up).
@@ -73,7 +73,13 @@ module PgIdempotency
   class SignoffError < StandardError; end
 
   # the version of docs/signoff-protocol.md spoken here
-  SIGNOFF_PROTOCOL = 1
+  SIGNOFF_VERSION = 1
+  # deprecated (docs/helpers.md): SIGNOFF_VERSION; removed in 0.5.0
+  SIGNOFF_PROTOCOL = SIGNOFF_VERSION
+  deprecate_constant :SIGNOFF_PROTOCOL
+
+  # the reconnect bound of claim, complete and release when not given (s)
+  RECONNECT_FOR = 30.0
 
   # the answer of claim_operation. verdict: run, verify, completed,
   # in_progress, held or skipped; attempt: the attempt the caller owns
@@ -124,6 +130,34 @@ module PgIdempotency
   # a claim that hit its bound (55P03, 57014): treat it like in_progress
   def self.busy?(err) = BUSY.include?(sqlstate(err))
 
+  # Can the same claim succeed later? No for the caller's bugs: ID002 (the
+  # key was claimed with another fingerprint) and class 22 (bad input); yes
+  # for everything else, first of all a lost connection
+  def self.claim_error_heals?(err)
+    code = sqlstate(err)
+    !(code && (code == "ID002" || code.start_with?("22")))
+  end
+
+  # the claim's worker column: host/pid-N
+  def self.worker_id = "#{Socket.gethostname}/pid-#{Process.pid}"
+
+  # the deprecated keywords within: (now reconnect_for:) and on_reconnect:
+  # (now on_lost:), removed in 0.5.0: [reconnect_for, on_lost]
+  def self.reconnect_options(reconnect_for, on_lost, within, on_reconnect, default)
+    unless within.nil?
+      warn("pg_idempotency: within: is deprecated, use reconnect_for: (removed in 0.5.0)",
+           uplevel: 2, category: :deprecated)
+      reconnect_for = within if reconnect_for.nil?
+    end
+    unless on_reconnect.nil?
+      warn("pg_idempotency: on_reconnect: is deprecated, use on_lost: (removed in 0.5.0)",
+           uplevel: 2, category: :deprecated)
+      on_lost = on_reconnect if on_lost.nil?
+    end
+    [reconnect_for.nil? ? default : reconnect_for, on_lost]
+  end
+  private_class_method :reconnect_options
+
   # a connection that opens on first use and is replaced when it broke
   class Connection
     def initialize(dsn = nil)
@@ -131,15 +165,26 @@ module PgIdempotency
       @conn = nil
     end
 
-    def exec_params(sql, params, on_reconnect: nil, within: 0)
-      run(on_reconnect: on_reconnect, within: within) { |c| c.exec_params(sql, params) }
+    # exec_params with_reconnect (within: and on_reconnect: are deprecated
+    # names of reconnect_for: and on_lost:)
+    def exec_params(sql, params, reconnect_for: nil, on_lost: nil, within: nil, on_reconnect: nil)
+      reconnect_for, on_lost = PgIdempotency.send(:reconnect_options, reconnect_for, on_lost, within, on_reconnect, 0)
+      with_reconnect(reconnect_for: reconnect_for, on_lost: on_lost) { |c| c.exec_params(sql, params) }
+    end
+
+    # deprecated (docs/helpers.md): with_reconnect; removed in 0.5.0
+    def run(on_reconnect: nil, within: nil, &block)
+      warn("PgIdempotency::Connection#run is deprecated, use #with_reconnect (removed in 0.5.0)",
+           uplevel: 1, category: :deprecated)
+      reconnect_for, on_lost = PgIdempotency.send(:reconnect_options, nil, nil, within, on_reconnect, 0)
+      with_reconnect(reconnect_for: reconnect_for, on_lost: on_lost, &block)
     end
 
     # the block with the PG::Connection; again on a new connection while the
-    # connection is broken (on_reconnect is called with the error first): at
-    # once, then after 0.1, 0.2 ... 2 s, until `within` seconds have passed
-    # since the first error (at least once more)
-    def run(on_reconnect: nil, within: 0)
+    # connection is broken (on_lost is called with the error first): at
+    # once, then after 0.1, 0.2 ... 2 s, until `reconnect_for` seconds have
+    # passed since the first error (at least once more)
+    def with_reconnect(reconnect_for: 0, on_lost: nil)
       deadline = nil
       pause = 0.0
       begin
@@ -149,11 +194,11 @@ module PgIdempotency
         close                                                      # the connection broke
         now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         if deadline.nil?
-          deadline = now + within
+          deadline = now + reconnect_for.to_f
         elsif now + pause > deadline
           raise
         end
-        on_reconnect&.call(e)
+        on_lost&.call(e)
         sleep pause
         pause = [[pause * 2, 0.1].max, 2.0].min
         retry
@@ -220,8 +265,8 @@ module PgIdempotency
 
   # claim_operation(job_type, key, fingerprint, worker, delivery, wait) on a
   # PgIdempotency::Connection; a Claim. A lost connection: the claim again on
-  # a new connection with the same delivery token, for up to `within`
-  # seconds (on_reconnect is called with each error first). wait: seconds
+  # a new connection with the same delivery token, for up to `reconnect_for`
+  # seconds (on_lost is called with each error first). wait: seconds
   # the claim may wait for another transaction's uncommitted claim of the
   # key (0: wait => false). Raises PG::Error: busy?(e) for a claim that hit
   # its bound, ID002 for the key with another fingerprint, ...
@@ -231,22 +276,13 @@ module PgIdempotency
   # (nothing unless IDEMPOTENCY_SIGNOFF is set), before the caller
   # acknowledges, postpones or fails the job.
   def self.claim(conn, job_type, key, fingerprint: nil, worker: nil, delivery: SecureRandom.uuid,
-                 wait: 0, within: 30, on_reconnect: nil)
+                 wait: 0, reconnect_for: nil, on_lost: nil, within: nil, on_reconnect: nil)
+    reconnect_for, on_lost = reconnect_options(reconnect_for, on_lost, within, on_reconnect, RECONNECT_FOR)
     yours = job_type
     job_type = signoff_job_type(job_type)
-    wait = wait.to_f
-    params = [job_type, key.to_s, fingerprint, worker, delivery, wait.positive?]
+    params = [job_type, key.to_s, fingerprint, worker || worker_id, delivery]
     begin
-      row = conn.run(on_reconnect: on_reconnect, within: within) do |c|
-        if wait.positive?
-          c.transaction do
-            c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
-            c.exec_params(CLAIM_SQL, params)
-          end
-        else
-          c.exec_params(CLAIM_SQL, params)
-        end
-      end.first
+      row = bounded(conn, CLAIM_SQL, params, wait, reconnect_for, on_lost).first
     rescue PG::Error => e
       code = sqlstate(e)
       if busy?(e) || code == "ID002" || code&.start_with?("22")
@@ -259,66 +295,222 @@ module PgIdempotency
     claim
   end
 
+  # sql with params and wait => wait > 0; with wait > 0 in a transaction of
+  # its own under SET LOCAL lock_timeout; with_reconnect
+  def self.bounded(conn, sql, params, wait, reconnect_for, on_lost)
+    wait = wait.to_f
+    conn.with_reconnect(reconnect_for: reconnect_for, on_lost: on_lost) do |c|
+      if wait.positive?
+        c.transaction do
+          c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
+          c.exec_params(sql, params + [true])
+        end
+      else
+        c.exec_params(sql, params + [false])
+      end
+    end
+  end
+  private_class_method :bounded
+
   # complete_operation(job_type, key, attempt, result); result: nil, a JSON
   # text or anything JSON.generate takes. Sent again after a lost connection
-  # for up to `within` seconds. ID003: the claim was taken over after its
-  # lease (the new owner records the effect).
-  def self.complete(conn, job_type, key, attempt, result = nil, within: 30, on_reconnect: nil)
+  # for up to `reconnect_for` seconds. ID003: the claim was taken over after
+  # its lease (the new owner records the effect).
+  def self.complete(conn, job_type, key, attempt, result = nil, reconnect_for: nil, on_lost: nil, within: nil,
+                    on_reconnect: nil)
+    reconnect_for, on_lost = reconnect_options(reconnect_for, on_lost, within, on_reconnect, RECONNECT_FOR)
     result = JSON.generate(result) unless result.nil? || result.is_a?(String)
     conn.exec_params("SELECT idempotency.complete_operation($1, $2, $3, $4)",
-                     [signoff_job_type(job_type), key.to_s, attempt, result], within: within, on_reconnect: on_reconnect)
+                     [signoff_job_type(job_type), key.to_s, attempt, result],
+                     reconnect_for: reconnect_for, on_lost: on_lost)
     nil
   end
 
   # release_operation(job_type, key, attempt): the effect certainly did not
   # happen; a later claim runs attempt + 1
-  def self.release(conn, job_type, key, attempt, within: 30, on_reconnect: nil)
+  def self.release(conn, job_type, key, attempt, reconnect_for: nil, on_lost: nil, within: nil, on_reconnect: nil)
+    reconnect_for, on_lost = reconnect_options(reconnect_for, on_lost, within, on_reconnect, RECONNECT_FOR)
     conn.exec_params("SELECT idempotency.release_operation($1, $2, $3)",
                      [signoff_job_type(job_type), key.to_s, attempt],
-                     within: within, on_reconnect: on_reconnect)
+                     reconnect_for: reconnect_for, on_lost: on_lost)
     nil
   end
 
   # extend_lease(job_type, key, attempt): a heartbeat (one reconnect, at once)
-  def self.extend_lease(conn, job_type, key, attempt, within: 0)
+  def self.extend_lease(conn, job_type, key, attempt, reconnect_for: nil, within: nil)
+    reconnect_for, = reconnect_options(reconnect_for, nil, within, nil, 0)
     conn.exec_params("SELECT idempotency.extend_lease($1, $2, $3)",
-                     [signoff_job_type(job_type), key.to_s, attempt], within: within)
+                     [signoff_job_type(job_type), key.to_s, attempt], reconnect_for: reconnect_for)
     nil
+  end
+
+  # -- batches: many keys of one job type in one call (at most 1000) ----------
+  CLAIMS_SQL = "SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations(" \
+               "$1, $2::text[], $3::text[], $4, deliveries => $5::text[], wait => $6)"
+
+  # one key's row of complete_batch or release_batch: done (now, or already
+  # by this attempt), or the refusal of that key alone (sqlstate ID003 taken
+  # over, ID004 no record, ID005 wrong state, and its message)
+  Outcome = Struct.new(:key, :attempt, :done, :sqlstate, :message, keyword_init: true) do
+    def done? = done
+  end
+
+  ARRAY = PG::TextEncoder::Array.new
+
+  # claim_operations(job_type, keys, fingerprints, worker, deliveries, wait):
+  # one Claim per key, in the order of keys, each with the verdict claim
+  # would give it (a key given twice is two deliveries: run, then
+  # in_progress). fingerprints and deliveries are parallel to keys (a uuid
+  # per key unless given). Sent again, with the same tokens, while the
+  # connection is lost. The server answers or refuses the call as a whole:
+  # ID002, class 22 or the bound (55P03, 57014) raise PG::Error and record
+  # nothing (claim those keys one by one to find the bad one). Every key
+  # answered anything but run or verify is reported at :judged, as claim does.
+  def self.claim_batch(conn, job_type, keys, fingerprints: nil, worker: nil, deliveries: nil, wait: 0,
+                       reconnect_for: RECONNECT_FOR, on_lost: nil)
+    keys = keys.map(&:to_s)
+    deliveries ||= keys.map { SecureRandom.uuid }
+    if deliveries.size != keys.size || (fingerprints && fingerprints.size != keys.size)
+      raise ArgumentError, "claim_batch: fingerprints and deliveries must be parallel to keys"
+    end
+    yours = job_type
+    params = [signoff_job_type(job_type), ARRAY.encode(keys), fingerprints && ARRAY.encode(fingerprints),
+              worker || worker_id, ARRAY.encode(deliveries)]
+    rows = bounded(conn, CLAIMS_SQL, params, wait, reconnect_for, on_lost).to_a
+    unless rows.map { |r| r["operation_key"] } == keys
+      raise PG::Error, "claim_operations answered #{rows.size} rows for #{keys.size} keys, not one per key in their order"
+    end
+    claims = rows.zip(deliveries).map do |r, d|
+      Claim.new(verdict: r["verdict"], attempt: r["attempt"].to_i, result: r["result"], delivery: d)
+    end
+    keys.zip(claims).each do |key, c|
+      signoff_point(:judged, yours, key, attempt: c.attempt, verdict: c.verdict) unless c.run?
+    end
+    claims
+  end
+
+  # complete_operations(job_type, keys, attempts, results): one Outcome per
+  # key, in their order; results parallel to keys (each nil, a JSON text or
+  # anything JSON.generate takes), or nil. Sent again while the connection
+  # is lost.
+  def self.complete_batch(conn, job_type, keys, attempts, results = nil, reconnect_for: RECONNECT_FOR, on_lost: nil)
+    results ||= [nil] * keys.size
+    results = results.map { |r| r.nil? || r.is_a?(String) ? r : JSON.generate(r) }
+    outcomes(conn, "complete_operations", "$1, $2::text[], $3::int[], $4::jsonb[]", job_type, keys, attempts,
+             [results], reconnect_for, on_lost)
+  end
+
+  # release_operations(job_type, keys, attempts): one Outcome per key
+  def self.release_batch(conn, job_type, keys, attempts, reconnect_for: RECONNECT_FOR, on_lost: nil)
+    outcomes(conn, "release_operations", "$1, $2::text[], $3::int[]", job_type, keys, attempts, [],
+             reconnect_for, on_lost)
+  end
+
+  def self.outcomes(conn, function, args, job_type, keys, attempts, extra, reconnect_for, on_lost)
+    keys = keys.map(&:to_s)
+    if attempts.size != keys.size || extra.any? { |e| e.size != keys.size }
+      raise ArgumentError, "#{function}: attempts (and results) must be parallel to keys"
+    end
+    params = [signoff_job_type(job_type), ARRAY.encode(keys), ARRAY.encode(attempts.map(&:to_s)),
+              *extra.map { |e| ARRAY.encode(e) }]
+    conn.exec_params("SELECT operation_key, attempt, done, sqlstate, message FROM idempotency.#{function}(#{args})",
+                     params, reconnect_for: reconnect_for, on_lost: on_lost).map do |r|
+      Outcome.new(key: r["operation_key"], attempt: r["attempt"].to_i, done: r["done"] == "t",
+                  sqlstate: r["sqlstate"], message: r["message"])
+    end
+  end
+  private_class_method :outcomes
+
+  # The sentences below are the same in the three helpers, tested by
+  # helpers/conformance/signoff.json (docs/helpers.md).
+  MAP_FORM = "yours=run's[,yours2=run's2...]"
+  SPACE = /\A[ \t\n\r\f\v]+|[ \t\n\r\f\v]+\z/
+  LEASE_FORM = /\A[ \t\n\r\f\v]*\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r\f\v]*\z/
+
+  # IDEMPOTENCY_SIGNOFF_JOB_TYPES's value "yours=run's[,yours2=run's2...]"
+  # -> { yours => run's }; nil or "" (unset) -> {}. Spaces around a side are
+  # dropped. Raises SignoffError for an entry without exactly one "=", with
+  # an empty side, or naming one of your job types twice.
+  def self.parse_job_types(text)
+    map = {}
+    return map if text.nil? || text.empty?
+    text.split(",", -1).each do |entry|
+      sides = entry.split("=", -1).map { |side| side.gsub(SPACE, "") }
+      if sides.size != 2 || sides.any?(&:empty?)
+        raise SignoffError, "IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry #{JSON.generate(entry)} in " \
+                            "#{JSON.generate(text)} (expected #{MAP_FORM}); no job type is used"
+      end
+      if map.key?(sides[0])
+        raise SignoffError, "IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry #{JSON.generate(entry)} in " \
+                            "#{JSON.generate(text)} (the job type #{JSON.generate(sides[0])} is mapped twice); " \
+                            "no job type is used"
+      end
+      map[sides[0]] = sides[1]
+    end
+    map
+  end
+
+  # IDEMPOTENCY_SIGNOFF_LEASE's value -> the run's lease in seconds (a
+  # positive, finite decimal number); nil when nil or "". Raises SignoffError
+  # for anything else.
+  def self.parse_lease(text)
+    return nil if text.nil? || text.empty?
+    lease = LEASE_FORM.match?(text) ? text.to_f : 0.0
+    unless lease.positive? && lease.finite?
+      raise SignoffError, "IDEMPOTENCY_SIGNOFF_LEASE: #{JSON.generate(text)} is not a positive number of seconds; " \
+                          "no job is claimed"
+    end
+    lease
   end
 
   # The sign-off run (docs/signoff-protocol.md). The job type the calls
   # above use for yours: the run's from IDEMPOTENCY_SIGNOFF_JOB_TYPES
   # ("yours=run's[,yours2=run's2...]"), or yours when it is not in the map
-  # or the variable is unset. Raises SignoffError for a malformed map (an
-  # entry without "=", an empty side, a job type named twice).
+  # or the variable is unset. Raises SignoffError for a malformed map
+  # (parse_job_types), at every call.
   def self.signoff_job_type(job_type)
     spec = ENV["IDEMPOTENCY_SIGNOFF_JOB_TYPES"]
     return job_type if spec.nil? || spec.empty?
-    map = {}
-    spec.split(",", -1).each do |entry|
-      yours, runs = entry.split("=", 2)
-      if runs.nil? || yours.empty? || runs.empty? || map.key?(yours)
-        raise SignoffError, "IDEMPOTENCY_SIGNOFF_JOB_TYPES: malformed entry #{entry.inspect} " \
-                            "(expected yours=run's[,yours2=run's2...], each job type once)"
-      end
-      map[yours] = runs
-    end
-    map.fetch(job_type.to_s, job_type)
+    parse_job_types(spec).fetch(job_type.to_s, job_type)
   end
 
   SIGNOFF_POINTS = %w[claimed judged handled].freeze
+  # the answers each point may get
+  SIGNOFF_ANSWERS = { "claimed" => %w[continue fail], "judged" => %w[continue], "handled" => %w[continue] }.freeze
 
   # The run's lease in seconds (IDEMPOTENCY_SIGNOFF_LEASE), for the timings
   # a helper derives from its configured lease; nil when unset or empty.
   # Raises SignoffError unless it is a positive number.
-  def self.signoff_lease
-    spec = ENV["IDEMPOTENCY_SIGNOFF_LEASE"]
-    return nil if spec.nil? || spec.empty?
-    lease = Float(spec, exception: false)
-    unless lease&.positive? && lease.finite?
-      raise SignoffError, "IDEMPOTENCY_SIGNOFF_LEASE: #{spec.inspect} is not a positive number of seconds"
+  def self.signoff_lease = parse_lease(ENV["IDEMPOTENCY_SIGNOFF_LEASE"])
+
+  # the line (JSON and "\n") sent to the runner at `point`; job_type as sent
+  # (the run's); sqlstate only with the verdict busy or error; pid this
+  # process's unless given. ArgumentError for an unknown point.
+  def self.signoff_message(point, job_type, key, attempt: nil, verdict: nil, heartbeat: false, sqlstate: nil,
+                           pid: Process.pid)
+    point = point.to_s
+    unless SIGNOFF_POINTS.include?(point)
+      raise ArgumentError, "sign-off: unknown point #{JSON.generate(point)} (expected claimed, judged or handled)"
     end
-    lease
+    message = { "v" => SIGNOFF_VERSION, "point" => point, "job_type" => job_type, "key" => key.to_s,
+                "attempt" => attempt, "verdict" => verdict, "pid" => pid, "heartbeat" => heartbeat ? true : false }
+    message["sqlstate"] = sqlstate if %w[busy error].include?(verdict.to_s)
+    "#{JSON.generate(message)}\n"
+  end
+
+  # The runner's answer at `point` from what was read (up to the first
+  # newline, or all it sent before it closed the connection): :continue, or
+  # :fail at claimed. SignoffError otherwise; its message starts with
+  # `where` when given.
+  def self.signoff_answer(point, received, where = nil)
+    lead = where ? "#{where}: " : ""
+    line, newline, = (received || "").partition("\n")
+    raise SignoffError, "#{lead}the runner closed the connection without an answer line" if newline.empty?
+    allowed = SIGNOFF_ANSWERS.fetch(point.to_s)
+    unless allowed.include?(line)
+      raise SignoffError, "#{lead}unexpected answer #{JSON.generate(line)} (expected #{allowed.join(' or ')})"
+    end
+    line.to_sym
   end
 
   # A kill point of the sign-off run: point :claimed (the claim committed
@@ -337,32 +529,24 @@ module PgIdempotency
   # in_progress, held or skipped (with its attempt), or "busy" (55P03,
   # 57014) or "error" (ID002, class 22) with attempt nil and the sqlstate.
   def self.signoff_point(point, job_type, key, attempt:, verdict:, heartbeat: false, sqlstate: nil)
+    point = point.to_s
+    unless SIGNOFF_POINTS.include?(point)
+      raise ArgumentError, "sign-off: unknown point #{JSON.generate(point)} (expected claimed, judged or handled)"
+    end
     path = ENV["IDEMPOTENCY_SIGNOFF"]
     return :continue if path.nil? || path.empty?
-    point = point.to_s
-    raise ArgumentError, "signoff_point: point #{point.inspect}, not claimed, judged or handled" unless SIGNOFF_POINTS.include?(point)
-    message = { "v" => SIGNOFF_PROTOCOL, "point" => point, "job_type" => signoff_job_type(job_type),
-                "key" => key.to_s, "attempt" => attempt, "verdict" => verdict,
-                "pid" => Process.pid, "heartbeat" => heartbeat ? true : false }
-    message["sqlstate"] = sqlstate if %w[busy error].include?(verdict.to_s)
-    line = JSON.generate(message)
+    job_type = signoff_job_type(job_type)
+    line = signoff_message(point, job_type, key, attempt: attempt, verdict: verdict, heartbeat: heartbeat,
+                                                 sqlstate: sqlstate)
+    where = "sign-off runner at #{path}, point #{point} of #{job_type}/#{key}"
     begin
-      answer = UNIXSocket.open(path) do |s|
-        s.write(line, "\n")
+      received = UNIXSocket.open(path) do |s|
+        s.write(line)
         s.gets
       end
     rescue SystemCallError, IOError => e
-      raise SignoffError, "sign-off runner at #{path} (#{point} #{key}): #{e.message}"
+      raise SignoffError, "#{where}: #{e.message}"
     end
-    case answer&.chomp
-    when "continue" then :continue
-    when "fail"
-      return :fail if point == "claimed"
-      raise SignoffError, "sign-off runner at #{path} answered fail at #{point} (#{key}); only claimed may fail"
-    when nil
-      raise SignoffError, "sign-off runner at #{path} closed the connection without an answer (#{point} #{key})"
-    else
-      raise SignoffError, "sign-off runner at #{path} answered #{answer.inspect} at #{point} (#{key})"
-    end
+    signoff_answer(point, received&.force_encoding(Encoding::UTF_8)&.scrub, where)
   end
 end

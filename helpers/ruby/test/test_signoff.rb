@@ -234,7 +234,7 @@ class SignoffTest < Minitest::Test
     err = assert_raises(PgIdempotency::SignoffError) do   # judged takes continue only
       PgIdempotency.signoff_point(:judged, yours, "S9", attempt: nil, verdict: "error", sqlstate: "ID002")
     end
-    assert_match(/fail at judged/, err.message)
+    assert_match(/point judged of .*: unexpected answer "fail" \(expected continue\)\z/, err.message)
   end
 
   def test_the_runs_lease_sets_the_timings
@@ -288,7 +288,7 @@ class SignoffTest < Minitest::Test
     runner { |m| m["point"] == "claimed" ? "continue" : "fail" }
     ran = false
     err = assert_raises(PgIdempotency::SignoffError) { run_job(job_class(type), "S5") { ran = true } }
-    assert_match(/fail at handled/, err.message)
+    assert_match(/point handled of .*: unexpected answer "fail" \(expected continue\)\z/, err.message)
     assert ran
     assert_equal ["run:work", "run:failed"], @seen
     assert_equal "claimed #1", record(type, "S5")   # left to its lease
@@ -379,7 +379,7 @@ class SignoffTest < Minitest::Test
     err = assert_raises(PgIdempotency::SignoffError) do
       PgIdempotency.signoff_point(:handled, "t", "other", attempt: 1, verdict: "run", heartbeat: false)
     end
-    assert_match(/answered "maybe\\n"/, err.message)
+    assert_match(/point handled of t\/other: unexpected answer "maybe" \(expected continue\)\z/, err.message)
     assert_equal [false, false], @runner.messages.map { |m| m["heartbeat"] }
     assert_raises(ArgumentError) do
       PgIdempotency.signoff_point(:started, "t", "k", attempt: 1, verdict: "run", heartbeat: false)

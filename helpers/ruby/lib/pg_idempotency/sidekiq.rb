@@ -136,7 +136,7 @@ module PgIdempotency
                                     fingerprint: fingerprint(worker.class.name, args),
                                     worker: "#{Socket.gethostname}/pid-#{Process.pid}",
                                     delivery: SecureRandom.uuid, wait: (opts["claim_wait"] || 0).to_f,
-                                    within: reconnect, on_reconnect: lost)
+                                    reconnect_for: reconnect, on_lost: lost)
       rescue PG::Error => e
         code = PgIdempotency.sqlstate(e)
         error = { "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],
@@ -187,7 +187,7 @@ module PgIdempotency
       rescue KnownFailure
         beat.stop
         PgIdempotency.release(db, job_type, key, attempt,
-                              within: reconnect, on_reconnect: written_again(key, "release_operation"))
+                              reconnect_for: reconnect, on_lost: written_again(key, "release_operation"))
         # a later job claims attempt + 1; within half the lease, so that a
         # sweeper (a released record nobody claimed for a lease) does not
         # re-enqueue it too
@@ -204,7 +204,7 @@ module PgIdempotency
         # sign-off run: perform returned, the heartbeat stopped; the runner may kill here
         PgIdempotency.signoff_point(:handled, job_type, key, attempt: attempt, verdict: verdict, heartbeat: true)
         PgIdempotency.complete(db, job_type, key, attempt, { "jid" => job["jid"] },
-                               within: reconnect, on_reconnect: written_again(key, "complete_operation"))
+                               reconnect_for: reconnect, on_lost: written_again(key, "complete_operation"))
       rescue SignoffError
         notify(event, "failed")   # the claim is left to its lease
         raise

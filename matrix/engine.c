@@ -1,6 +1,10 @@
 /*
- * signoff.c
- *		The sign-off run (--job FILE): the replay matrix on the user's job.
+ * engine.c
+ *		The engine of both runs: it starts a job's workers (each in a
+ *		process group of its own), serves the sign-off protocol's socket,
+ *		runs the job's commands, waits for points, kills at them, and reads
+ *		what a case observed. The steps of each case, and the run over the
+ *		policies and cases, are case_steps.c's.
  *
  * docs/signoff.md is the user's description; docs/signoff-protocol.md the
  * protocol the helpers speak. In short: the runner starts the user's worker
@@ -10,9 +14,9 @@
  * points claimed, judged and handled over the socket: one line of JSON per
  * point, on a connection of its own, answered with one line ("continue",
  * "fail") or not at all, while the runner SIGKILLs the worker's process
- * group. The cases are the reference run's 1-7 and 9-13 (not 8 and 3s,
- * which test the extension, not the job), with case_expectations()'s
- * expectations; the effects are counted by the job file's effects command
+ * group. A user's job (--job) and the reference job (reference.c) are run
+ * alike; which cases a job has, and what each must give, is
+ * case_table.c's; the effects are counted by the job file's effects command
  * or effects_sql, else by the handled reports.
  *
  * How a case runs: the case "arms" the point it wants to hold for a key
@@ -50,425 +54,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "engine.h"
 
-#include "matrix.h"
-
-#define KEYSZ 160
-#define MAX_PROCS 256			/* process groups of a whole run */
-#define MAX_CASE_WORKERS 4
-#define MAX_EXCH 64				/* exchanges open at once */
-#define POLL_MS 10
-#define TAIL_LINES 8
-
-const char *const job_field_names[N_JOB_FIELDS] = {
-	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir"
-};
-
-static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false
-};
-
-static const char *const job_field_what[N_JOB_FIELDS] = {
-	"the queue system, for the report",
-	"the job type your code passes to the helper",
-	"the command that starts one worker process of your app",
-	"the command that enqueues one message for {key}",
-	"the command that enqueues a message for {key} with other arguments",
-	"the command that prints the number of effects of {key}",
-	"an SQL query with $1 for the key that answers the number of effects",
-	"the policies to run",
-	"the run's lease in seconds",
-	"the longest wait for one step, in seconds",
-	"the directory the commands run in",
-};
-
-/* ---------------------------------------------------------------------
- * The job file
- * --------------------------------------------------------------------- */
-
-static char *
-trim(char *s)
-{
-	char	   *e;
-
-	while (*s && isspace((unsigned char) *s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char) e[-1]))
-		*--e = '\0';
-	return s;
-}
-
-static void job_error(const signoff_job *job, int line, const char *fmt,...) MX_PRINTF(3, 4);
-
-/* the one sentence of a job file that cannot run */
-static void
-job_error(const signoff_job *job, int line, const char *fmt,...)
-{
-	va_list		ap;
-
-	if (line > 0)
-		fprintf(stderr, "idempotency-matrix: %s line %d: ", job->path, line);
-	else
-		fprintf(stderr, "idempotency-matrix: %s: ", job->path);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-/*
- * Read and check the job file; 0, or 2 after one sentence on stderr naming
- * what is wrong (nothing has started yet).
- */
-int
-signoff_load_job(const char *path, signoff_job *job)
-{
-	FILE	   *f;
-	char	   *line = NULL;
-	size_t		cap = 0;
-	int			lineno = 0;
-	int			i;
-	char		base[1024];
-	char	   *slash;
-	static const job_field keyed[] = {JF_ENQUEUE, JF_ENQUEUE_OTHER, JF_EFFECTS};
-
-	memset(job, 0, sizeof(*job));
-	copy_str(job->path, sizeof(job->path), path);
-	f = fopen(path, "r");
-	if (f == NULL)
-	{
-		fprintf(stderr, "idempotency-matrix: cannot read the job file %s: %s\n", path, strerror(errno));
-		return 2;
-	}
-	while (getline(&line, &cap, f) >= 0)
-	{
-		char	   *p;
-		char	   *eq;
-		char	   *name;
-		char	   *value;
-
-		lineno++;
-		p = trim(line);
-		if (*p == '\0' || *p == '#')
-			continue;
-		eq = strchr(p, '=');
-		if (eq == NULL)
-		{
-			job_error(job, lineno, "\"%s\" has no \"=\" (each line is name = value)", p);
-			goto bad;
-		}
-		*eq = '\0';
-		name = trim(p);
-		value = trim(eq + 1);
-		for (i = 0; i < N_JOB_FIELDS; i++)
-			if (strcmp(name, job_field_names[i]) == 0)
-				break;
-		if (i == N_JOB_FIELDS)
-		{
-			job_error(job, lineno, "unknown name \"%s\" (the names are queue, job_type, worker, enqueue, "
-					  "enqueue_other, effects, effects_sql, policies, lease, timeout and dir)", name);
-			goto bad;
-		}
-		if (job->line[i])
-		{
-			job_error(job, lineno, "\"%s\" is given twice (also on line %d)", name, job->line[i]);
-			goto bad;
-		}
-		if (*value == '\0')
-		{
-			job_error(job, lineno, "\"%s\" has no value (%s)", name, job_field_what[i]);
-			goto bad;
-		}
-		job->value[i] = strdup(value);
-		job->line[i] = lineno;
-	}
-	free(line);
-	line = NULL;
-	fclose(f);
-	f = NULL;
-
-	for (i = 0; i < N_JOB_FIELDS; i++)
-		if (job_field_required[i] && job->value[i] == NULL)
-		{
-			job_error(job, 0, "no \"%s\" line (%s)", job_field_names[i], job_field_what[i]);
-			return 2;
-		}
-	if (strpbrk(job->value[JF_JOB_TYPE], ",= \t") != NULL)
-	{
-		job_error(job, job->line[JF_JOB_TYPE], "the job type \"%s\" cannot be mapped to the run's "
-				  "(IDEMPOTENCY_SIGNOFF_JOB_TYPES): it contains a comma, \"=\" or a space",
-				  job->value[JF_JOB_TYPE]);
-		return 2;
-	}
-	for (i = 0; i < (int) (sizeof(keyed) / sizeof(keyed[0])); i++)
-		if (job->value[keyed[i]] && strstr(job->value[keyed[i]], "{key}") == NULL)
-		{
-			job_error(job, job->line[keyed[i]], "\"%s\" has no {key} (%s)",
-					  job_field_names[keyed[i]], job_field_what[keyed[i]]);
-			return 2;
-		}
-	if (job->value[JF_EFFECTS] && job->value[JF_EFFECTS_SQL])
-	{
-		job_error(job, job->line[JF_EFFECTS_SQL], "give effects or effects_sql, not both (effects is on line %d)",
-				  job->line[JF_EFFECTS]);
-		return 2;
-	}
-	if (job->value[JF_EFFECTS_SQL] && strstr(job->value[JF_EFFECTS_SQL], "$1") == NULL)
-	{
-		job_error(job, job->line[JF_EFFECTS_SQL], "effects_sql has no $1 (the operation key)");
-		return 2;
-	}
-	job->effects_source = job->value[JF_EFFECTS] ? "command" :
-		job->value[JF_EFFECTS_SQL] ? "sql" : "handled reports";
-	if (job->value[JF_POLICIES])
-	{
-		if (!parse_policies(job->value[JF_POLICIES], job->want))
-		{
-			job_error(job, job->line[JF_POLICIES], "policies \"%s\" is not a list of hold, retry, skip, lookup, all",
-					  job->value[JF_POLICIES]);
-			return 2;
-		}
-	}
-	else
-	{
-		job->want[POLICY_HOLD] = job->want[POLICY_RETRY] = job->want[POLICY_SKIP] = true;
-		job->want[POLICY_LOOKUP] = false;
-	}
-	job->lease_s = 3.0;
-	if (job->value[JF_LEASE] && !parse_lease(job->value[JF_LEASE], &job->lease_s))
-	{
-		job_error(job, job->line[JF_LEASE], "lease \"%s\" is not a number of seconds between 0.1 and 600",
-				  job->value[JF_LEASE]);
-		return 2;
-	}
-	job->timeout_s = 30.0;
-	if (job->value[JF_TIMEOUT])
-	{
-		char	   *end;
-
-		errno = 0;
-		job->timeout_s = strtod(job->value[JF_TIMEOUT], &end);
-		if (end == job->value[JF_TIMEOUT] || *trim(end) != '\0' || errno != 0 ||
-			!(job->timeout_s >= 1.0 && job->timeout_s <= 3600.0))
-		{
-			job_error(job, job->line[JF_TIMEOUT], "timeout \"%s\" is not a number of seconds between 1 and 3600",
-					  job->value[JF_TIMEOUT]);
-			return 2;
-		}
-	}
-
-	/* the directory the commands run in: dir, or the job file's */
-	copy_str(base, sizeof(base), path);
-	slash = strrchr(base, '/');
-	if (slash == NULL)
-		copy_str(base, sizeof(base), ".");
-	else if (slash == base)
-		base[1] = '\0';
-	else
-		*slash = '\0';
-	{
-		char		want_dir[2100];
-		char		real[PATH_MAX];
-		struct stat st;
-
-		if (job->value[JF_DIR] && job->value[JF_DIR][0] == '/')
-			copy_str(want_dir, sizeof(want_dir), job->value[JF_DIR]);
-		else if (job->value[JF_DIR])
-			snprintf(want_dir, sizeof(want_dir), "%s/%s", base, job->value[JF_DIR]);
-		else
-			copy_str(want_dir, sizeof(want_dir), base);
-		if (realpath(want_dir, real) == NULL || stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
-		{
-			job_error(job, job->line[JF_DIR], "the directory %s (%s) is not there: %s",
-					  want_dir, job->value[JF_DIR] ? "dir" : "the job file's",
-					  errno ? strerror(errno) : "not a directory");
-			return 2;
-		}
-		copy_str(job->dir, sizeof(job->dir), real);
-	}
-	return 0;
-
-bad:
-	free(line);
-	if (f)
-		fclose(f);
-	return 2;
-}
-
-/* ---------------------------------------------------------------------
- * The cases of a sign-off run
- * --------------------------------------------------------------------- */
-
-typedef struct signoff_state signoff_state;
-typedef void (*signoff_case_fn) (signoff_state *s);
-
-typedef struct signoff_case
-{
-	case_def	def;			/* id and title, for case_expectations() */
-	signoff_case_fn run;
-	int			nkeys;
-} signoff_case;
-
-static void sc_1(signoff_state *s);
-static void sc_2(signoff_state *s);
-static void sc_3(signoff_state *s);
-static void sc_4(signoff_state *s);
-static void sc_5(signoff_state *s);
-static void sc_6(signoff_state *s);
-static void sc_7a(signoff_state *s);
-static void sc_7b(signoff_state *s);
-static void sc_9(signoff_state *s);
-static void sc_10(signoff_state *s);
-static void sc_11(signoff_state *s);
-static void sc_12(signoff_state *s);
-static void sc_13(signoff_state *s);
-
-static const signoff_case signoff_cases[] = {
-	{{"1", "first delivery", NULL}, sc_1, 1},
-	{{"2", "same message again after success", NULL}, sc_2, 1},
-	{{"3", "same message to two workers at once", NULL}, sc_3, 1},
-	{{"4", "another key at the same time", NULL}, sc_4, 2},
-	{{"5", "worker killed after the claim, before the effect", NULL}, sc_5, 1},
-	{{"6", "worker killed after the handler, before completion", NULL}, sc_6, 1},
-	{{"7a", "case 5's message again inside the lease", NULL}, sc_7a, 1},
-	{{"7b", "case 6's message again inside the lease", NULL}, sc_7b, 1},
-	{{"9", "slow worker completes after a redelivery", NULL}, sc_9, 1},
-	{{"10", "known failure at the claim: released", NULL}, sc_10, 1},
-	{{"11", "same key with other arguments", NULL}, sc_11, 1},
-	{{"12", "long job heartbeats past its lease", NULL}, sc_12, 1},
-	{{"13", "stale claim that no redelivery touches", NULL}, sc_13, 1},
-};
-#define N_SIGNOFF_CASES ((int) (sizeof(signoff_cases) / sizeof(signoff_cases[0])))
-
-static bool
-signoff_case_wanted(const char *cases, const signoff_job *job, const char *id)
-{
-	if (strcmp(id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
-		return false;
-	return case_selected(cases, id);
-}
-
-int
-signoff_count_cases(const char *cases, const signoff_job *job)
-{
-	int			k,
-				n = 0;
-
-	for (k = 0; k < N_SIGNOFF_CASES; k++)
-		if (signoff_case_wanted(cases, job, signoff_cases[k].def.id))
-			n++;
-	return n;
-}
-
-/* ---------------------------------------------------------------------
- * State
- * --------------------------------------------------------------------- */
-
-/* a process group the run started: a worker, or a command */
-typedef struct sproc
-{
-	bool		used;			/* the slot holds a group of this run */
-	pid_t		pid;			/* also its process group (setsid) */
-	char		name[16];		/* "w1" */
-	char		log[600];
-	bool		reaped;
-	bool		killed;
-	bool		gone;			/* the whole group is gone */
-	int			status;			/* exit status, 128 + signal */
-} sproc;
-
-/* one delivery of a message: a claimed or a judged point */
-typedef struct delivery
-{
-	char		key[KEYSZ];
-	bool		runs;			/* claimed (run or verify), else judged */
-	char		verdict[32];
-	char		sqlstate[8];
-	int			attempt;
-	long		pid;
-	bool		heartbeat;
-	bool		handled;
-	bool		killed;
-	bool		failed;			/* answered fail at claimed */
-	char		mark[32];		/* the case's word for it: "slow", ... */
-	char		after[24];		/* an item after it: "released" */
-	int			eff_before;		/* verify: effects at claimed; -1 */
-	int			eff_after;		/* verify: effects at handled; -1 */
-	bool		stray;			/* not a key of the case it came in */
-} delivery;
-
-/* one exchange on the socket */
-typedef enum
-{
-	X_READING,
-	X_HELD,						/* waiting for the case's answer */
-	X_GONE						/* the worker closed it while held */
-} xstate;
-
-typedef struct exch
-{
-	int			fd;
-	xstate		state;
-	char		buf[4096];
-	size_t		len;
-	/* the line */
-	char		point[16];
-	char		job_type[200];
-	char		key[KEYSZ];
-	char		verdict[32];
-	char		sqlstate[8];
-	int			attempt;
-	long		pid;
-	int			v;
-	bool		heartbeat;
-	int			delivery;		/* index into deliveries, or -1 */
-} exch;
-
-typedef struct arm
-{
-	int			key;			/* index into the case's keys */
-	char		point[16];
-	bool		on;
-} arm;
-
-struct signoff_state
-{
-	matrix_ctx *ctx;
-	const signoff_job *job;
-	char		sock[300];
-	int			lfd;
-	char		cmd_out[300];
-	char		cmd_err[300];
-
-	/* the policy */
-	policy_t	policy;
-	char		job_type[160];	/* the run's: <prefix>_<policy> */
-	char		map[400];		/* IDEMPOTENCY_SIGNOFF_JOB_TYPES */
-
-	/* the case */
-	case_result *cr;
-	const char *case_id;
-	char		keys[2][KEYSZ];
-	int			nkeys;
-	int			enqueued[2];
-	int			workers[MAX_CASE_WORKERS];	/* indexes into procs */
-	int			nworkers;
-	arm			arms[4];
-	bool		not_armed;		/* a case found no worker reaching its point */
-	char		record_early[CELL]; /* the record, read before the case's end */
-
-	exch	   *x[MAX_EXCH];
-	int			nx;
-	delivery   *d;
-	int			nd;
-	int			dcap;
-};
-
-static sproc procs[MAX_PROCS];
-static int	nprocs;
-static signoff_state *live_state;
+sproc		procs[MAX_PROCS];
+int			nprocs;
+signoff_state *live_state;
 
 /* ---------------------------------------------------------------------
  * Processes: each in a session and process group of its own
@@ -590,6 +180,9 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 		unsetenv("IDEMPOTENCY_SIGNOFF");
 		unsetenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES");
 		unsetenv("IDEMPOTENCY_SIGNOFF_LEASE");
+		unsetenv("IDEMPOTENCY_SIGNOFF_CASE");
+		unsetenv("IDEMPOTENCY_SIGNOFF_DSN");
+		unsetenv("IDEMPOTENCY_SIGNOFF_RUN");
 		for (; env && *env; env++)
 			putenv(*env);
 		if (chdir(s->job->dir) != 0)
@@ -629,13 +222,14 @@ track_proc(pid_t pid, const char *name, const char *log)
 	memset(p, 0, sizeof(*p));
 	p->used = true;
 	p->pid = pid;
+	guardian_group(pid);
 	copy_str(p->name, sizeof(p->name), name);
 	copy_str(p->log, sizeof(p->log), log);
 	return i;
 }
 
 /* a group that is gone: its slot may be used again */
-static void
+void
 forget_proc(int i)
 {
 	if (procs[i].gone)
@@ -679,7 +273,10 @@ reap(void)
 		if (!p->reaped && r < 0 && errno == ECHILD)
 			p->reaped = true;	/* reaped elsewhere; status unknown */
 		if (p->reaped && kill(-p->pid, 0) != 0 && errno == ESRCH)
+		{
 			p->gone = true;
+			guardian_gone(p->pid);
+		}
 	}
 }
 
@@ -893,6 +490,9 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	x->attempt = 0;
 	x->pid = 0;
 	x->heartbeat = false;
+	x->has_result = false;
+	x->result[0] = '\0';
+	x->backend_pid = 0;
 	if (*p++ != '{')
 		goto bad;
 	p = skip_ws(p);
@@ -901,7 +501,7 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	for (;;)
 	{
 		char		name[32];
-		char		sval[256];
+		char		sval[512];
 		bool		is_str = false;
 		bool		is_null = false;
 		double		num = 0;
@@ -963,6 +563,13 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 			x->pid = (long) num;
 		else if (strcmp(name, "heartbeat") == 0 && !is_str && !is_null)
 			x->heartbeat = num != 0;
+		else if (strcmp(name, "backend_pid") == 0 && !is_str && !is_null)
+			x->backend_pid = (long) num;
+		else if (strcmp(name, "result") == 0 && is_str)
+		{
+			x->has_result = true;
+			copy_str(x->result, sizeof(x->result), sval);
+		}
 		p = skip_ws(p);
 		if (*p == ',')
 		{
@@ -1013,7 +620,7 @@ exch_free(signoff_state *s, exch *x)
 }
 
 /* the answer line, and the exchange is over */
-static void
+void
 answer(signoff_state *s, exch *x, const char *word)
 {
 	char		line[32];
@@ -1029,17 +636,141 @@ answer(signoff_state *s, exch *x, const char *word)
 	exch_free(s, x);
 }
 
-static int	effects_count(signoff_state *s, const char *key, bool pump_meanwhile);
 
+/* does key contain k as its prefix or suffix, at a boundary ("refund:K", "K/v2")? */
+static bool
+contains_key(const char *key, const char *k)
+{
+	size_t		n = strlen(key);
+	size_t		m = strlen(k);
+
+	if (n <= m)
+		return false;
+	if (strncmp(key, k, m) == 0 && !isalnum((unsigned char) key[m]))
+		return true;
+	return strcmp(key + n - m, k) == 0 && !isalnum((unsigned char) key[n - m - 1]);
+}
+
+/*
+ * The case's key a claimed key maps to, or -1: the operation key given by
+ * the job file (key, key_command) or seen before, else one that contains
+ * the run's key as its prefix or suffix (learned here: the record is read
+ * under it from now on).
+ */
 static int
 case_key(signoff_state *s, const char *key)
 {
 	int			i;
 
 	for (i = 0; i < s->nkeys; i++)
-		if (strcmp(s->keys[i], key) == 0)
+		if (strcmp(s->opkey[i], key) == 0)
 			return i;
+	if (s->job->value[JF_KEY] || s->job->value[JF_KEY_COMMAND])
+		return -1;
+	for (i = 0; i < s->nkeys; i++)
+		if (!s->opkey_known[i] && contains_key(key, s->keys[i]))
+		{
+			copy_str(s->opkey[i], KEYSZ, key);
+			s->opkey_known[i] = true;
+			know_key(s, key);
+			if (s->cr)
+				case_note(s->cr, "The worker claims %s under the operation key %s, which contains it: the record is read under that key.",
+						  s->keys[i], key);
+			return i;
+		}
 	return -1;
+}
+
+/*
+ * A key of this run (an earlier case's, kept by the queue), not one the
+ * worker made up: an operation key the run knew (given, or seen), or one
+ * that holds a run key "signoff-<run>-..." at a boundary.
+ */
+static bool
+run_key(signoff_state *s, const char *key)
+{
+	char		mark[64];
+	const char *p;
+	int			i;
+
+	if (s->job->reference)
+		return true;
+	for (i = 0; i < s->nknown; i++)
+		if (strcmp(s->known[i], key) == 0)
+			return true;
+	snprintf(mark, sizeof(mark), "signoff-%s-", s->ctx->run_id);
+	for (p = strstr(key, mark); p; p = strstr(p + 1, mark))
+		if (p == key || !isalnum((unsigned char) p[-1]))
+		{
+			const char *end = p + strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-");
+
+			if (!isalnum((unsigned char) *end))
+				return true;
+		}
+	return false;
+}
+
+/* remember an operation key of this run, for run_key() */
+void
+know_key(signoff_state *s, const char *key)
+{
+	if (s->nknown < MAX_KNOWN)
+		copy_str(s->known[s->nknown++], KEYSZ, key);
+}
+
+/*
+ * A claim under a key the run cannot map: the case fails at once, naming
+ * the key seen and the key expected, and every wait of the run ends.
+ */
+static void
+unmappable_key(signoff_state *s, const exch *x)
+{
+	if (s->cr == NULL)
+		return;
+	s->nunmapped++;
+	s->unmappable = true;
+	if (s->unmapped[0] == '\0')
+	{
+		copy_str(s->unmapped, KEYSZ, x->key);
+		case_fail(s->cr, "a worker claimed under the key \"%s\" (point %s), which the run cannot map to its key \"%s\": "
+				  "the operation key must be the run's key, contain it as a prefix or suffix (refund:{key}), or be "
+				  "declared in the job file (key = a template with {key}, key_command = a command that prints it)",
+				  x->key, x->point, s->nkeys > 0 ? s->keys[0] : "?");
+	}
+	else if (s->nunmapped == 2)
+	{
+		if (strcmp(s->unmapped, x->key) != 0)
+			case_fail(s->cr, "the key changes between deliveries of one message (\"%s\", then \"%s\"): it is a "
+					  "message id (Sidekiq's jid, SQS's MessageId, Celery's task id), not the operation's key, so "
+					  "no redelivery can ever find the first claim", s->unmapped, x->key);
+		else
+			case_note(s->cr, "The same message sent again was claimed under the same key \"%s\": the key is the "
+					  "same for every delivery, but made differently from the run's key.", x->key);
+	}
+}
+
+static bool
+pred_probed(signoff_state *s, const void *arg)
+{
+	(void) arg;
+	return s->nunmapped >= 2;
+}
+
+/*
+ * After the first claim under a key the run cannot map: the same message
+ * once more, to tell a key made differently (the same again) from a
+ * message id (another one).
+ */
+static void
+probe_key(signoff_state *s)
+{
+	if (s->key_probed || s->nkeys == 0)
+		return;
+	s->key_probed = true;
+	s->unmappable = false;		/* so that the wait below can run */
+	if (enqueue(s, 0, JF_ENQUEUE))
+		wait_for(s, pred_probed, NULL, true, s->job->timeout_s);
+	s->unmappable = true;
 }
 
 static delivery *
@@ -1065,7 +796,10 @@ new_delivery(signoff_state *s, const exch *x)
 	d->attempt = x->attempt;
 	d->pid = x->pid;
 	d->heartbeat = x->heartbeat;
+	d->has_result = x->has_result;
+	copy_str(d->result, sizeof(d->result), x->result);
 	d->eff_before = d->eff_after = -1;
+	d->ki = x->ki;
 	return d;
 }
 
@@ -1099,6 +833,7 @@ arrived(signoff_state *s, exch *x)
 	claimed = strcmp(x->point, "claimed") == 0;
 	judged = strcmp(x->point, "judged") == 0;
 	ki = case_key(s, x->key);
+	x->ki = ki;
 	x->delivery = -1;
 	if (claimed || judged)
 	{
@@ -1110,7 +845,7 @@ arrived(signoff_state *s, exch *x)
 		if (claimed && ki >= 0 && strcmp(x->verdict, "verify") == 0 &&
 			strcmp(s->job->effects_source, "handled reports") != 0)
 		{
-			int			n = effects_count(s, x->key, false);
+			int			n = effects_count(s, s->keys[ki], false);
 
 			d = &s->d[x->delivery];
 			d->eff_before = n;
@@ -1136,10 +871,17 @@ arrived(signoff_state *s, exch *x)
 		x->delivery = i;
 		if (ki >= 0 && s->d[i].eff_before >= 0)
 		{
-			int			n = effects_count(s, x->key, false);
+			int			n = effects_count(s, s->keys[ki], false);
 
 			s->d[x->delivery].eff_after = n;
 		}
+	}
+	if (ki < 0 && !run_key(s, x->key))
+	{
+		if (claimed || judged)
+			unmappable_key(s, x);	/* a delivery; its handled point is no other */
+		answer(s, x, "continue");
+		return;
 	}
 	if (ki < 0)
 	{
@@ -1165,7 +907,7 @@ arrived(signoff_state *s, exch *x)
  * Take in what the socket has within ms milliseconds: new connections,
  * lines, closed connections; and reap the groups that ended.
  */
-static void
+void
 pump(signoff_state *s, int ms)
 {
 	struct pollfd pfd[MAX_EXCH + 1];
@@ -1258,6 +1000,42 @@ pump(signoff_state *s, int ms)
 }
 
 /* ---------------------------------------------------------------------
+ * The environment of the run's processes
+ * --------------------------------------------------------------------- */
+
+#define N_ENV 6
+
+typedef struct run_env
+{
+	char		var[N_ENV][1200];
+	char	   *env[N_ENV + 1];
+} run_env;
+
+/*
+ * What every worker and command gets: the run's id, the job-type map, the
+ * lease, the case, the run's database (--dsn; else the worker uses its own
+ * configuration or libpq's environment); a worker also the socket.
+ */
+static void
+make_env(signoff_state *s, bool worker, run_env *e)
+{
+	int			n = 0;
+	int			i;
+
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_RUN=%s", s->ctx->run_id);
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_JOB_TYPES=%s", s->map);
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_LEASE=%g", s->job->lease_s);
+	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_CASE=%s", s->case_id ? s->case_id : "");
+	if (s->ctx->dsn)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_DSN=%s", s->ctx->dsn);
+	if (worker)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
+	for (i = 0; i < n; i++)
+		e->env[i] = e->var[i];
+	e->env[n] = NULL;
+}
+
+/* ---------------------------------------------------------------------
  * Commands: enqueue, enqueue_other, effects
  * --------------------------------------------------------------------- */
 
@@ -1289,14 +1067,13 @@ read_file(const char *path, sbuf *b, size_t max)
  * the command, its exit status and the end of its standard error, and the
  * result is non-zero.
  */
-static int
+int
 run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwhile,
 			sbuf *out)
 {
 	sbuf		cmd;
 	char		why[256];
-	char		runvar[80];
-	char	   *env[2];
+	static run_env env;
 	pid_t		pid;
 	int			idx;
 	int			status;
@@ -1305,10 +1082,8 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 
 	sb_init(&cmd);
 	expand(&cmd, s->job->value[which], key);
-	snprintf(runvar, sizeof(runvar), "IDEMPOTENCY_SIGNOFF_RUN=%s", s->ctx->run_id);
-	env[0] = runvar;
-	env[1] = NULL;
-	pid = spawn(s, sb_str(&cmd), s->cmd_out, s->cmd_err, false, env, why, sizeof(why));
+	make_env(s, false, &env);
+	pid = spawn(s, sb_str(&cmd), s->cmd_out, s->cmd_err, false, env.env, why, sizeof(why));
 	idx = pid < 0 ? -1 : track_proc(pid, job_field_names[which], s->cmd_err);
 	if (idx < 0)
 	{
@@ -1404,7 +1179,7 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
  * the handler runs that returned (handled reports). -1: could not be
  * counted (the case fails, noted).
  */
-static int
+int
 effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 {
 	if (s->job->value[JF_EFFECTS])
@@ -1466,7 +1241,7 @@ effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
  * Workers
  * --------------------------------------------------------------------- */
 
-static bool
+bool
 start_workers(signoff_state *s, int n)
 {
 	int			i;
@@ -1476,11 +1251,7 @@ start_workers(signoff_state *s, int n)
 		char		name[16];
 		char		log[600];
 		char		why[256];
-		char		v_sock[400];
-		char		v_map[500];
-		char		v_lease[80];
-		char		v_run[80];
-		char	   *env[5];
+		static run_env env;
 		pid_t		pid;
 		int			idx;
 
@@ -1489,16 +1260,8 @@ start_workers(signoff_state *s, int n)
 		snprintf(name, sizeof(name), "w%d", s->nworkers + 1);
 		snprintf(log, sizeof(log), "%s/%s-%s-%s.log", s->ctx->signoff_dir,
 				 policy_names[s->policy], s->case_id, name);
-		snprintf(v_sock, sizeof(v_sock), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
-		snprintf(v_map, sizeof(v_map), "IDEMPOTENCY_SIGNOFF_JOB_TYPES=%s", s->map);
-		snprintf(v_lease, sizeof(v_lease), "IDEMPOTENCY_SIGNOFF_LEASE=%g", s->job->lease_s);
-		snprintf(v_run, sizeof(v_run), "IDEMPOTENCY_SIGNOFF_RUN=%s", s->ctx->run_id);
-		env[0] = v_sock;
-		env[1] = v_map;
-		env[2] = v_lease;
-		env[3] = v_run;
-		env[4] = NULL;
-		pid = spawn(s, s->job->value[JF_WORKER], log, NULL, true, env, why, sizeof(why));
+		make_env(s, true, &env);
+		pid = spawn(s, s->job->value[JF_WORKER], log, NULL, true, env.env, why, sizeof(why));
 		idx = pid < 0 ? -1 : track_proc(pid, name, log);
 		if (idx < 0)
 		{
@@ -1539,7 +1302,7 @@ any_worker_alive(signoff_state *s)
 }
 
 /* the worker at x's point dies: SIGKILL to its group, and no answer */
-static bool
+bool
 kill_at(signoff_state *s, exch *x, const char *where)
 {
 	int			w = worker_of(s, x->pid);
@@ -1566,7 +1329,7 @@ kill_at(signoff_state *s, exch *x, const char *where)
  * message in hand and exits), the socket served meanwhile (every point is
  * answered continue), SIGKILL after the timeout.
  */
-static void
+void
 stop_workers(signoff_state *s)
 {
 	int			i;
@@ -1602,22 +1365,14 @@ stop_workers(signoff_state *s)
  * Waiting
  * --------------------------------------------------------------------- */
 
-typedef enum
-{
-	WAIT_OK,
-	WAIT_TIMEOUT,
-	WAIT_INTERRUPTED,
-	WAIT_NO_WORKER
-} wres;
 
-typedef bool (*wait_pred) (signoff_state *s, const void *arg);
 
 /*
  * Serve the socket until pred holds; bounded by the timeout, and (with
  * need_worker) by the case's workers: when all of them ended, nothing can
  * make pred true.
  */
-static wres
+wres
 wait_for(signoff_state *s, wait_pred pred, const void *arg, bool need_worker, double limit)
 {
 	double		t0 = now_seconds();
@@ -1628,6 +1383,8 @@ wait_for(signoff_state *s, wait_pred pred, const void *arg, bool need_worker, do
 			return WAIT_OK;
 		if (matrix_interrupted)
 			return WAIT_INTERRUPTED;
+		if (s->unmappable)
+			return WAIT_UNMAPPED;
 		if (need_worker && !any_worker_alive(s))
 		{
 			pump(s, 0);
@@ -1638,6 +1395,7 @@ wait_for(signoff_state *s, wait_pred pred, const void *arg, bool need_worker, do
 		pump(s, POLL_MS);
 	}
 }
+
 
 static int	case_points(signoff_state *s);
 
@@ -1651,6 +1409,11 @@ wait_failed(signoff_state *s, wres r, const char *what)
 	if (r == WAIT_INTERRUPTED)
 	{
 		case_fail(s->cr, "interrupted");
+		return;
+	}
+	if (r == WAIT_UNMAPPED)
+	{
+		probe_key(s);			/* the case failed naming the key already */
 		return;
 	}
 	if (r == WAIT_NO_WORKER)
@@ -1681,7 +1444,7 @@ wait_failed(signoff_state *s, wres r, const char *what)
 }
 
 /* deliveries (claimed or judged points) of the case, all keys or key ki */
-static int	case_first_delivery;
+int			case_first_delivery;
 
 static int
 case_points(signoff_state *s)
@@ -1701,19 +1464,19 @@ count_deliveries(signoff_state *s, int ki)
 				n = 0;
 
 	for (i = case_first_delivery; i < s->nd; i++)
-		if (!s->d[i].stray && strcmp(s->d[i].key, s->keys[ki]) == 0)
+		if (!s->d[i].stray && s->d[i].ki == ki)
 			n++;
 	return n;
 }
 
 /* the n-th (1-based) delivery of key ki in this case (its index), or -1 */
-static int
+int
 nth_delivery(signoff_state *s, int ki, int n)
 {
 	int			i;
 
 	for (i = case_first_delivery; i < s->nd; i++)
-		if (!s->d[i].stray && strcmp(s->d[i].key, s->keys[ki]) == 0 && --n == 0)
+		if (!s->d[i].stray && s->d[i].ki == ki && --n == 0)
 			return i;
 	return -1;
 }
@@ -1733,7 +1496,7 @@ pred_nth(signoff_state *s, const void *arg)
 }
 
 /* wait for the n-th delivery of key ki: its index; -1: failed (noted) */
-static int
+int
 wait_nth(signoff_state *s, int ki, int n)
 {
 	nth_arg		a = {ki, n};
@@ -1760,7 +1523,7 @@ find_held(signoff_state *s, int ki, const char *point)
 
 	for (i = 0; i < s->nx; i++)
 		if (s->x[i]->state != X_READING && strcmp(s->x[i]->point, point) == 0 &&
-			strcmp(s->x[i]->key, s->keys[ki]) == 0)
+			s->x[i]->ki == ki)
 			return s->x[i];
 	return NULL;
 }
@@ -1773,7 +1536,7 @@ pred_held(signoff_state *s, const void *arg)
 	return find_held(s, a->ki, a->point) != NULL;
 }
 
-static void
+void
 arm_point(signoff_state *s, int ki, const char *point)
 {
 	int			i;
@@ -1789,7 +1552,7 @@ arm_point(signoff_state *s, int ki, const char *point)
 }
 
 /* wait until a worker stands at the armed point of key ki; NULL: failed */
-static exch *
+exch *
 wait_held(signoff_state *s, int ki, const char *point)
 {
 	held_arg	a = {ki, point};
@@ -1815,7 +1578,7 @@ wait_held(signoff_state *s, int ki, const char *point)
 }
 
 /* status and attempt of the record; false: none (or an error, noted) */
-static bool
+bool
 record_row(signoff_state *s, const char *key, char *status, size_t ssz, int *attempt)
 {
 	PGresult   *res = record_query(s->ctx, s->job_type, key);
@@ -1875,7 +1638,7 @@ held_delivery(signoff_state *s, const delivery *d)
  * returned (handled) and completed (the record moved on). False: a wait
  * failed (noted).
  */
-static bool
+bool
 settle(signoff_state *s)
 {
 	int			ki;
@@ -1924,7 +1687,7 @@ settle(signoff_state *s)
 	return true;
 }
 
-static bool
+bool
 enqueue(signoff_state *s, int ki, job_field which)
 {
 	if (run_command(s, which, s->keys[ki], true, NULL) != 0)
@@ -1949,7 +1712,7 @@ delivery_text(const delivery *d, char *buf, size_t sz)
 			snprintf(buf, sz, "%s", d->verdict[0] ? d->verdict : "?");
 	}
 	else if (d->killed)
-		snprintf(buf, sz, "%s (killed)", d->verdict);
+		snprintf(buf, sz, "%s (%s)", d->verdict, d->mark[0] ? d->mark : "killed");
 	else if (d->mark[0])
 		snprintf(buf, sz, "%s (%s)", d->verdict, d->mark);
 	else if (strcmp(d->verdict, "verify") == 0 && d->eff_before >= 0 && d->eff_after >= 0)
@@ -1966,7 +1729,6 @@ runs_nothing(const char *v)
 		strcmp(v, "held") == 0 || strcmp(v, "skipped") == 0 || strcmp(v, "busy") == 0;
 }
 
-#define MAX_ITEMS 24
 
 static int
 split_items(const char *list, char items[][64])
@@ -2035,12 +1797,37 @@ judge_verdicts(signoff_state *s, const char *observed)
 		copy_str(cr->obs_verdicts, CELL, observed[0] ? observed : "no answer");
 }
 
-/* the end of a case: effects (the workers are stopped), records, verdicts */
+/* "run, in_progress, in_progress" -> "run, 2× in_progress" (case 3s) */
 static void
+group_items(char *list, size_t sz, bool utf8)
+{
+	static char items[MAX_ITEMS][64];
+	int			n = split_items(list, items);
+	int			i = 0;
+
+	list[0] = '\0';
+	while (i < n)
+	{
+		int			j = i;
+		char		item[96];
+
+		while (j < n && strcmp(items[j], items[i]) == 0)
+			j++;
+		if (j - i > 1)
+			snprintf(item, sizeof(item), "%d%s %s", j - i, utf8 ? "\xC3\x97" : "x", items[i]);
+		else
+			snprintf(item, sizeof(item), "%s", items[i]);
+		list_append(list, sz, item);
+		i = j;
+	}
+}
+
+/* the end of a case: effects (the workers are stopped), records, verdicts */
+void
 observe(signoff_state *s, const char *suffix)
 {
 	case_result *cr = s->cr;
-	char		items[CELL * 2] = "";
+	char		items[CELL * 8] = "";
 	int			ki,
 				i;
 
@@ -2073,7 +1860,7 @@ observe(signoff_state *s, const char *suffix)
 		{
 			char		rec[CELL];
 
-			record_text_of(s->ctx, cr, s->job_type, s->keys[ki], rec, sizeof(rec), NULL, 0);
+			record_text_of(s->ctx, cr, s->job_type, s->opkey[ki], rec, sizeof(rec), NULL, 0);
 			list_append(cr->obs_record, CELL, rec);
 		}
 	for (ki = 0; ki < s->nkeys; ki++)
@@ -2081,7 +1868,7 @@ observe(signoff_state *s, const char *suffix)
 		{
 			char		t[64];
 
-			if (s->d[i].stray || strcmp(s->d[i].key, s->keys[ki]) != 0)
+			if (s->d[i].stray || s->d[i].ki != ki)
 				continue;
 			delivery_text(&s->d[i], t, sizeof(t));
 			list_append(items, sizeof(items), t);
@@ -2090,6 +1877,8 @@ observe(signoff_state *s, const char *suffix)
 		}
 	if (suffix && suffix[0])
 		list_append(items, sizeof(items), suffix);
+	if (strcmp(s->case_id, "3s") == 0)
+		group_items(items, sizeof(items), s->ctx->utf8);
 	judge_verdicts(s, items);
 }
 
@@ -2101,603 +1890,18 @@ pump_idle(void *arg, int ms)
 }
 
 /* the record of key ki must be a claim for stale_claims() to list it */
-static bool
+bool
 wait_stale_checked(signoff_state *s, int ki)
 {
 	char		status[32];
 	int			attempt = 0;
 
-	if (record_row(s, s->keys[ki], status, sizeof(status), &attempt) && strcmp(status, "claimed") != 0)
+	if (record_row(s, s->opkey[ki], status, sizeof(status), &attempt) && strcmp(status, "claimed") != 0)
 	{
 		case_fail(s->cr, "the record of %s is %s #%d already, so stale_claims() will never list it: "
 				  "was the completion sent before the handler returned?", s->keys[ki], status, attempt);
 		return false;
 	}
-	return stale_wait(s->ctx, s->cr, s->job_type, s->keys[ki], policy_names[s->policy],
+	return stale_wait(s->ctx, s->cr, s->job_type, s->opkey[ki], policy_names[s->policy],
 					  pump_idle, s);
-}
-
-/* ---------------------------------------------------------------------
- * The cases
- * --------------------------------------------------------------------- */
-
-/* 1: one worker, one message: run, completed #1, one effect */
-static void
-sc_1(signoff_state *s)
-{
-	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE))
-		settle(s);
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-/* 2: the same message again after it completed: judged completed */
-static void
-sc_2(signoff_state *s)
-{
-	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE) && settle(s) &&
-		enqueue(s, 0, JF_ENQUEUE))
-		settle(s);
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-/*
- * 3: two workers; the first delivery is held at claimed, and the same
- * message is enqueued again meanwhile: the other worker's claim meets the
- * claim in flight (in_progress). Enqueued only once the first stands at
- * claimed, so that the two points arrive in the order of the claims.
- */
-static void
-sc_3(signoff_state *s)
-{
-	exch	   *x;
-	int			other;
-
-	arm_point(s, 0, "claimed");
-	if (start_workers(s, 2) && enqueue(s, 0, JF_ENQUEUE) &&
-		(x = wait_held(s, 0, "claimed")) != NULL)
-	{
-		long		pid = x->pid;
-
-		if (enqueue(s, 0, JF_ENQUEUE) && (other = wait_nth(s, 0, 2)) >= 0)
-			case_note(s->cr, "While pid %ld stood at claimed, the same message went to pid %ld, which was judged %s.",
-					  pid, s->d[other].pid, s->d[other].runs ? "run" : s->d[other].verdict);
-		answer(s, x, "continue");
-		settle(s);
-	}
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-/* 4: another key at the same time, two workers: both run, one effect each */
-static void
-sc_4(signoff_state *s)
-{
-	if (start_workers(s, 2) && enqueue(s, 0, JF_ENQUEUE) && enqueue(s, 1, JF_ENQUEUE))
-		settle(s);
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-/*
- * 5, 6: the worker is killed at claimed (before the handler) or at handled
- * (after it, before the completion); after the lease a new worker gets the
- * same message again. 7a, 7b: the same deaths, the message again inside the
- * lease (a second worker is started with the first, so that no worker start
- * stands between the death and the redelivery).
- */
-static void
-death(signoff_state *s, const char *point, bool after_lease)
-{
-	exch	   *x;
-	bool		at_claimed = strcmp(point, "claimed") == 0;
-
-	arm_point(s, 0, point);
-	if (!start_workers(s, after_lease ? 1 : 2) || !enqueue(s, 0, JF_ENQUEUE) ||
-		(x = wait_held(s, 0, point)) == NULL ||
-		!kill_at(s, x, at_claimed ? "after its claim committed, before the handler"
-				 : "after the handler returned, before the completion"))
-		goto out;
-	if (after_lease && (!wait_stale_checked(s, 0) || !start_workers(s, 1)))
-		goto out;
-	if (!enqueue(s, 0, JF_ENQUEUE))
-		goto out;
-	if (!after_lease)
-	{
-		int			i = wait_nth(s, 0, 2);
-
-		if (i < 0)
-			goto out;
-		/* the record now, while the lease still runs */
-		record_text_of(s->ctx, s->cr, s->job_type, s->keys[0], s->record_early,
-					   sizeof(s->record_early), NULL, 0);
-		if (!s->d[i].runs && strcmp(s->d[i].verdict, "in_progress") == 0)
-			case_note(s->cr, "The message came again inside the lease: pid %ld was judged in_progress, and the attempt is still 1.",
-					  s->d[i].pid);
-		else if (strstr(s->record_early, "stale"))
-			case_fail(s->cr, "the lease had already run out when the message came again: the worker or the queue "
-					  "took longer than the lease (%s); give a longer lease in the job file", s->ctx->lease_sql);
-	}
-	settle(s);
-out:
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-static void
-sc_5(signoff_state *s)
-{
-	death(s, "claimed", true);
-}
-
-static void
-sc_6(signoff_state *s)
-{
-	death(s, "handled", true);
-}
-
-static void
-sc_7a(signoff_state *s)
-{
-	death(s, "claimed", false);
-}
-
-static void
-sc_7b(signoff_state *s)
-{
-	death(s, "handled", false);
-}
-
-/*
- * 9: a slow (not dead) worker: held at handled past the lease; the same
- * message again to a new worker, which takes over or not per the policy;
- * then the slow one goes on and sends its completion. The protocol has no
- * point after handled, so its outcome is read from the record once the
- * workers stopped: completed with its attempt (accepted), or with a later
- * attempt (a takeover's; the slow one's completion was refused, ID003,
- * because the attempt is the fencing token).
- */
-static void
-sc_9(signoff_state *s)
-{
-	exch	   *x = NULL;
-	int			a1 = 0;
-	char		suffix[64] = "";
-
-	arm_point(s, 0, "handled");
-	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
-		(x = wait_held(s, 0, "handled")) == NULL)
-		goto out;
-	a1 = x->attempt;
-	if (x->delivery >= 0)
-		copy_str(s->d[x->delivery].mark, sizeof(s->d[x->delivery].mark), "slow");
-	case_note(s->cr, "pid %ld: the handler of attempt %d returned; the worker stands at handled (alive, its heartbeat stopped) past the lease.",
-			  x->pid, a1);
-	if (!wait_stale_checked(s, 0) || !start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
-		!settle(s))
-		goto out;
-	answer(s, x, "continue");
-	x = NULL;
-	settle(s);
-out:
-	stop_workers(s);
-	if (a1 > 0)
-	{
-		char		status[32] = "";
-		int			attempt = 0;
-
-		if (!record_row(s, s->keys[0], status, sizeof(status), &attempt))
-			copy_str(suffix, sizeof(suffix), "late completion no answer");
-		else if (strcmp(status, "completed") == 0 && attempt == a1)
-			copy_str(suffix, sizeof(suffix), "late completion ok");
-		else if (strcmp(status, "completed") == 0 && attempt > a1)
-		{
-			copy_str(suffix, sizeof(suffix), "late completion ID003");
-			case_note(s->cr, "The record is completed #%d by the takeover, so the slow worker's completion with attempt %d "
-					  "was refused (ID003: the attempt is the fencing token); the runner reads this from the record, "
-					  "as the protocol has no point after handled.", attempt, a1);
-		}
-		else
-		{
-			copy_str(suffix, sizeof(suffix), "late completion no answer");
-			case_note(s->cr, "After the slow worker went on and the workers stopped, the record is %s #%d.",
-					  status, attempt);
-		}
-	}
-	observe(s, suffix);
-}
-
-static bool
-pred_released(signoff_state *s, const void *arg)
-{
-	char		status[32];
-	int			attempt = 0;
-
-	(void) arg;
-	return record_row(s, s->keys[0], status, sizeof(status), &attempt) &&
-		strcmp(status, "released") == 0;
-}
-
-/* 10: "fail" at claimed: the helper releases; the next delivery runs */
-static void
-sc_10(signoff_state *s)
-{
-	exch	   *x;
-	int			di;
-
-	arm_point(s, 0, "claimed");
-	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
-		(x = wait_held(s, 0, "claimed")) == NULL)
-		goto out;
-	di = x->delivery;
-	if (di >= 0)
-		s->d[di].failed = true;
-	answer(s, x, "fail");
-	if (wait_for(s, pred_released, NULL, true, s->job->timeout_s) == WAIT_OK)
-	{
-		if (di >= 0)
-			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
-		case_note(s->cr, "Answered fail at claimed: the helper released the claim (the record says released).");
-	}
-	else
-	{
-		if (di >= 0)
-			copy_str(s->d[di].after, sizeof(s->d[di].after), "not released");
-		case_fail(s->cr, "answered fail at claimed, but the record of %s was not released within %g s",
-				  s->keys[0], s->job->timeout_s);
-	}
-	if (enqueue(s, 0, JF_ENQUEUE))
-		settle(s);
-out:
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-/* 11: after completion, the key with other arguments: refused, ID002 */
-static void
-sc_11(signoff_state *s)
-{
-	int			i;
-
-	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) || !settle(s) ||
-		!enqueue(s, 0, JF_ENQUEUE_OTHER) || (i = wait_nth(s, 0, 2)) < 0)
-		goto out;
-	if (!s->d[i].runs)
-		case_note(s->cr, "The message with other arguments was judged %s%s%s.", s->d[i].verdict,
-				  s->d[i].sqlstate[0] ? " " : "", s->d[i].sqlstate);
-	if (settle(s) && enqueue(s, 0, JF_ENQUEUE))
-		settle(s);
-out:
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-/*
- * 12: a long job: held at claimed (inside the heartbeat) for two leases,
- * watched on the database; stale_claims() must never list it, and the same
- * message again is in_progress. A helper without a heartbeat fails it: a
- * job longer than its lease would be taken for a dead one.
- */
-static void
-sc_12(signoff_state *s)
-{
-	exch	   *x;
-	int			di;
-	int			listed = 0;
-	int			polls = 0;
-	bool		reached = false;
-	double		t0;
-	const char *params[2];
-
-	arm_point(s, 0, "claimed");
-	if (!start_workers(s, 2) || !enqueue(s, 0, JF_ENQUEUE) ||
-		(x = wait_held(s, 0, "claimed")) == NULL)
-		goto out;
-	di = x->delivery;
-	if (!x->heartbeat)
-	{
-		if (di >= 0)
-			copy_str(s->d[di].mark, sizeof(s->d[di].mark), "no heartbeat");
-		case_fail(s->cr, "the helper reported heartbeat false at claimed: it does not extend the lease while the handler runs, "
-				  "so a job longer than the lease would be treated as dead; give the handler a heartbeat, "
-				  "or leave case 12 out (--cases) if every run of the job is much shorter than its lease");
-		answer(s, x, "continue");
-		settle(s);
-		goto out;
-	}
-	if (di >= 0)
-		copy_str(s->d[di].mark, sizeof(s->d[di].mark), "heartbeats");
-	params[0] = s->job_type;
-	params[1] = s->keys[0];
-	t0 = now_seconds();
-	progress(s->ctx, "%s case 12: a long job heartbeats past its lease", policy_names[s->policy]);
-	for (;;)
-	{
-		PGresult   *res;
-		bool		done;
-		int			stale;
-
-		res = db_exec(s->ctx,
-					  "SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) "
-					  "       (o.claimed_at OPERATOR(pg_catalog.+) (jt.lease OPERATOR(pg_catalog.*) 2)) "
-					  "FROM idempotency.operations o "
-					  "JOIN idempotency.job_types jt ON jt.job_type OPERATOR(pg_catalog.=) o.job_type "
-					  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
-					  "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
-					  2, params);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		{
-			case_fail(s->cr, "cannot watch the claim: %s", case_sql_error(res, s->ctx));
-			PQclear(res);
-			break;
-		}
-		polls++;
-		done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-		PQclear(res);
-		stale = stale_listed(s->ctx, s->cr, s->job_type, s->keys[0]);
-		if (stale < 0)
-			break;
-		listed += stale;
-		if (done)
-		{
-			reached = true;
-			break;
-		}
-		if (x->state == X_GONE)
-		{
-			case_fail(s->cr, "the worker at claimed (pid %ld) ended while it was held", x->pid);
-			break;
-		}
-		if (matrix_interrupted || now_seconds() - t0 > s->job->lease_s * 2 + s->job->timeout_s)
-		{
-			case_fail(s->cr, "the job never reached two leases");
-			break;
-		}
-		pump(s, POLL_MS);
-	}
-	if (reached && enqueue(s, 0, JF_ENQUEUE) && wait_nth(s, 0, 2) >= 0)
-	{
-		if (stale_listed(s->ctx, s->cr, s->job_type, s->keys[0]) == 1)
-			listed++;
-		case_note(s->cr, "pid %ld stood at claimed, its heartbeat running, for two leases (%.1f s); then the same message came again.",
-				  x->pid, now_seconds() - t0);
-	}
-	if (listed)
-		case_fail(s->cr, "stale_claims() listed the heartbeating claim %d times", listed);
-	else if (reached)
-		case_note(s->cr, "stale_claims() never listed it (%d polls).", polls + 1);
-	answer(s, x, "continue");
-	settle(s);
-out:
-	stop_workers(s);
-	observe(s, NULL);
-}
-
-/*
- * 13: the queue lost the message: killed at claimed, and nothing delivers
- * it again. stale_claims() must not list it inside the lease, and must list
- * it (attempt 1, the policy, expired) once the lease ran out.
- */
-static void
-sc_13(signoff_state *s)
-{
-	exch	   *x;
-	int			early;
-	char		suffix[64] = "";
-	PGresult   *res;
-
-	arm_point(s, 0, "claimed");
-	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
-		(x = wait_held(s, 0, "claimed")) == NULL ||
-		!kill_at(s, x, "after its claim; its message is lost, nothing delivers it again"))
-		goto out;
-	early = stale_listed(s->ctx, s->cr, s->job_type, s->keys[0]);
-	if (early == 1)
-		case_fail(s->cr, "stale_claims() listed the claim inside its lease");
-	else if (early == 0)
-		case_note(s->cr, "Inside the lease stale_claims() does not list it.");
-	if (!wait_stale_checked(s, 0))
-	{
-		copy_str(suffix, sizeof(suffix), "not listed");
-		goto out;
-	}
-	res = stale_claim_query(s->ctx, s->job_type, s->keys[0]);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-	{
-		bool		ok = atoi(PQgetvalue(res, 0, 0)) == 1 &&
-			strcmp(PQgetvalue(res, 0, 2), policy_names[s->policy]) == 0 &&
-			strcmp(PQgetvalue(res, 0, 4), "t") == 0;
-
-		copy_str(suffix, sizeof(suffix), ok ? "listed by stale_claims()" : "listed wrongly");
-		if (ok)
-			case_note(s->cr, "stale_claims() lists it with attempt 1, claimed_by %s, policy %s, stale for %s.",
-					  PQgetvalue(res, 0, 1), policy_names[s->policy], PQgetvalue(res, 0, 3));
-		else
-			case_fail(s->cr, "stale_claims() row: attempt %s, claimed_by %s, policy %s, expired in the past: %s",
-					  PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
-					  PQgetvalue(res, 0, 4));
-	}
-	else
-	{
-		copy_str(suffix, sizeof(suffix), "not listed");
-		case_fail(s->cr, "stale_claims(): %s", case_sql_error(res, s->ctx));
-	}
-	PQclear(res);
-out:
-	stop_workers(s);
-	observe(s, suffix);
-}
-
-/* ---------------------------------------------------------------------
- * The run
- * --------------------------------------------------------------------- */
-
-static void
-print_banner(signoff_state *s)
-{
-	matrix_ctx *ctx = s->ctx;
-	const signoff_job *job = s->job;
-
-	printf("%sSign-off run%s: job type %s on %s, idempotency %s on PostgreSQL %s\n",
-		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
-		   job->value[JF_JOB_TYPE], job->value[JF_QUEUE], ctx->ext_version, ctx->server_version);
-	printf("job file %s; commands run in %s\n", job->path, job->dir);
-	printf("worker: %s\n", job->value[JF_WORKER]);
-	printf("enqueue: %s\n", job->value[JF_ENQUEUE]);
-	if (job->value[JF_ENQUEUE_OTHER])
-		printf("enqueue_other: %s\n", job->value[JF_ENQUEUE_OTHER]);
-	if (job->value[JF_EFFECTS])
-		printf("effects: the command %s\n", job->value[JF_EFFECTS]);
-	else if (job->value[JF_EFFECTS_SQL])
-		printf("effects: the query %s\n", job->value[JF_EFFECTS_SQL]);
-	else
-		printf("effects: the handled reports (handler runs that returned; not proof that an effect landed)\n");
-	printf("server %s; lease %s; timeout %g s; runner idempotency-matrix %s; %s\n",
-		   ctx->server_desc, ctx->lease_sql, job->timeout_s, MATRIX_VERSION, ctx->started_at);
-	printf("job types %s_<policy>, keys signoff-%s-<policy>-<case>-<n>, worker logs in %s\n",
-		   ctx->prefix, ctx->run_id, ctx->signoff_dir);
-	fflush(stdout);
-}
-
-int
-signoff_run(matrix_ctx *ctx, const bool *want, const char *html, const char *json)
-{
-	static signoff_state st;
-	signoff_state *s = &st;
-	struct sockaddr_un addr;
-	const char *tmp = getenv("TMPDIR");
-	policy_result *prs;
-	int			npr = 0;
-	int			p,
-				k;
-	int			total = 0,
-				done = 0;
-	double		t0;
-
-	memset(s, 0, sizeof(*s));
-	s->ctx = ctx;
-	s->job = ctx->job;
-	s->lfd = -1;
-	live_state = s;
-
-	/* the groups' orphans become ours, so that they are reaped and counted */
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
-
-	snprintf(ctx->signoff_dir, sizeof(ctx->signoff_dir), "%s/idempotency-signoff.XXXXXX",
-			 tmp && *tmp ? tmp : "/tmp");
-	if (mkdtemp(ctx->signoff_dir) == NULL)
-	{
-		fprintf(stderr, "idempotency-matrix: cannot create a directory %s: %s\n",
-				ctx->signoff_dir, strerror(errno));
-		ctx->signoff_dir[0] = '\0';
-		return 2;
-	}
-	snprintf(s->sock, sizeof(s->sock), "%s/signoff.sock", ctx->signoff_dir);
-	snprintf(s->cmd_out, sizeof(s->cmd_out), "%s/command.out", ctx->signoff_dir);
-	snprintf(s->cmd_err, sizeof(s->cmd_err), "%s/command.err", ctx->signoff_dir);
-	memset(&addr, 0, sizeof(addr));
-	addr.sun_family = AF_UNIX;
-	if (strlen(s->sock) >= sizeof(addr.sun_path))
-	{
-		fprintf(stderr, "idempotency-matrix: the socket path %s is too long for a Unix socket: set TMPDIR to a shorter directory\n",
-				s->sock);
-		return 2;
-	}
-	copy_str(addr.sun_path, sizeof(addr.sun_path), s->sock);
-	s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *) &addr, sizeof(addr)) != 0 ||
-		listen(s->lfd, 64) != 0)
-	{
-		fprintf(stderr, "idempotency-matrix: cannot listen on %s: %s\n", s->sock, strerror(errno));
-		return 2;
-	}
-
-	print_banner(s);
-	for (p = 0; p < N_POLICIES; p++)
-		if (want[p])
-			total += signoff_count_cases(ctx->cases, s->job);
-	prs = calloc(N_POLICIES, sizeof(policy_result));
-	t0 = now_seconds();
-	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
-	{
-		policy_result *pr;
-		double		tp = now_seconds();
-		char		err[600] = "";
-		bool		registered;
-
-		if (!want[p])
-			continue;
-		pr = &prs[npr++];
-		pr->policy = (policy_t) p;
-		pr->checked_as = (policy_t) p;
-		s->policy = (policy_t) p;
-		snprintf(s->job_type, sizeof(s->job_type), "%s_%s", ctx->prefix, policy_names[p]);
-		snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
-		registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
-		for (k = 0; k < N_SIGNOFF_CASES && !matrix_interrupted; k++)
-		{
-			const signoff_case *sc = &signoff_cases[k];
-			case_result *cr;
-			double		tc;
-			int			ki;
-
-			if (!signoff_case_wanted(ctx->cases, s->job, sc->def.id))
-				continue;
-			cr = &pr->cases[pr->ncases++];
-			case_expectations(ctx, pr->checked_as, &sc->def, cr);
-			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
-					 policy_names[p], cr->id, cr->title);
-			tc = now_seconds();
-			if (!registered)
-			{
-				cr->ran = true;
-				case_fail(cr, "%s", err);
-				case_finish(cr);
-				continue;
-			}
-			if (s->not_armed)
-			{
-				case_note(cr, "Not run: in an earlier case no point at all reached the runner (see it), and every case would wait as long.");
-				case_finish(cr);
-				continue;
-			}
-			/* the case's own keys, workers and deliveries */
-			s->cr = cr;
-			s->case_id = cr->id;
-			s->nkeys = sc->nkeys;
-			s->nworkers = 0;
-			s->record_early[0] = '\0';
-			memset(s->arms, 0, sizeof(s->arms));
-			for (ki = 0; ki < s->nkeys; ki++)
-			{
-				snprintf(s->keys[ki], KEYSZ, "signoff-%s-%s-%s-%d", ctx->run_id,
-						 policy_names[p], cr->id, ki + 1);
-				s->enqueued[ki] = 0;
-			}
-			case_first_delivery = s->nd;
-			cr->ran = true;
-			sc->run(s);
-			/* nothing of the case outlives it */
-			stop_workers(s);
-			for (ki = 0; ki < s->nworkers; ki++)
-				forget_proc(s->workers[ki]);
-			s->nworkers = 0;
-			cr->seconds = now_seconds() - tc;
-			case_finish(cr);
-			s->cr = NULL;
-			s->nkeys = 0;
-		}
-		pr->seconds = now_seconds() - tp;
-		progress_clear(ctx);
-		report_policy(ctx, pr);
-	}
-	ctx->seconds = now_seconds() - t0;
-	progress_clear(ctx);
-	if (matrix_interrupted)
-	{
-		free(prs);
-		return 130;
-	}
-	return report_all(ctx, prs, npr, html, json);
 }

@@ -1,0 +1,979 @@
+/*
+ * case_steps.c
+ *		The steps of each case, as the engine (engine.c) runs them, and the
+ *		run: each wanted policy, each case the job has, the report.
+ *
+ * What a case is, and what each policy must give, is case_table.c's; here
+ * is only how the engine makes it happen: which points to hold, when to
+ * enqueue, whom to kill. A step arms the point it wants to hold for a key
+ * (one-shot); every other exchange is answered "continue" at once.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "engine.h"
+
+/* ---------------------------------------------------------------------
+ * The cases of a sign-off run
+ * --------------------------------------------------------------------- */
+
+typedef void (*signoff_case_fn) (signoff_state *s);
+
+static void sc_1(signoff_state *s);
+static void sc_2(signoff_state *s);
+static void sc_3(signoff_state *s);
+static void sc_3s(signoff_state *s);
+static void sc_4(signoff_state *s);
+static void sc_5(signoff_state *s);
+static void sc_6(signoff_state *s);
+static void sc_7a(signoff_state *s);
+static void sc_7b(signoff_state *s);
+static void sc_8(signoff_state *s);
+static void sc_9(signoff_state *s);
+static void sc_10(signoff_state *s);
+static void sc_11(signoff_state *s);
+static void sc_12(signoff_state *s);
+static void sc_13(signoff_state *s);
+
+/* the steps of each case the sign-off run has; the case itself is in case_table.c */
+static const struct
+{
+	const char *id;
+	signoff_case_fn run;
+}			signoff_steps[] = {
+	{"1", sc_1},
+	{"2", sc_2},
+	{"3", sc_3},
+	{"3s", sc_3s},
+	{"4", sc_4},
+	{"5", sc_5},
+	{"6", sc_6},
+	{"7a", sc_7a},
+	{"7b", sc_7b},
+	{"8", sc_8},
+	{"9", sc_9},
+	{"10", sc_10},
+	{"11", sc_11},
+	{"12", sc_12},
+	{"13", sc_13},
+};
+
+static signoff_case_fn
+steps_of(const char *id)
+{
+	size_t		i;
+
+	for (i = 0; i < sizeof(signoff_steps) / sizeof(signoff_steps[0]); i++)
+		if (strcmp(signoff_steps[i].id, id) == 0)
+			return signoff_steps[i].run;
+	return NULL;
+}
+
+
+bool
+signoff_case_wanted(const char *cases, const signoff_job *job, const case_spec *c)
+{
+	if (job->reference)
+	{
+		/* the reference job's worker can do every case */
+		if (strcmp(c->id, "3s") == 0 && job->stress == 0)
+			return false;
+		return case_selected(cases, c->id);
+	}
+	if (!(c->runs_in & (job->transactional ? RUN_TX : RUN_SIGNOFF)))
+		return false;
+	if (strcmp(c->id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
+		return false;
+	return case_selected(cases, c->id);
+}
+
+int
+signoff_count_cases(const char *cases, const signoff_job *job)
+{
+	int			k,
+				n = 0;
+
+	for (k = 0; k < n_case_table; k++)
+		if (signoff_case_wanted(cases, job, &case_table[k]))
+			n++;
+	return n;
+}
+
+/* ---------------------------------------------------------------------
+ * The cases
+ * --------------------------------------------------------------------- */
+
+/* 1: one worker, one message: run, completed #1, one effect */
+static void
+sc_1(signoff_state *s)
+{
+	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE))
+		settle(s);
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/*
+ * 2: the same message again after it completed: judged completed. A helper
+ * that sends the stored result with judged (optional) must send the one
+ * the record holds.
+ */
+static void
+sc_2(signoff_state *s)
+{
+	int			i;
+
+	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE) && settle(s) &&
+		enqueue(s, 0, JF_ENQUEUE) && settle(s) && (i = nth_delivery(s, 0, 2)) >= 0 &&
+		s->d[i].has_result)
+	{
+		PGresult   *res = record_query(s->ctx, s->job_type, s->opkey[0]);
+
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+			strcmp(PQgetvalue(res, 0, 2), s->d[i].result) == 0)
+			case_note(s->cr, "The redelivery got the stored result back: %s.", s->d[i].result);
+		else
+			case_fail(s->cr, "the redelivery's result %s is not what the record stores (%s)", s->d[i].result,
+					  PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1
+					  ? PQgetvalue(res, 0, 2) : case_sql_error(res, s->ctx));
+		PQclear(res);
+	}
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/*
+ * 3: two workers; the first delivery is held at claimed, and the same
+ * message is enqueued again meanwhile: the other worker's claim meets the
+ * claim in flight (in_progress). Enqueued only once the first stands at
+ * claimed, so that the two points arrive in the order of the claims.
+ */
+static void
+sc_3(signoff_state *s)
+{
+	exch	   *x;
+	int			other;
+
+	arm_point(s, 0, "claimed");
+	if (start_workers(s, 2) && enqueue(s, 0, JF_ENQUEUE) &&
+		(x = wait_held(s, 0, "claimed")) != NULL)
+	{
+		long		pid = x->pid;
+
+		if (enqueue(s, 0, JF_ENQUEUE) && (other = wait_nth(s, 0, 2)) >= 0)
+			case_note(s->cr, "While pid %ld stood at claimed, the same message went to pid %ld, which was judged %s.",
+					  pid, s->d[other].pid, s->d[other].runs ? "run" : s->d[other].verdict);
+		answer(s, x, "continue");
+		settle(s);
+	}
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/* 4: another key at the same time, two workers: both run, one effect each */
+static void
+sc_4(signoff_state *s)
+{
+	if (start_workers(s, 2) && enqueue(s, 0, JF_ENQUEUE) && enqueue(s, 1, JF_ENQUEUE))
+		settle(s);
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/*
+ * 3s: the stress variant of 3, a capability of the reference job's worker
+ * (quick to start): --stress workers; while the first delivery stands at
+ * claimed, the message goes to the others, and every one of them must meet
+ * the claim in flight (in_progress).
+ */
+static void
+sc_3s(signoff_state *s)
+{
+	int			n = s->job->stress;
+	exch	   *x;
+	int			i;
+
+	arm_point(s, 0, "claimed");
+	if (start_workers(s, n) && enqueue(s, 0, JF_ENQUEUE) &&
+		(x = wait_held(s, 0, "claimed")) != NULL)
+	{
+		long		pid = x->pid;
+		double		t0 = now_seconds();
+
+		for (i = 1; i < n; i++)
+			if (!enqueue(s, 0, JF_ENQUEUE))
+				break;
+		if (i == n && wait_nth(s, 0, n) >= 0)
+		{
+			long		pids[MAX_CASE_WORKERS];
+			int			npids = 0;
+			int			j,
+						k;
+
+			for (j = case_first_delivery; j < s->nd; j++)
+			{
+				for (k = 0; k < npids && pids[k] != s->d[j].pid; k++)
+					;
+				if (k == npids && npids < MAX_CASE_WORKERS)
+					pids[npids++] = s->d[j].pid;
+			}
+			case_note(s->cr, "%d workers; while pid %ld stood at claimed, the message went %d more times, "
+					  "to %d workers, all answered within %.0f ms.",
+					  n, pid, n - 1, npids - 1, (now_seconds() - t0) * 1000.0);
+		}
+		answer(s, x, "continue");
+		settle(s);
+	}
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/*
+ * 8: the transactional mode (the effect is a row written in the
+ * completion's transaction; the reference job's worker in this case): the
+ * worker is killed at handled, inside its transaction, after its row and
+ * before the completion. Once its server process left the transaction
+ * there is no record and no row; the message again runs once, as attempt 1.
+ */
+static bool
+pred_backend_idle(signoff_state *s, const void *arg)
+{
+	char		pid[24];
+	const char *params[1];
+	PGresult   *res;
+	bool		gone;
+
+	snprintf(pid, sizeof(pid), "%ld", *(const long *) arg);
+	params[0] = pid;
+	res = db_exec(s->ctx, "SELECT 1 FROM pg_catalog.pg_stat_activity "
+				  "WHERE pid OPERATOR(pg_catalog.=) $1::integer AND xact_start IS NOT NULL",
+				  1, params);
+	gone = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 0;
+	PQclear(res);
+	return gone;
+}
+
+static void
+sc_8(signoff_state *s)
+{
+	exch	   *x;
+	long		backend = 0;
+	char		before[CELL] = "";
+	char		after[CELL];
+	int			rows;
+	double		t0;
+
+	if (s->job->reference && (s->ctx->effects_table[0] == '\0' || s->ctx->effects_error[0]))
+	{
+		case_fail(s->cr, "no table for the effect rows: %s", s->ctx->effects_error);
+		goto out;
+	}
+	arm_point(s, 0, "handled");
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(x = wait_held(s, 0, "handled")) == NULL)
+		goto out;
+	backend = x->backend_pid;
+	if (x->delivery >= 0)
+		copy_str(s->d[x->delivery].mark, sizeof(s->d[x->delivery].mark), "killed in transaction");
+	if (!kill_at(s, x, "inside its transaction, after the claim and the effect row, before the completion"))
+		goto out;
+	t0 = now_seconds();
+	if (backend > 0)
+	{
+		/* the dead client's server process notices, rolls back, and leaves */
+		if (wait_for(s, pred_backend_idle, &backend, false, s->job->timeout_s) != WAIT_OK)
+		{
+			case_fail(s->cr, "server process %ld of the killed worker did not leave its transaction", backend);
+			goto out;
+		}
+	}
+	record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], before, sizeof(before), NULL, 0);
+	rows = effects_count(s, s->keys[0], true);
+	if (backend > 0)
+		case_note(s->cr, "Its server process (pid %ld) left the transaction %.0f ms later; then the record was \"%s\" "
+				  "and %d effect rows existed.", backend, (now_seconds() - t0) * 1000.0, before, rows);
+	else
+		case_note(s->cr, "Then the record was \"%s\" and %d effect rows existed (the worker did not name its "
+				  "server process, backend_pid: the redelivery's verdict shows whether the transaction rolled back).",
+				  before, rows);
+	if (rows != 0)
+		case_fail(s->cr, "the dead transaction's effect row is visible: the row was committed before the worker died "
+				  "at handled, so it is not written in the completion's transaction");
+	if (strcmp(before, "none") != 0)
+		case_fail(s->cr, "the record was %s after the worker died at handled: the claim (or the completion) committed "
+				  "on its own, before the handled point, so the effect is not in the claim's transaction", before);
+	if (start_workers(s, 1) && enqueue(s, 0, JF_ENQUEUE))
+		settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+	if (before[0])
+	{
+		record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], after, sizeof(after), NULL, 0);
+		snprintf(s->cr->obs_record, CELL, "%.90s, then %.90s", before, after);
+	}
+	case_note(s->cr, "The effect here is a row in the claim's own transaction, not an %s: the %s column counts effect rows.",
+			  s->job->reference ? "email" : "outside effect", s->job->reference ? "emails" : "effects");
+}
+
+/*
+ * 5, 6: the worker is killed at claimed (before the handler) or at handled
+ * (after it, before the completion); after the lease a new worker gets the
+ * same message again. 7a, 7b: the same deaths, the message again inside the
+ * lease (a second worker is started with the first, so that no worker start
+ * stands between the death and the redelivery).
+ */
+static void
+death(signoff_state *s, const char *point, bool after_lease)
+{
+	exch	   *x;
+	bool		at_claimed = strcmp(point, "claimed") == 0;
+
+	arm_point(s, 0, point);
+	if (!start_workers(s, after_lease ? 1 : 2) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(x = wait_held(s, 0, point)) == NULL ||
+		!kill_at(s, x, at_claimed ? "after its claim committed, before the handler"
+				 : "after the handler returned, before the completion"))
+		goto out;
+	if (after_lease && (!wait_stale_checked(s, 0) || !start_workers(s, 1)))
+		goto out;
+	if (!enqueue(s, 0, JF_ENQUEUE))
+		goto out;
+	if (!after_lease)
+	{
+		int			i = wait_nth(s, 0, 2);
+
+		if (i < 0)
+			goto out;
+		/* the record now, while the lease still runs */
+		record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], s->record_early,
+					   sizeof(s->record_early), NULL, 0);
+		if (!s->d[i].runs && strcmp(s->d[i].verdict, "in_progress") == 0)
+			case_note(s->cr, "The message came again inside the lease: pid %ld was judged in_progress, and the attempt is still 1.",
+					  s->d[i].pid);
+		else if (strstr(s->record_early, "stale"))
+			case_fail(s->cr, "the lease had already run out when the message came again: the worker or the queue "
+					  "took longer than the lease (%s); give a longer lease in the job file", s->ctx->lease_sql);
+	}
+	settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+static void
+sc_5(signoff_state *s)
+{
+	death(s, "claimed", true);
+}
+
+static void
+sc_6(signoff_state *s)
+{
+	death(s, "handled", true);
+}
+
+static void
+sc_7a(signoff_state *s)
+{
+	death(s, "claimed", false);
+}
+
+static void
+sc_7b(signoff_state *s)
+{
+	death(s, "handled", false);
+}
+
+/*
+ * 9: a slow (not dead) worker: held at handled past the lease; the same
+ * message again to a new worker, which takes over or not per the policy;
+ * then the slow one goes on and sends its completion. The protocol has no
+ * point after handled, so its outcome is read from the record once the
+ * workers stopped: completed with its attempt (accepted), or with a later
+ * attempt (a takeover's; the slow one's completion was refused, ID003,
+ * because the attempt is the fencing token).
+ */
+static void
+sc_9(signoff_state *s)
+{
+	exch	   *x = NULL;
+	int			a1 = 0;
+	char		suffix[64] = "";
+
+	arm_point(s, 0, "handled");
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(x = wait_held(s, 0, "handled")) == NULL)
+		goto out;
+	a1 = x->attempt;
+	if (x->delivery >= 0)
+		copy_str(s->d[x->delivery].mark, sizeof(s->d[x->delivery].mark), "slow");
+	case_note(s->cr, "pid %ld: the handler of attempt %d returned; the worker stands at handled (alive, its heartbeat stopped) past the lease.",
+			  x->pid, a1);
+	if (!wait_stale_checked(s, 0) || !start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
+		!settle(s))
+		goto out;
+	answer(s, x, "continue");
+	x = NULL;
+	settle(s);
+out:
+	stop_workers(s);
+	if (a1 > 0)
+	{
+		char		status[32] = "";
+		int			attempt = 0;
+
+		if (!record_row(s, s->opkey[0], status, sizeof(status), &attempt))
+			copy_str(suffix, sizeof(suffix), "late completion no answer");
+		else if (strcmp(status, "completed") == 0 && attempt == a1)
+			copy_str(suffix, sizeof(suffix), "late completion ok");
+		else if (strcmp(status, "completed") == 0 && attempt > a1)
+		{
+			copy_str(suffix, sizeof(suffix), "late completion ID003");
+			case_note(s->cr, "The record is completed #%d by the takeover, so the slow worker's completion with attempt %d "
+					  "was refused (ID003: the attempt is the fencing token); the runner reads this from the record, "
+					  "as the protocol has no point after handled.", attempt, a1);
+		}
+		else
+		{
+			copy_str(suffix, sizeof(suffix), "late completion no answer");
+			case_note(s->cr, "After the slow worker went on and the workers stopped, the record is %s #%d.",
+					  status, attempt);
+		}
+	}
+	observe(s, suffix);
+}
+
+static bool
+pred_released(signoff_state *s, const void *arg)
+{
+	char		status[32];
+	int			attempt = 0;
+
+	(void) arg;
+	return record_row(s, s->opkey[0], status, sizeof(status), &attempt) &&
+		strcmp(status, "released") == 0;
+}
+
+/* 10: "fail" at claimed: the helper releases; the next delivery runs */
+static void
+sc_10(signoff_state *s)
+{
+	exch	   *x;
+	int			di;
+
+	arm_point(s, 0, "claimed");
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(x = wait_held(s, 0, "claimed")) == NULL)
+		goto out;
+	di = x->delivery;
+	if (di >= 0)
+		s->d[di].failed = true;
+	answer(s, x, "fail");
+	if (wait_for(s, pred_released, NULL, true, s->job->timeout_s) == WAIT_OK)
+	{
+		if (di >= 0)
+			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
+		case_note(s->cr, "Answered fail at claimed: the helper released the claim (the record says released).");
+	}
+	else
+	{
+		if (di >= 0)
+			copy_str(s->d[di].after, sizeof(s->d[di].after), "not released");
+		case_fail(s->cr, "answered fail at claimed, but the record of %s was not released within %g s",
+				  s->keys[0], s->job->timeout_s);
+	}
+	if (enqueue(s, 0, JF_ENQUEUE))
+		settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/* 11: after completion, the key with other arguments: refused, ID002 */
+static void
+sc_11(signoff_state *s)
+{
+	int			i;
+
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) || !settle(s) ||
+		!enqueue(s, 0, JF_ENQUEUE_OTHER) || (i = wait_nth(s, 0, 2)) < 0)
+		goto out;
+	if (!s->d[i].runs)
+		case_note(s->cr, "The message with other arguments was judged %s%s%s.", s->d[i].verdict,
+				  s->d[i].sqlstate[0] ? " " : "", s->d[i].sqlstate);
+	if (settle(s) && enqueue(s, 0, JF_ENQUEUE))
+		settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/*
+ * 12: a long job: held at claimed (inside the heartbeat) for two leases,
+ * watched on the database; stale_claims() must never list it, and the same
+ * message again is in_progress. A helper without a heartbeat fails it: a
+ * job longer than its lease would be taken for a dead one.
+ */
+static void
+sc_12(signoff_state *s)
+{
+	exch	   *x;
+	int			di;
+	int			listed = 0;
+	int			polls = 0;
+	bool		reached = false;
+	double		t0;
+	const char *params[2];
+
+	arm_point(s, 0, "claimed");
+	if (!start_workers(s, 2) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(x = wait_held(s, 0, "claimed")) == NULL)
+		goto out;
+	di = x->delivery;
+	if (!x->heartbeat)
+	{
+		if (di >= 0)
+			copy_str(s->d[di].mark, sizeof(s->d[di].mark), "no heartbeat");
+		case_fail(s->cr, "the helper reported heartbeat false at claimed: it does not extend the lease while the handler runs, "
+				  "so a job longer than the lease would be treated as dead; give the handler a heartbeat, "
+				  "or leave case 12 out (--cases) if every run of the job is much shorter than its lease");
+		answer(s, x, "continue");
+		settle(s);
+		goto out;
+	}
+	if (di >= 0)
+		copy_str(s->d[di].mark, sizeof(s->d[di].mark), "heartbeats");
+	params[0] = s->job_type;
+	params[1] = s->opkey[0];
+	t0 = now_seconds();
+	progress(s->ctx, "%s case 12: a long job heartbeats past its lease", policy_names[s->policy]);
+	for (;;)
+	{
+		PGresult   *res;
+		bool		done;
+		int			stale;
+
+		res = db_exec(s->ctx,
+					  "SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) "
+					  "       (o.claimed_at OPERATOR(pg_catalog.+) (jt.lease OPERATOR(pg_catalog.*) 2)) "
+					  "FROM idempotency.operations o "
+					  "JOIN idempotency.job_types jt ON jt.job_type OPERATOR(pg_catalog.=) o.job_type "
+					  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
+					  "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
+					  2, params);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		{
+			case_fail(s->cr, "cannot watch the claim: %s", case_sql_error(res, s->ctx));
+			PQclear(res);
+			break;
+		}
+		polls++;
+		done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		stale = stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]);
+		if (stale < 0)
+			break;
+		listed += stale;
+		if (done)
+		{
+			reached = true;
+			break;
+		}
+		if (x->state == X_GONE)
+		{
+			case_fail(s->cr, "the worker at claimed (pid %ld) ended while it was held", x->pid);
+			break;
+		}
+		if (matrix_interrupted || now_seconds() - t0 > s->job->lease_s * 2 + s->job->timeout_s)
+		{
+			case_fail(s->cr, "the job never reached two leases");
+			break;
+		}
+		pump(s, POLL_MS);
+	}
+	if (reached && enqueue(s, 0, JF_ENQUEUE) && wait_nth(s, 0, 2) >= 0)
+	{
+		if (stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]) == 1)
+			listed++;
+		case_note(s->cr, "pid %ld stood at claimed, its heartbeat running, for two leases (%.1f s); then the same message came again.",
+				  x->pid, now_seconds() - t0);
+	}
+	if (listed)
+		case_fail(s->cr, "stale_claims() listed the heartbeating claim %d times", listed);
+	else if (reached)
+		case_note(s->cr, "stale_claims() never listed it (%d polls).", polls + 1);
+	answer(s, x, "continue");
+	settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/*
+ * 13: the queue lost the message: killed at claimed, and nothing delivers
+ * it again. stale_claims() must not list it inside the lease, and must list
+ * it (attempt 1, the policy, expired) once the lease ran out.
+ */
+static void
+sc_13(signoff_state *s)
+{
+	exch	   *x;
+	int			early;
+	char		suffix[64] = "";
+	PGresult   *res;
+
+	arm_point(s, 0, "claimed");
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(x = wait_held(s, 0, "claimed")) == NULL ||
+		!kill_at(s, x, "after its claim; its message is lost, nothing delivers it again"))
+		goto out;
+	early = stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]);
+	if (early == 1)
+		case_fail(s->cr, "stale_claims() listed the claim inside its lease");
+	else if (early == 0)
+		case_note(s->cr, "Inside the lease stale_claims() does not list it.");
+	if (!wait_stale_checked(s, 0))
+	{
+		copy_str(suffix, sizeof(suffix), "not listed");
+		goto out;
+	}
+	res = stale_claim_query(s->ctx, s->job_type, s->opkey[0]);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	{
+		bool		ok = atoi(PQgetvalue(res, 0, 0)) == 1 &&
+			strcmp(PQgetvalue(res, 0, 2), policy_names[s->policy]) == 0 &&
+			strcmp(PQgetvalue(res, 0, 4), "t") == 0;
+
+		copy_str(suffix, sizeof(suffix), ok ? "listed by stale_claims()" : "listed wrongly");
+		if (ok)
+			case_note(s->cr, "stale_claims() lists it with attempt 1, claimed_by %s, policy %s, stale for %s.",
+					  PQgetvalue(res, 0, 1), policy_names[s->policy], PQgetvalue(res, 0, 3));
+		else
+			case_fail(s->cr, "stale_claims() row: attempt %s, claimed_by %s, policy %s, expired in the past: %s",
+					  PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+					  PQgetvalue(res, 0, 4));
+	}
+	else
+	{
+		copy_str(suffix, sizeof(suffix), "not listed");
+		case_fail(s->cr, "stale_claims(): %s", case_sql_error(res, s->ctx));
+	}
+	PQclear(res);
+out:
+	stop_workers(s);
+	observe(s, suffix);
+}
+
+/*
+ * The operation key of the case's key ki, where the job file gives it:
+ * key (a template with {key}) or key_command (its output); else the run's
+ * key itself, or one that contains it, learned at its first point. false:
+ * key_command failed (the case fails, noted).
+ */
+static bool
+operation_key(signoff_state *s, int ki)
+{
+	const char *tmpl = s->job->value[JF_KEY];
+
+	if (tmpl)
+	{
+		const char *p = strstr(tmpl, "{key}");
+		char		out[KEYSZ];
+
+		snprintf(out, sizeof(out), "%.*s%s%s", (int) (p - tmpl), tmpl, s->keys[ki], p + 5);
+		copy_str(s->opkey[ki], KEYSZ, out);
+		s->opkey_known[ki] = true;
+		know_key(s, out);
+	}
+	else if (s->job->value[JF_KEY_COMMAND])
+	{
+		sbuf		out;
+		char	   *k;
+
+		sb_init(&out);
+		if (run_command(s, JF_KEY_COMMAND, s->keys[ki], false, &out) != 0)
+		{
+			sb_free(&out);
+			return false;
+		}
+		k = trim(out.data ? out.data : (char *) "");
+		if (*k == '\0' || strchr(k, '\n'))
+		{
+			case_fail(s->cr, "key_command printed %s for %s: one line, the operation key, was expected",
+					  *k ? "more than one line" : "nothing", s->keys[ki]);
+			sb_free(&out);
+			return false;
+		}
+		copy_str(s->opkey[ki], KEYSZ, k);
+		s->opkey_known[ki] = true;
+		know_key(s, k);
+		sb_free(&out);
+	}
+	return true;
+}
+
+/*
+ * The job file's cleanup command, after the last case: it removes what the
+ * run left in the user's queue. How it ended is printed and goes into the
+ * report's settings; a failure does not change the run's exit status (the
+ * cases were judged before).
+ */
+static void
+run_cleanup(signoff_state *s)
+{
+	case_result notes;
+	int			status;
+
+	memset(&notes, 0, sizeof(notes));
+	sb_init(&notes.notes);
+	notes.id = "cleanup";
+	s->cr = &notes;
+	s->case_id = "cleanup";
+	status = run_command(s, JF_CLEANUP, "", false, NULL);
+	s->cr = NULL;
+	if (status == 0)
+		snprintf(s->ctx->cleanup_said, sizeof(s->ctx->cleanup_said), "`%s` exited 0",
+				 s->job->value[JF_CLEANUP]);
+	else
+		snprintf(s->ctx->cleanup_said, sizeof(s->ctx->cleanup_said), "%.590s",
+				 one_line(sb_str(&notes.notes)));	/* "FAILED: the cleanup command ..." */
+	printf("\ncleanup: %s\n", s->ctx->cleanup_said);
+	sb_free(&notes.notes);
+}
+
+/* ---------------------------------------------------------------------
+ * The run
+ * --------------------------------------------------------------------- */
+
+static void
+print_banner(signoff_state *s)
+{
+	matrix_ctx *ctx = s->ctx;
+	const signoff_job *job = s->job;
+
+	printf("%sSign-off run%s: job type %s on %s, idempotency %s on PostgreSQL %s\n",
+		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
+		   job->value[JF_JOB_TYPE], job->value[JF_QUEUE], ctx->ext_version, ctx->server_version);
+	printf("job file %s; commands run in %s\n", job->path, job->dir);
+	printf("signed: the job file sha256 %s", job->prov.job_sha256);
+	if (job->value[JF_CODE])
+		printf("; the code (%s) %d files, sha256 %s", job->value[JF_CODE], job->prov.nfiles,
+			   job->prov.code_sha256);
+	else
+		printf("; no code named (code = in the job file)");
+	if (job->prov.git_commit[0])
+		printf("; git %s%s", job->prov.git_commit,
+			   job->prov.git_dirty == 1 ? " with uncommitted changes" : job->prov.git_dirty == 0 ? " (clean)" : "");
+	printf("\n");
+	printf("worker: %s\n", job->value[JF_WORKER]);
+	printf("enqueue: %s\n", job->value[JF_ENQUEUE]);
+	if (job->value[JF_ENQUEUE_OTHER])
+		printf("enqueue_other: %s\n", job->value[JF_ENQUEUE_OTHER]);
+	if (job->value[JF_EFFECTS])
+		printf("effects: the command %s\n", job->value[JF_EFFECTS]);
+	else if (job->value[JF_EFFECTS_SQL])
+		printf("effects: the query %s\n", job->value[JF_EFFECTS_SQL]);
+	else
+		printf("effects: the handled reports (handler runs that returned; not proof that an effect landed)\n");
+	printf("server %s; lease %s; timeout %g s; runner idempotency-matrix %s; %s\n",
+		   ctx->server_desc, ctx->lease_sql, job->timeout_s, MATRIX_VERSION, ctx->started_at);
+	printf("job types %s_<policy>, keys signoff-%s-<policy>-<case>-<n>, worker logs in %s\n",
+		   ctx->prefix, ctx->run_id, ctx->signoff_dir);
+	fflush(stdout);
+}
+
+int
+signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check_as,
+			const char *html, const char *json)
+{
+	static const case_words seed_words = {"email", "order ORD-1002"};
+	case_words	job_words = {job->value[JF_EFFECT_NAME] ? job->value[JF_EFFECT_NAME] : "effect", "key"};
+	const case_words *words = job->reference ? &seed_words : &job_words;
+	static signoff_state st;
+	signoff_state *s = &st;
+	struct sockaddr_un addr;
+	const char *tmp = getenv("TMPDIR");
+	policy_result *prs;
+	int			npr = 0;
+	int			p,
+				k;
+	int			total = 0,
+				done = 0;
+	double		t0;
+
+	memset(s, 0, sizeof(*s));
+	s->ctx = ctx;
+	s->job = job;
+	s->lfd = -1;
+	live_state = s;
+
+	/* the groups' orphans become ours, so that they are reaped and counted */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+	snprintf(ctx->signoff_dir, sizeof(ctx->signoff_dir), "%s/idempotency-signoff.XXXXXX",
+			 tmp && *tmp ? tmp : "/tmp");
+	if (mkdtemp(ctx->signoff_dir) == NULL)
+	{
+		fprintf(stderr, "idempotency-matrix: cannot create a directory %s: %s\n",
+				ctx->signoff_dir, strerror(errno));
+		ctx->signoff_dir[0] = '\0';
+		return 2;
+	}
+	/* what the run starts does not outlive it, even a runner killed with SIGKILL */
+	guardian_start();
+	guardian_dir(ctx->signoff_dir);
+	snprintf(s->sock, sizeof(s->sock), "%s/signoff.sock", ctx->signoff_dir);
+	snprintf(s->cmd_out, sizeof(s->cmd_out), "%s/command.out", ctx->signoff_dir);
+	snprintf(s->cmd_err, sizeof(s->cmd_err), "%s/command.err", ctx->signoff_dir);
+	memset(&addr, 0, sizeof(addr));
+	addr.sun_family = AF_UNIX;
+	if (strlen(s->sock) >= sizeof(addr.sun_path))
+	{
+		fprintf(stderr, "idempotency-matrix: the socket path %s is too long for a Unix socket: set TMPDIR to a shorter directory\n",
+				s->sock);
+		return 2;
+	}
+	copy_str(addr.sun_path, sizeof(addr.sun_path), s->sock);
+	s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *) &addr, sizeof(addr)) != 0 ||
+		listen(s->lfd, 64) != 0)
+	{
+		fprintf(stderr, "idempotency-matrix: cannot listen on %s: %s\n", s->sock, strerror(errno));
+		return 2;
+	}
+
+	if (!job->reference)
+		print_banner(s);		/* the reference run printed its own */
+	for (p = 0; p < N_POLICIES; p++)
+		if (want[p])
+			total += signoff_count_cases(ctx->cases, s->job);
+	prs = calloc(N_POLICIES, sizeof(policy_result));
+	t0 = now_seconds();
+	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
+	{
+		policy_result *pr;
+		double		tp = now_seconds();
+		char		err[600] = "";
+		bool		registered = false;
+
+		if (!want[p])
+			continue;
+		pr = &prs[npr++];
+		pr->policy = (policy_t) p;
+		pr->checked_as = check_as >= 0 ? (policy_t) check_as : (policy_t) p;
+		s->policy = (policy_t) p;
+		if (!job->reference)
+		{
+			/* a job type per policy; the keys name policy and case */
+			snprintf(s->job_type, sizeof(s->job_type), "%s_%s", ctx->prefix, policy_names[p]);
+			snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
+			registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
+		}
+		for (k = 0; k < n_case_table && !matrix_interrupted; k++)
+		{
+			const case_spec *c = &case_table[k];
+			case_result *cr;
+			double		tc;
+			int			ki;
+
+			if (!signoff_case_wanted(ctx->cases, s->job, c))
+				continue;
+			cr = &pr->cases[pr->ncases++];
+			case_expectations(c, pr->checked_as, words, job->stress, ctx->utf8, cr);
+			if (job->reference)
+			{
+				/* the seed's keys, in a job type per case */
+				snprintf(s->job_type, sizeof(s->job_type), "%s_%s_%s", ctx->prefix, policy_names[p], c->id);
+				snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
+				registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
+			}
+			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
+					 policy_names[p], cr->id, cr->title);
+			tc = now_seconds();
+			if (!registered)
+			{
+				cr->ran = true;
+				case_fail(cr, "%s", err);
+				case_finish(cr);
+				continue;
+			}
+			if (s->unmappable)
+			{
+				case_note(cr, "Not run: the worker claims under keys the run cannot map (see the first failing case), and every case would fail alike.");
+				case_finish(cr);
+				continue;
+			}
+			if (s->not_armed)
+			{
+				case_note(cr, "Not run: in an earlier case no point at all reached the runner (see it), and every case would wait as long.");
+				case_finish(cr);
+				continue;
+			}
+			/* the case's own keys, workers and deliveries */
+			s->cr = cr;
+			s->case_id = cr->id;
+			s->nkeys = c->nkeys;
+			s->nworkers = 0;
+			s->record_early[0] = '\0';
+			memset(s->arms, 0, sizeof(s->arms));
+			for (ki = 0; ki < s->nkeys; ki++)
+			{
+				if (job->reference)
+					snprintf(s->keys[ki], KEYSZ, "ORD-%d", 1001 + ki);
+				else
+					snprintf(s->keys[ki], KEYSZ, "signoff-%s-%s-%s-%d", ctx->run_id,
+							 policy_names[p], cr->id, ki + 1);
+				s->enqueued[ki] = 0;
+				copy_str(s->opkey[ki], KEYSZ, s->keys[ki]);
+				s->opkey_known[ki] = false;
+			}
+			case_first_delivery = s->nd;
+			cr->ran = true;
+			for (ki = 0; ki < s->nkeys; ki++)
+				if (!operation_key(s, ki))
+					break;
+			if (ki == s->nkeys)
+				steps_of(c->id) (s);
+			/* nothing of the case outlives it */
+			stop_workers(s);
+			for (ki = 0; ki < s->nworkers; ki++)
+				forget_proc(s->workers[ki]);
+			s->nworkers = 0;
+			cr->seconds = now_seconds() - tc;
+			case_finish(cr);
+			s->cr = NULL;
+			s->nkeys = 0;
+		}
+		pr->seconds = now_seconds() - tp;
+		progress_clear(ctx);
+		report_policy(ctx, pr);
+	}
+	ctx->seconds = now_seconds() - t0;
+	progress_clear(ctx);
+	if (matrix_interrupted)
+	{
+		free(prs);
+		return 130;
+	}
+	if (job->value[JF_CLEANUP])
+		run_cleanup(s);
+	return report_all(ctx, prs, npr, html, json);
+}

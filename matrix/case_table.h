@@ -1,0 +1,111 @@
+/*
+ * case_table.h
+ *		The replay cases, written once (case_table.c), and a case's result.
+ *
+ * Depends only on util.h. The reference run (reference.c) and the sign-off
+ * run (case_steps.c) take each case's title and expectations from here, and
+ * the docs' case tables are printed from it (--list-cases).
+ */
+#ifndef IDEMPOTENCY_MATRIX_CASE_TABLE_H
+#define IDEMPOTENCY_MATRIX_CASE_TABLE_H
+
+#include "util.h"
+
+typedef enum policy_t
+{
+	POLICY_HOLD,
+	POLICY_RETRY,
+	POLICY_SKIP,
+	POLICY_LOOKUP,
+	N_POLICIES
+} policy_t;
+
+extern const char *const policy_names[N_POLICIES];
+extern const char *const policy_blurbs[N_POLICIES];
+extern const char *const policy_blurbs_job[N_POLICIES];
+int			policy_by_name(const char *s);
+bool		parse_policies(const char *list, bool *want);
+
+/* what one policy must give in one case */
+typedef struct case_expect
+{
+	int			effects;		/* emails (reference), effects (sign-off) */
+	const char *record;			/* "completed #2" */
+	const char *verdicts;		/* "run (killed), run" */
+	const char *text;			/* the seed's "expected" words */
+} case_expect;
+
+/* which runs have the case */
+#define RUN_REFERENCE	0x1
+#define RUN_SIGNOFF		0x2
+#define RUN_BOTH		(RUN_REFERENCE | RUN_SIGNOFF)
+#define RUN_TX			0x4		/* a transactional job's (transactional = yes) */
+
+typedef struct case_spec
+{
+	const char *id;				/* "1", "3s", "7a", ... */
+	const char *title;			/* with {effect} and {item} */
+	unsigned	runs_in;		/* RUN_* */
+	int			nkeys;			/* operation keys the case uses */
+	const char *proves;			/* docs/replay-matrix.md */
+	const char *steps;			/* what a sign-off run does: docs/signoff.md */
+	case_expect expect[N_POLICIES];
+} case_spec;
+
+extern const case_spec case_table[];
+extern const int n_case_table;
+
+/* the words a run fills a title with */
+typedef struct case_words
+{
+	const char *effect;			/* "email", "effect" */
+	const char *item;			/* "order ORD-1002", "key" */
+} case_words;
+
+/* one row of the matrix: a case under one policy */
+#define CELL 192
+
+typedef struct case_result
+{
+	const char *id;				/* "1", "3s", "7a", ... */
+	char		title[96];		/* "first delivery" */
+	char		expected_text[96];	/* the seed's "expected" words */
+	int			exp_emails;
+	int			obs_emails;		/* -1: not observed */
+	char		exp_record[CELL];
+	char		obs_record[CELL];
+	char		exp_verdicts[CELL];
+	char		obs_verdicts[CELL];
+	bool		emails_ok;
+	bool		record_ok;
+	bool		verdicts_ok;
+	bool		checks_ok;		/* the checks behind the notes */
+	bool		ran;
+	bool		pass;
+	sbuf		notes;			/* what else was checked; why a cell failed */
+	double		seconds;
+} case_result;
+
+#define MAX_CASES 16
+
+typedef struct policy_result
+{
+	policy_t	policy;			/* configured in the job types */
+	policy_t	checked_as;		/* whose expectations were checked */
+	int			ncases;
+	case_result cases[MAX_CASES];
+	double		seconds;
+} policy_result;
+
+const case_spec *case_by_id(const char *id);
+void		case_expectations(const case_spec *c, policy_t as, const case_words *words,
+							  int stress, bool utf8, case_result *cr);
+bool		case_selected(const char *list, const char *id);
+void		case_finish(case_result *cr);
+void		case_note(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
+void		case_vnote(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+void		case_vfail(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+void		case_fail(case_result *cr, const char *fmt,...) MX_PRINTF(2, 3);
+int			case_table_list(const char *what);
+
+#endif							/* IDEMPOTENCY_MATRIX_CASE_TABLE_H */

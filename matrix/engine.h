@@ -1,0 +1,182 @@
+/*
+ * engine.h
+ *		The engine's own declarations, shared by engine.c (its primitives)
+ *		and case_steps.c (the steps of each case, and the run).
+ *
+ * Not the runner's interface: main.c and reference.c see signoff_run()
+ * and signoff_case_wanted() through matrix.h.
+ */
+#ifndef IDEMPOTENCY_MATRIX_ENGINE_H
+#define IDEMPOTENCY_MATRIX_ENGINE_H
+
+#include <sys/types.h>
+
+#include "matrix.h"
+
+#define KEYSZ 160
+#define MAX_PROCS 256			/* process groups of a whole run */
+#define MAX_CASE_WORKERS 65		/* case 3s: --stress up to 64, and one */
+#define MAX_EXCH 64				/* exchanges open at once */
+#define POLL_MS 10
+#define TAIL_LINES 8
+#define MAX_ITEMS 72			/* case 3s: up to 65 deliveries */
+#define MAX_KNOWN 256			/* operation keys of a run (2 a case) */
+
+typedef struct signoff_state signoff_state;
+
+/* a process group the run started: a worker, or a command */
+typedef struct sproc
+{
+	bool		used;			/* the slot holds a group of this run */
+	pid_t		pid;			/* also its process group (setsid) */
+	char		name[16];		/* "w1" */
+	char		log[600];
+	bool		reaped;
+	bool		killed;
+	bool		gone;			/* the whole group is gone */
+	int			status;			/* exit status, 128 + signal */
+} sproc;
+
+/* one delivery of a message: a claimed or a judged point */
+typedef struct delivery
+{
+	char		key[KEYSZ];
+	bool		runs;			/* claimed (run or verify), else judged */
+	char		verdict[32];
+	char		sqlstate[8];
+	int			attempt;
+	long		pid;
+	bool		heartbeat;
+	bool		handled;
+	bool		killed;
+	bool		failed;			/* answered fail at claimed */
+	char		mark[32];		/* the case's word for it: "slow", ... */
+	char		after[24];		/* an item after it: "released" */
+	int			eff_before;		/* verify: effects at claimed; -1 */
+	int			eff_after;		/* verify: effects at handled; -1 */
+	bool		stray;			/* not a key of the case it came in */
+	bool		has_result;		/* judged: the line gave the stored result */
+	char		result[512];
+	int			ki;				/* the case's key it maps to; -1: stray */
+} delivery;
+
+/* one exchange on the socket */
+typedef enum
+{
+	X_READING,
+	X_HELD,						/* waiting for the case's answer */
+	X_GONE						/* the worker closed it while held */
+} xstate;
+
+typedef struct exch
+{
+	int			fd;
+	xstate		state;
+	char		buf[4096];
+	size_t		len;
+	/* the line */
+	char		point[16];
+	char		job_type[200];
+	char		key[KEYSZ];
+	char		verdict[32];
+	char		sqlstate[8];
+	int			attempt;
+	long		pid;
+	int			v;
+	bool		heartbeat;
+	bool		has_result;
+	char		result[512];	/* optional: the stored result, at judged */
+	long		backend_pid;	/* optional: the server process of its transaction */
+	int			delivery;		/* index into deliveries, or -1 */
+	int			ki;				/* the case's key it maps to, or -1 */
+} exch;
+
+typedef struct arm
+{
+	int			key;			/* index into the case's keys */
+	char		point[16];
+	bool		on;
+} arm;
+
+struct signoff_state
+{
+	matrix_ctx *ctx;
+	const signoff_job *job;
+	char		sock[300];
+	int			lfd;
+	char		cmd_out[300];
+	char		cmd_err[300];
+
+	/* the policy */
+	policy_t	policy;
+	char		job_type[160];	/* the run's: <prefix>_<policy> */
+	char		map[400];		/* IDEMPOTENCY_SIGNOFF_JOB_TYPES */
+
+	/* the case */
+	case_result *cr;
+	const char *case_id;
+	char		keys[2][KEYSZ];	/* the run's keys: what enqueue and effects get */
+	char		opkey[2][KEYSZ];	/* the operation keys the worker claims them under */
+	bool		opkey_known[2];	/* given (key, key_command) or seen */
+	int			nkeys;
+	char		unmapped[KEYSZ];	/* the first key the run could not map */
+	int			nunmapped;		/* claims under keys the run could not map */
+	bool		unmappable;		/* then every wait ends, and the later cases */
+	bool		key_probed;		/* the message was sent once more to see its key again */
+	char		known[MAX_KNOWN][KEYSZ];	/* the run's operation keys so far */
+	int			nknown;
+	int			enqueued[2];
+	int			workers[MAX_CASE_WORKERS];	/* indexes into procs */
+	int			nworkers;
+	arm			arms[4];
+	bool		not_armed;		/* a case found no worker reaching its point */
+	char		record_early[CELL]; /* the record, read before the case's end */
+
+	exch	   *x[MAX_EXCH];
+	int			nx;
+	delivery   *d;
+	int			nd;
+	int			dcap;
+};
+
+typedef enum
+{
+	WAIT_OK,
+	WAIT_TIMEOUT,
+	WAIT_INTERRUPTED,
+	WAIT_NO_WORKER,
+	WAIT_UNMAPPED				/* a worker claims under keys the run cannot map */
+} wres;
+
+typedef bool (*wait_pred) (signoff_state *s, const void *arg);
+
+/* the run's process groups, the state while a run lasts, the case's first delivery */
+extern sproc procs[MAX_PROCS];
+extern int	nprocs;
+extern signoff_state *live_state;
+extern int	case_first_delivery;
+
+void	forget_proc(int i);
+void	answer(signoff_state *s, exch *x, const char *word);
+void	pump(signoff_state *s, int ms);
+void	know_key(signoff_state *s, const char *key);
+int		run_command(signoff_state *s, job_field which, const char *key,
+						bool pump_meanwhile, sbuf *out);
+int		effects_count(signoff_state *s, const char *key, bool pump_meanwhile);
+bool	start_workers(signoff_state *s, int n);
+bool	kill_at(signoff_state *s, exch *x, const char *where);
+void	stop_workers(signoff_state *s);
+wres	wait_for(signoff_state *s, wait_pred pred, const void *arg,
+					  bool need_worker, double limit);
+int		nth_delivery(signoff_state *s, int ki, int n);
+int		wait_nth(signoff_state *s, int ki, int n);
+void	arm_point(signoff_state *s, int ki, const char *point);
+exch	   *wait_held(signoff_state *s, int ki, const char *point);
+bool	record_row(signoff_state *s, const char *key, char *status,
+					   size_t ssz, int *attempt);
+bool	settle(signoff_state *s);
+bool	enqueue(signoff_state *s, int ki, job_field which);
+void	observe(signoff_state *s, const char *suffix);
+bool	wait_stale_checked(signoff_state *s, int ki);
+
+#endif							/* IDEMPOTENCY_MATRIX_ENGINE_H */

@@ -1,0 +1,399 @@
+/*
+ * provenance.c
+ *		What a sign-off report says was signed: the job file and the job's
+ *		code, by sha256, and the git commit they came from; and
+ *		--verify REPORT, which tells whether they are still the same.
+ *
+ * The job file's `code` names the code (paths or globs, relative to the
+ * directory the commands run in; a directory stands for the files under
+ * it, but not under .git, node_modules, __pycache__ or .venv). Each file's
+ * sha256 is recorded, and the code's: the sha256 of the lines
+ * "<sha256>  <path>\n" in the order of the paths (sha256sum's format, so
+ * `sha256sum FILES | sha256sum` agrees). Where the directory is in a git
+ * work tree, the commit (HEAD) and whether the job file or the code
+ * differ from it (dirty). A deploy pipeline runs --verify before it ships:
+ * exit 0 unchanged, 1 changed (each change named), 2 not a report it can
+ * read. (Anchors: SLSA and in-toto provenance, whose subjects are digests.)
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "matrix.h"
+
+static int
+path_cmp(const void *a, const void *b)
+{
+	return strcmp(((const code_file *) a)->path, ((const code_file *) b)->path);
+}
+
+static bool
+add_file(provenance *pv, const char *dir, const char *abs)
+{
+	size_t		dl = strlen(dir);
+	const char *rel = strncmp(abs, dir, dl) == 0 && abs[dl] == '/' ? abs + dl + 1 : abs;
+	int			i;
+
+	for (i = 0; i < pv->nfiles; i++)
+		if (strcmp(pv->files[i].path, rel) == 0)
+			return true;
+	if (pv->nfiles == pv->cap)
+	{
+		pv->cap = pv->cap ? pv->cap * 2 : 64;
+		pv->files = realloc(pv->files, (size_t) pv->cap * sizeof(code_file));
+		if (pv->files == NULL)
+		{
+			fprintf(stderr, "idempotency-matrix: out of memory\n");
+			abort();
+		}
+	}
+	copy_str(pv->files[pv->nfiles].path, sizeof(pv->files[0].path), rel);
+	if (!sha256_file(abs, pv->files[pv->nfiles].sha256))
+		return false;
+	pv->nfiles++;
+	return true;
+}
+
+/* nftw() has no argument: the walk's provenance and directory */
+static provenance *walk_pv;
+static const char *walk_dir;
+static bool walk_ok;
+
+static int
+walk_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	const char *base = path + ftw->base;
+
+	if (flag == FTW_D && ftw->level > 0 &&
+		(strcmp(base, ".git") == 0 || strcmp(base, "node_modules") == 0 ||
+		 strcmp(base, "__pycache__") == 0 || strcmp(base, ".venv") == 0))
+		return FTW_SKIP_SUBTREE;
+	if (flag == FTW_F && S_ISREG(st->st_mode) && !add_file(walk_pv, walk_dir, path))
+		walk_ok = false;
+	return FTW_CONTINUE;
+}
+
+/*
+ * `cmd` (an argv) run in dir: its first line of output in out; false if it
+ * did not exit 0.
+ */
+static bool
+capture(const char *dir, char *const argv[], char *out, size_t sz)
+{
+	int			fd[2];
+	pid_t		pid;
+	int			status;
+	ssize_t		n;
+	size_t		got = 0;
+
+	out[0] = '\0';
+	if (pipe(fd) != 0)
+		return false;
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+	{
+		close(fd[0]);
+		close(fd[1]);
+		return false;
+	}
+	if (pid == 0)
+	{
+		int			null = open("/dev/null", O_WRONLY);
+
+		dup2(fd[1], 1);
+		if (null >= 0)
+			dup2(null, 2);
+		close(fd[0]);
+		if (chdir(dir) != 0)
+			_exit(127);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(fd[1]);
+	while (got + 1 < sz && (n = read(fd[0], out + got, sz - 1 - got)) > 0)
+		got += (size_t) n;
+	out[got] = '\0';
+	/* the rest, unread, so that the child is not stuck on a full pipe */
+	{
+		char		sink[4096];
+
+		while (read(fd[0], sink, sizeof(sink)) > 0)
+			;
+	}
+	close(fd[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/*
+ * The job file's and the code's digests, and git's word on them. code:
+ * the job file's `code` (NULL: none). false: err says why (a file that
+ * cannot be read, a pattern that matches nothing).
+ */
+bool
+provenance_collect(const char *job_file, const char *dir, const char *code,
+				   provenance *pv, char *err, size_t esz)
+{
+	char	   *spec;
+	char	   *tok;
+	char	   *save = NULL;
+	sbuf		list;
+	int			i;
+
+	memset(pv, 0, sizeof(*pv));
+	pv->git_dirty = -1;
+	if (realpath(job_file, pv->job_file) == NULL || !sha256_file(pv->job_file, pv->job_sha256))
+	{
+		snprintf(err, esz, "cannot read the job file %s: %s", job_file, strerror(errno));
+		return false;
+	}
+	copy_str(pv->dir, sizeof(pv->dir), dir);
+	if (code)
+	{
+		spec = strdup(code);
+		for (tok = strtok_r(spec, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save))
+		{
+			char		pattern[PATH_MAX + 8];
+			glob_t		g;
+			size_t		k;
+
+			snprintf(pattern, sizeof(pattern), "%s%s%s", tok[0] == '/' ? "" : dir, tok[0] == '/' ? "" : "/", tok);
+			if (glob(pattern, GLOB_BRACE, NULL, &g) != 0 || g.gl_pathc == 0)
+			{
+				snprintf(err, esz, "code: \"%s\" matches no file in %s", tok, dir);
+				globfree(&g);
+				free(spec);
+				return false;
+			}
+			for (k = 0; k < g.gl_pathc; k++)
+			{
+				struct stat st;
+
+				walk_pv = pv;
+				walk_dir = dir;
+				walk_ok = true;
+				if (stat(g.gl_pathv[k], &st) == 0 && S_ISDIR(st.st_mode))
+					nftw(g.gl_pathv[k], walk_one, 16, FTW_PHYS | FTW_ACTIONRETVAL);
+				else if (!add_file(pv, dir, g.gl_pathv[k]))
+					walk_ok = false;
+				if (!walk_ok)
+				{
+					snprintf(err, esz, "code: cannot read a file of \"%s\": %s", tok, strerror(errno));
+					globfree(&g);
+					free(spec);
+					return false;
+				}
+			}
+			globfree(&g);
+		}
+		free(spec);
+		qsort(pv->files, (size_t) pv->nfiles, sizeof(code_file), path_cmp);
+		sb_init(&list);
+		for (i = 0; i < pv->nfiles; i++)
+			sb_printf(&list, "%s  %s\n", pv->files[i].sha256, pv->files[i].path);
+		sha256_buffer(list.data ? list.data : "", list.len, pv->code_sha256);
+		sb_free(&list);
+	}
+
+	/* git: the commit, and whether the job file or the code differ from it */
+	{
+		char	   *head[] = {"git", "rev-parse", "HEAD", NULL};
+		char		out[4096];
+
+		if (capture(dir, head, out, sizeof(out)))
+		{
+			char	  **argv = calloc((size_t) pv->nfiles + 8, sizeof(char *));
+			int			n = 0;
+
+			copy_str(pv->git_commit, sizeof(pv->git_commit), trim(out));
+			argv[n++] = "git";
+			argv[n++] = "status";
+			argv[n++] = "--porcelain";
+			argv[n++] = "--untracked-files=all";
+			argv[n++] = "--";
+			argv[n++] = pv->job_file;
+			for (i = 0; i < pv->nfiles && i < 4000; i++)
+				argv[n++] = pv->files[i].path;
+			argv[n] = NULL;
+			if (capture(dir, argv, out, sizeof(out)))
+				pv->git_dirty = out[0] != '\0';
+			free(argv);
+		}
+	}
+	return true;
+}
+
+void
+provenance_free(provenance *pv)
+{
+	free(pv->files);
+	pv->files = NULL;
+	pv->nfiles = pv->cap = 0;
+}
+
+/* ---------------------------------------------------------------------
+ * --verify REPORT
+ * --------------------------------------------------------------------- */
+
+/* the JSON string after "name": on a line of the report; false: none */
+static bool
+field(const char *line, const char *name, char *out, size_t sz)
+{
+	char		pat[64];
+	const char *p;
+	size_t		n = 0;
+
+	snprintf(pat, sizeof(pat), "\"%s\": \"", name);
+	p = strstr(line, pat);
+	if (p == NULL)
+		return false;
+	p += strlen(pat);
+	while (*p && *p != '"' && n + 1 < sz)
+	{
+		if (*p == '\\' && p[1])
+		{
+			p++;
+			switch (*p)
+			{
+				case 'n':
+					out[n++] = '\n';
+					break;
+				case 't':
+					out[n++] = '\t';
+					break;
+				case 'u':
+					/* the report escapes only control characters so */
+					out[n++] = '?';
+					p += 4;
+					break;
+				default:
+					out[n++] = *p;
+			}
+			p++;
+			continue;
+		}
+		out[n++] = *p++;
+	}
+	out[n] = '\0';
+	return *p == '"';
+}
+
+/*
+ * --verify REPORT: exit 0 when the job file and the code the report names
+ * are unchanged, 1 when not (each change a line on stdout), 2 when the
+ * report cannot be read or names no job file.
+ */
+int
+provenance_verify(const char *report)
+{
+	FILE	   *f = fopen(report, "r");
+	char	   *line = NULL;
+	size_t		cap = 0;
+	char		job_file[PATH_MAX] = "";
+	char		job_sha[65] = "";
+	char		dir[PATH_MAX] = "";
+	char		code[4096] = "";
+	bool		has_code = false;
+	provenance	was;
+	provenance	now;
+	char		err[PATH_MAX + 200];
+	int			changes = 0;
+	int			i,
+				j;
+
+	if (f == NULL)
+	{
+		fprintf(stderr, "idempotency-matrix: --verify: cannot read %s: %s\n", report, strerror(errno));
+		return 2;
+	}
+	memset(&was, 0, sizeof(was));
+	while (getline(&line, &cap, f) > 0)
+	{
+		char		path[PATH_MAX];
+		char		sha[65];
+
+		field(line, "job_file_path", job_file, sizeof(job_file));
+		field(line, "job_file_sha256", job_sha, sizeof(job_sha));
+		field(line, "directory", dir, sizeof(dir));
+		if (field(line, "code", code, sizeof(code)))
+			has_code = true;
+		if (field(line, "path", path, sizeof(path)) && field(line, "sha256", sha, sizeof(sha)))
+		{
+			if (was.nfiles == was.cap)
+			{
+				was.cap = was.cap ? was.cap * 2 : 64;
+				was.files = realloc(was.files, (size_t) was.cap * sizeof(code_file));
+			}
+			copy_str(was.files[was.nfiles].path, sizeof(was.files[0].path), path);
+			copy_str(was.files[was.nfiles].sha256, sizeof(was.files[0].sha256), sha);
+			was.nfiles++;
+		}
+	}
+	free(line);
+	fclose(f);
+	if (job_file[0] == '\0' || job_sha[0] == '\0' || dir[0] == '\0')
+	{
+		fprintf(stderr, "idempotency-matrix: --verify: %s is not a sign-off report of idempotency-matrix 0.4 or later "
+				"(no job_file_path, job_file_sha256 or directory)\n", report);
+		provenance_free(&was);
+		return 2;
+	}
+	if (!provenance_collect(job_file, dir, has_code ? code : NULL, &now, err, sizeof(err)))
+	{
+		/* a job file or a code path that is gone: a change, named */
+		printf("changed: %s\n", err);
+		provenance_free(&was);
+		return 1;
+	}
+	if (strcmp(now.job_sha256, job_sha) != 0)
+	{
+		printf("changed: the job file %s (sha256 %.12s..., signed %.12s...)\n", job_file, now.job_sha256, job_sha);
+		changes++;
+	}
+	for (i = 0; i < was.nfiles; i++)
+	{
+		for (j = 0; j < now.nfiles && strcmp(now.files[j].path, was.files[i].path) != 0; j++)
+			;
+		if (j == now.nfiles)
+		{
+			printf("removed: %s\n", was.files[i].path);
+			changes++;
+		}
+		else if (strcmp(now.files[j].sha256, was.files[i].sha256) != 0)
+		{
+			printf("changed: %s (sha256 %.12s..., signed %.12s...)\n", was.files[i].path,
+				   now.files[j].sha256, was.files[i].sha256);
+			changes++;
+		}
+	}
+	for (j = 0; j < now.nfiles; j++)
+	{
+		for (i = 0; i < was.nfiles && strcmp(now.files[j].path, was.files[i].path) != 0; i++)
+			;
+		if (i == was.nfiles)
+		{
+			printf("added: %s\n", now.files[j].path);
+			changes++;
+		}
+	}
+	if (changes == 0)
+		printf("unchanged: the job file %s (sha256 %.12s...) and %d code files%s%s%s, as signed in %s\n",
+			   job_file, job_sha, now.nfiles, has_code ? " (sha256 " : "",
+			   has_code ? now.code_sha256 : "", has_code ? ")" : "", report);
+	provenance_free(&was);
+	provenance_free(&now);
+	return changes ? 1 : 0;
+}

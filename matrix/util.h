@@ -1,0 +1,59 @@
+/*
+ * util.h
+ *		The runner's strings, escaping, clocks and interruption (util.c),
+ *		and SHA-256 (sha256.c).
+ *
+ * Depends on nothing else of the runner: every other file may use it.
+ */
+#ifndef IDEMPOTENCY_MATRIX_UTIL_H
+#define IDEMPOTENCY_MATRIX_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <signal.h>
+
+#if defined(__GNUC__)
+#define MX_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MX_PRINTF(f, a)
+#endif
+
+/* set by SIGINT, SIGTERM and SIGHUP: the run stops and cleans up */
+extern volatile sig_atomic_t matrix_interrupted;
+void		catch_interrupts(void);
+
+/* growable string */
+typedef struct sbuf
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+} sbuf;
+
+void		sb_init(sbuf *b);
+void		sb_free(sbuf *b);
+void		sb_reset(sbuf *b);
+void		sb_append(sbuf *b, const char *s, size_t n);
+void		sb_puts(sbuf *b, const char *s);
+void		sb_printf(sbuf *b, const char *fmt,...) MX_PRINTF(2, 3);
+void		sb_vprintf(sbuf *b, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+const char *sb_str(const sbuf *b);
+
+void		html_escape(sbuf *b, const char *s);
+void		json_string(sbuf *b, const char *s);
+size_t		display_width(const char *s);
+double		now_seconds(void);
+void		sleep_ms(int ms);
+void		iso_time(char *buf, size_t sz, bool utc_millis);
+void		copy_str(char *dst, size_t sz, const char *src);
+void		list_append(char *buf, size_t sz, const char *s);
+const char *one_line(const char *msg);
+char	   *trim(char *s);
+bool		parse_lease(const char *s, double *out);
+
+/* sha256.c */
+void		sha256_buffer(const void *data, size_t n, char out[65]);
+bool		sha256_file(const char *path, char out[65]);
+
+#endif							/* IDEMPOTENCY_MATRIX_UTIL_H */
