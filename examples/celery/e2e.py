@@ -1,16 +1,18 @@
 #!/usr/bin/python3
-"""The seed's replay matrix through Celery 5.2 and RabbitMQ: a private
-rabbitmq-server on 127.0.0.1 (random ports), two Celery workers (prefork,
-one child each, acks_late, reject_on_worker_lost), kill -9 of the child that
-runs the task, at exact points. The workers work as a role with only the
-worker grants (PGOPTIONS="-c role=..."), so that Celery's own cases can take
-a grant away: 10, a claim refused with 42501 is retried with a growing
-backoff and sent once the grant is back; 11, the fingerprint is the same for
-positional and keyword arguments, and other data under the same key fails at
-once (ID002), without retries.
+"""The end-to-end scenarios (examples/e2e/scenarios.py) through Celery 5.2
+and RabbitMQ: a private rabbitmq-server on 127.0.0.1 (random ports), two
+Celery workers (prefork, one child each, acks_late, reject_on_worker_lost),
+kill -9 of the child that runs the task, at exact points. The workers work
+as a role with only the worker grants (PGOPTIONS="-c role=..."), so that
+Celery's own scenarios can take a grant away: grant-revoked-backoff, a
+claim refused with 42501 is retried with a growing backoff and sent once
+the grant is back; fingerprint-args-kwargs, the fingerprint is the same for
+positional and keyword arguments, and other data under the same key fails
+at once (ID002), without retries. The seed's cases are the sign-off's
+(examples/e2e/signoff.py celery).
 
     py=$(examples/celery/venv.sh)    # the helper package, pg-idempotency
-    $py examples/celery/e2e.py [--policy hold,retry,skip] [--keep]
+    $py examples/celery/e2e.py [--policy hold,retry,skip] [--only NAMES] [--keep]
 
 Run with the python of a virtual environment where the package
 pg-idempotency (helpers/python) is installed, as venv.sh installs it: the
@@ -29,7 +31,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 sys.path.insert(0, HERE)
-import replay  # noqa: E402
+import harness  # noqa: E402
+import scenarios  # noqa: E402
 
 try:
     import pg_idempotency  # noqa: E402,F401 -- tasks.py imports pg_idempotency.celery
@@ -52,7 +55,7 @@ def claim_signature(db):
     return row[0] if row else CLAIM
 
 
-class Celery(replay.Adapter):
+class Celery(harness.Adapter):
     name = "celery"
     title = "Celery 5.2 + RabbitMQ 3.10"
     redelivery = "at once"
@@ -69,12 +72,14 @@ class Celery(replay.Adapter):
         "self.retry (published again before the ack) after 1, 2, 4 ... s (at most 60 s, with "
         "jitter); the caller's bugs (ID002, 22xxx) fail at once.",
     ]
-    extra_cases = [
-        ("10", "the worker lost its grant (42501), then got it back",
-         "retried with a growing backoff, sent once", ("hold",)),
-        ("11", "same order positionally, then with other data",
-         "same fingerprint; other data: ID002, not retried", ("hold",)),
-    ]
+
+    def __init__(self):
+        self.own_scenarios = [
+            ("grant-revoked-backoff", "the worker lost its grant (42501), then got it back: retried "
+             "with a growing backoff, sent once", self.grant_revoked_backoff, "once"),
+            ("fingerprint-args-kwargs", "same order positionally, then with other data: same "
+             "fingerprint; other data: ID002, not retried", self.fingerprint_args_kwargs, "once"),
+        ]
 
     def setup_db(self, db, job_type):
         with db.cursor() as c:
@@ -96,56 +101,47 @@ class Celery(replay.Adapter):
             db.execute(f"DROP OWNED BY {ROLE}")   # its grants in this database
             db.execute(f"DROP ROLE {ROLE}")
 
-    def expected_extra(self, case, policy):
-        if case == "10":
-            return (1, "completed #1", r"claim error \(42501, retry\), run",
-                    "claim error (42501, retry) ×3 or more, run")
-        return (1, "completed #1", r"run, completed, claim error \(ID002, fail\)",
-                "run, completed, claim error (ID002, fail)")
-
-    def run_extra(self, r, case):
-        key = f"ORD-{case}001"
+    def grant_revoked_backoff(self, r, key):
+        # a grant that is missing (a deploy before the migration, a mistake):
+        # the claim fails with 42501; the task must not be acknowledged away
+        # but retried, later and later, until it works
         keys = [key]
-        if case == "10":
-            # a grant that is missing (a deploy before the migration, a
-            # mistake): the claim fails with 42501; the task must not be
-            # acknowledged away but retried, later and later, until it works
-            r.db.execute(f"REVOKE EXECUTE ON FUNCTION {self.claim} FROM {ROLE}")
-            try:
-                self.publish(key)
-                evs = r.wait_events(keys, lambda evs: len(evs) >= 3, "three refused claims")
-                if r.emails(key) or r.record(key) != "none":
-                    raise replay.Failed(f"{key}: sent or recorded without the grant")
-            finally:
-                r.db.execute(f"GRANT EXECUTE ON FUNCTION {self.claim} TO {ROLE}")
-            evs = r.settle(keys, 1)
-            errors = [e for e in evs if e["verdict"] == "claim error"]
-            delays = []
-            for n, e in enumerate(errors):
-                d = min(60.0, 2.0 ** n)   # the helper's backoff 1 s, backoff_max 60 s
-                if e.get("retries") != n or not d / 2 <= e.get("retry_in", -1) <= d:
-                    raise replay.Failed(f"{key}: try {n}: retries {e.get('retries')}, retry in "
-                                        f"{e.get('retry_in')} s; expected retries {n}, {d / 2}-{d} s")
-                delays.append(f"{e['retry_in']:.1f}")
-            r.note_text = f"{len(errors)} refused claims, retried after {', '.join(delays)} s"
-        else:
-            # the fingerprint is taken over the arguments by name: the same
-            # order published with keywords and positionally agree
-            order = self.tasks.confirmation_args(key)
+        r.db.execute(f"REVOKE EXECUTE ON FUNCTION {self.claim} FROM {ROLE}")
+        try:
             self.publish(key)
-            r.settle(keys, 1)
-            self.tasks.send_confirmation.apply_async(args=(order["order"], order["email"]),
-                                                     queue=self.queue)
-            r.settle(keys, 2)
-            # the same key with other data: the caller's bug, no retry helps
-            self.tasks.send_confirmation.apply_async(
-                kwargs=dict(order, email="someone-else@example.test"), queue=self.queue)
-            r.wait_events(keys, lambda evs: any(e["verdict"] == "claim error" for e in evs),
-                          "the refused claim")
-            time.sleep(1.5)   # a retry would come within 1 s (backoff 1 s, jitter)
-        emails, rec = r.emails(key), r.record(key)
-        shown, plain = r.verdicts(keys)
-        return emails, rec, shown, plain
+            r.wait_events(keys, lambda evs: len(evs) >= 3, "three refused claims")
+            if r.emails(key) or r.record(key) != "none":
+                raise harness.Failed(f"{key}: sent or recorded without the grant")
+        finally:
+            r.db.execute(f"GRANT EXECUTE ON FUNCTION {self.claim} TO {ROLE}")
+        evs = r.settle(keys, 1)
+        errors = [e for e in evs if e["verdict"] == "claim error"]
+        delays = []
+        for n, e in enumerate(errors):
+            d = min(60.0, 2.0 ** n)   # the helper's backoff 1 s, backoff_max 60 s
+            if e.get("retries") != n or not d / 2 <= e.get("retry_in", -1) <= d:
+                raise harness.Failed(f"{key}: try {n}: retries {e.get('retries')}, retry in "
+                                     f"{e.get('retry_in')} s; expected retries {n}, {d / 2}-{d} s")
+            delays.append(f"{e['retry_in']:.1f}")
+        shown = scenarios.expect(r, keys, 1, "completed #1", r"claim error \(42501, retry\), run",
+                                 "claim error (42501, retry) ×3 or more, run")
+        return f"{shown}; {len(errors)} refused claims, retried after {', '.join(delays)} s"
+
+    def fingerprint_args_kwargs(self, r, key):
+        # the fingerprint is taken over the arguments by name: the same order
+        # published with keywords and positionally agree
+        keys = [key]
+        order = self.tasks.confirmation_args(key)
+        self.publish(key)
+        r.settle(keys, 1)
+        self.tasks.send_confirmation.apply_async(args=(order["order"], order["email"]), queue=self.queue)
+        r.settle(keys, 2)
+        # the same key with other data: the caller's bug, no retry helps
+        self.tasks.send_confirmation.apply_async(
+            kwargs=dict(order, email="someone-else@example.test"), queue=self.queue)
+        r.wait_events(keys, lambda evs: any(e["verdict"] == "claim error" for e in evs), "the refused claim")
+        time.sleep(1.5)   # a retry would come within 1 s (backoff 1 s, jitter)
+        return scenarios.expect(r, keys, 1, "completed #1", r"run, completed, claim error \(ID002, fail\)")
 
     def start_broker(self, tmp):
         self.tmp = tmp
@@ -153,7 +149,7 @@ class Celery(replay.Adapter):
         os.makedirs(d)
         with open(os.path.join(d, "enabled_plugins"), "w") as f:
             f.write("[].\n")
-        self.port, dist, self.epmd = replay.free_port(), replay.free_port(), replay.free_port()
+        self.port, dist, self.epmd = harness.free_port(), harness.free_port(), harness.free_port()
         self.renv = dict(os.environ, HOME=d, RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
                          RABBITMQ_NODE_PORT=str(self.port), RABBITMQ_DIST_PORT=str(dist),
                          RABBITMQ_NODENAME=f"e2e{self.port}@localhost",
@@ -240,12 +236,12 @@ class Celery(replay.Adapter):
         for _ in range(copies):
             self.tasks.send_confirmation.apply_async(kwargs=kwargs, queue=self.queue)
 
-    # case 12: the provider fails with an unexpected error; the helper leaves
+    # lost-message-sweeper: the provider fails with an unexpected error; the helper leaves
     # the claim to its lease and Celery acknowledges the failed task
     # (task_acks_on_failure_or_timeout, the default): the message is gone
     lost_rx = r"run \(failed\)"
     lost_text = "run (failed)"
-    refused_action = "fail"   # case 14: the task fails at once, no retry
+    refused_action = "fail"   # fingerprint-mismatch: the task fails at once, no retry
 
     def lose(self, r, key):
         r.crash(key)
@@ -259,4 +255,4 @@ class Celery(replay.Adapter):
 
 
 if __name__ == "__main__":
-    sys.exit(replay.main(Celery()))
+    sys.exit(scenarios.main(Celery()))

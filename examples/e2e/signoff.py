@@ -1,7 +1,7 @@
 """signoff.py: an example job signed off through its real queue, the way a
 user signs off their own (idempotency-matrix --job FILE, docs/signoff.md).
 
-    PY examples/e2e/signoff.py QUEUE [--job FILE] [--policy hold,retry,skip] [--keep]
+    PY examples/e2e/signoff.py QUEUE [--job FILE] [--policy hold,retry,skip] [--cases LIST] [--keep]
 
 e.g. examples/e2e/signoff.py sidekiq --job examples/sidekiq/second-job/signoff.job --policy retry
 
@@ -12,7 +12,7 @@ starts it, as for the end-to-end test) and the receiving ends of the effects
 server for jobs whose effect is an HTTP call. Then, once per policy, with a
 fresh queue (the adapter's begin(policy)), it runs
 
-    matrix/idempotency-matrix --job examples/QUEUE/signoff.job --policy P --json ... --html ...
+    matrix/idempotency-matrix --job examples/QUEUE/signoff.job --policy P [--cases LIST] --json ... --html ...
 
 with the broker's and the sinks' settings in the environment the job file's
 commands see (the adapter's _env(): CELERY_BROKER_URL, REDIS_URL, the SQS
@@ -47,14 +47,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import replay  # noqa: E402
+import harness  # noqa: E402
 import sink  # noqa: E402
 
 RUNNER = os.path.join(ROOT, "matrix", "idempotency-matrix")
 
 
 def load_adapter(queue):
-    """the replay.Adapter subclass of examples/QUEUE/e2e.py, constructed"""
+    """the harness.Adapter subclass of examples/QUEUE/e2e.py, constructed"""
     d = os.path.join(ROOT, "examples", queue)
     path = os.path.join(d, "e2e.py")
     if not os.path.exists(path):
@@ -64,9 +64,9 @@ def load_adapter(queue):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     classes = [v for v in vars(mod).values()
-               if isinstance(v, type) and issubclass(v, replay.Adapter) and v is not replay.Adapter]
+               if isinstance(v, type) and issubclass(v, harness.Adapter) and v is not harness.Adapter]
     if len(classes) != 1:
-        raise SystemExit(f"signoff.py: {path} must define one replay.Adapter, has {len(classes)}")
+        raise SystemExit(f"signoff.py: {path} must define one harness.Adapter, has {len(classes)}")
     return classes[0]()
 
 
@@ -137,6 +137,7 @@ def main(argv=None):
     ap.add_argument("queue", choices=["celery", "sidekiq", "sqs"])
     ap.add_argument("--job", help="the job file (default examples/QUEUE/signoff.job)")
     ap.add_argument("--policy", default="hold,retry,skip")
+    ap.add_argument("--cases", help="the runner's --cases (default: all the job's cases)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
     # a SIGTERM (scripts/test stopping the hook) ends the run through the
@@ -170,7 +171,8 @@ def main(argv=None):
             report = os.path.join(tmp, f"{policy}.json")
             before = sum(s.effects() for s in sinks)
             tp = time.time()
-            p = subprocess.Popen([RUNNER, "--job", job, "--policy", policy, "--json", report,
+            cases = ["--cases", args.cases] if args.cases else []
+            p = subprocess.Popen([RUNNER, "--job", job, "--policy", policy, *cases, "--json", report,
                                   "--html", os.path.join(tmp, f"{policy}.html")],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             try:

@@ -1,17 +1,9 @@
-# The SQS example's end-to-end test (examples/sqs/e2e.py): the seed's replay
-# matrix through a local SQS (fauxqs 2.4 on 127.0.0.1, random port) and real
-# sqs-consumer 15 workers killed with kill -9, under the policies hold, retry
-# and skip, plus case 8 (a person's 'retry' reaches a worker through the
-# sweeper), case 9 (a known failure, released and redelivered after a
-# backoff), case 12 (the worker dies and PurgeQueue deletes its message: the
-# sweeper hands the stale claim to a person or re-enqueues it), case 13 (a job
-# longer than two leases: the heartbeat keeps the claim, a duplicate gets
-# in_progress) and case 14 (same key, other payload: ID002, the message is
-# left to its visibility timeout and DLQ), case 15 (the reply to the claim is
-# lost, through test/faults/pgproxy.py: claimed again with the same delivery
-# token, run #1, no lease waited) and case 16 (a redelivery behind another
-# transaction's uncommitted claim: in_progress at once, sent once after the
-# rollback). First the unit tests of the npm package pg-idempotency
+# The SQS example: its job signed off through the real queue by the runner,
+# for the single and the batch handler, and the end-to-end scenarios
+# (examples/sqs/e2e.py, examples/e2e/scenarios.py: fauxqs 2.4 on
+# 127.0.0.1, random port, and real sqs-consumer 15 workers killed with
+# kill -9) for what the runner does not do. First the unit tests of the npm
+# package pg-idempotency
 # (helpers/node: the wrapper; npm ci there, then node --test
 # test/*.test.mjs, what its npm test runs, once on Node.js 22 and once on
 # 24: the verdict mapping run,
@@ -23,19 +15,33 @@
 # the judged lines, the run's lease (IDEMPOTENCY_SIGNOFF_LEASE), the map
 # without the socket, a child worker killed at claimed and handled; no
 # broker).
-# Five modes, in this order (SQS_E2E_MODES=single, batch, sigterm, signoff
-# and/or second runs some of them):
-#   single   e2e.py with the single handler (handleMessage), cases 5 6 8 9
-#            12-16 (SQS_E2E_SINGLE_CASES; empty: all): its cases 1-4 and 7
-#            are left to the sign-off below, which runs the seed's cases 1-7
-#            through the same queue and worker.mjs under the same policies
-#            (5 and 6 stay: here the killed worker's own message comes back
-#            after its visibility timeout, where the sign-off enqueues it
-#            again);
-#   batch    e2e.py --batch, every case: the workers on handleMessageBatch
-#            (one claim_operations and one complete_operations per receive of
-#            up to 10, plus case B1, a receive of 10 with mixed verdicts),
-#            which the sign-off does not run;
+# Six modes, in this order (SQS_E2E_MODES=single, batch, sigterm, signoff,
+# signoff-batch and/or second runs some of them):
+#   single   e2e.py with the single handler (handleMessage): the scenarios
+#            queue-redelivery-after-kill-claimed and -handled (the killed
+#            worker's own message comes back after its visibility timeout
+#            and meets the stale claim), sweeper-retry (hold, skip: a
+#            person's 'retry' reaches a worker through the sweeper) and
+#            lost-message-sweeper (the worker dies and PurgeQueue deletes its
+#            message: the sweeper hands the stale claim to a person or
+#            re-enqueues it) under each policy; under the first only, as
+#            their outcome does not depend on it: known-failure-backoff
+#            (released, redelivered after a backoff), heartbeat-long-job (a
+#            job longer than two leases: the heartbeat keeps the claim, a
+#            duplicate gets in_progress and comes back completed),
+#            fingerprint-mismatch (same key, other payload: ID002, the message
+#            is left to its visibility timeout and DLQ), lost-reply (the reply
+#            to the claim is lost, through test/faults/pgproxy.py: claimed
+#            again with the same delivery token, run #1, no lease waited) and
+#            stuck-transaction (a redelivery behind another transaction's
+#            uncommitted claim: in_progress at once, sent once after the
+#            rollback);
+#   batch    e2e.py --batch under the first policy: the workers on
+#            handleMessageBatch (one claim_operations and one
+#            complete_operations per receive of up to 10): the same
+#            scenarios but the sweeper's and the heartbeat's (e2e.py says
+#            why), plus batch-mixed-receive, a receive of 10 with mixed
+#            verdicts;
 #   sigterm  examples/sqs/sigterm.py, single and --batch: worker.mjs sent
 #            SIGTERM inside its handler finishes that message (one email,
 #            completed #1, deleted) and exits 0, and receives nothing more
@@ -44,9 +50,12 @@
 #            seconds each;
 #   signoff  the example job signed off as a user signs off theirs
 #            (examples/e2e/signoff.py sqs: idempotency-matrix --job
-#            examples/sqs/signoff.job under hold, retry and skip, with an SMTP
-#            sink, examples/e2e/sink.py, counting the emails the mail
-#            provider sends; every case must hold);
+#            examples/sqs/signoff.job, the seed's cases 1-7 and the runner's
+#            9-13, under hold, retry and skip, with an SMTP sink,
+#            examples/e2e/sink.py, counting the emails the mail provider
+#            sends; every case must hold);
+#   signoff-batch  the same with the batch handler
+#            (examples/sqs/signoff-batch.job: worker.mjs with SQS_BATCH=1);
 #   second   a job the examples do not have, signed off the same way under
 #            retry (examples/sqs/second-job/signoff.job: notify_shipment, one
 #            webhook POST per shipment, counted by the HTTP sink of
@@ -54,14 +63,16 @@
 # Node.js: the unit tests run on 22 and on 24 (the LTS lines the package
 # supports, its engines); each mode with a broker runs on one of them, so
 # that both run real workers, fauxqs and sqs-consumer in every run, also in
-# the clean Debian 13 root, which leaves the sign-offs out (hook 90):
-# single and second on 22, batch and signoff on 24 (the single handler then
-# runs on both, the batch handler on 24), sigterm on both. Running every
+# the clean Debian 13 root, which leaves the second job out (hook 90):
+# single, signoff-batch and second on 22, batch and signoff on 24 (each
+# handler then runs on both: its scenarios on one, its sign-off on the
+# other), sigterm on both. Running every
 # mode on both would add about 6 minutes (their time in the hook) to CI.
-# E2E_POLICIES (default hold,retry,skip) applies to single, batch and
-# signoff; SIGNOFF_POLICIES, when set, to the sign-off instead, and
-# SIGNOFF_SECOND_JOB=0 leaves the second job out and SIGNOFF_POLICIES=none
-# the sign-off (the clean roots of hook 90 set both).
+# E2E_POLICIES (default hold,retry,skip) are the scenarios' and, unless
+# SIGNOFF_POLICIES is set, the sign-offs'; SIGNOFF_POLICIES=none leaves both
+# sign-offs out, SIGNOFF_CASES (e.g. 1-7) gives them the runner's --cases,
+# and SIGNOFF_SECOND_JOB=0 leaves the second job out (the clean roots of
+# hook 90 set SIGNOFF_CASES and SIGNOFF_SECOND_JOB).
 # Needs extension 0.3 (delivery, wait). Installs
 # when missing: python3-psycopg and python3-aiosmtpd (root); Node.js 22 and
 # 24 (sqs-consumer 15 and fauxqs 2 need 22; Debian 12 packages 18, Debian 13
@@ -99,7 +110,7 @@ with_node() {
 # the Node.js major each mode with a broker runs on (see above)
 major_of() {
     case $1 in
-        single|second) echo 22 ;;
+        single|signoff-batch|second) echo 22 ;;
         *) echo 24 ;;
     esac
 }
@@ -111,47 +122,39 @@ for major in 22 24; do
 done
 rc=0
 policies=${E2E_POLICIES:-hold,retry,skip}
-single_cases=${SQS_E2E_SINGLE_CASES-5,6,8,9,12,13,14,15,16}
-# no sign-off: the single handler's e2e runs every case, 1-4 and 7 included
-[[ ${SIGNOFF_POLICIES:-} == none && -z ${SQS_E2E_SINGLE_CASES+set} ]] && single_cases=
-for mode in ${SQS_E2E_MODES:-single batch sigterm signoff second}; do
-    case $mode in
-        single) args=(${single_cases:+--cases "$single_cases"}) ;;
-        batch) args=(--batch) ;;
-        sigterm|signoff|second) ;;
-        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, sigterm, signoff, second)" >&2; exit 2 ;;
-    esac
+signoff=(--policy "${SIGNOFF_POLICIES:-$policies}" ${SIGNOFF_CASES:+--cases "$SIGNOFF_CASES"})
+for mode in ${SQS_E2E_MODES:-single batch sigterm signoff signoff-batch second}; do
     t0=$SECONDS
     major=$(major_of "$mode")
-    if [[ $mode == sigterm ]]; then
-        for major in 22 24; do
-            for form in "" --batch; do
-                echo "== 80-sqs: worker.mjs on SIGTERM (examples/sqs/sigterm.py${form:+ $form}), Node.js $major"
-                with_node "$major" /usr/bin/python3 examples/sqs/sigterm.py $form || rc=1
-            done
-        done
-        echo "== 80-sqs: sigterm: $((SECONDS - t0)) s"
-        continue
-    fi
-    if [[ $mode == signoff ]]; then
-        echo "== 80-sqs: the sign-off of examples/sqs/signoff.job (examples/e2e/signoff.py sqs), Node.js $major"
-        if [[ ${SIGNOFF_POLICIES:-} == none ]]; then
-            echo "== 80-sqs: sign-off left out (SIGNOFF_POLICIES=none)"
-        else
-            with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --policy "${SIGNOFF_POLICIES:-$policies}" || rc=1
-        fi
-        echo "== 80-sqs: sign-off: $((SECONDS - t0)) s"
-        continue
-    fi
-    if [[ $mode == second ]]; then
-        [[ ${SIGNOFF_SECOND_JOB:-1} == 0 ]] && { echo "== 80-sqs: second job left out (SIGNOFF_SECOND_JOB=0)"; continue; }
-        echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.job), Node.js $major"
-        with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job examples/sqs/second-job/signoff.job --policy retry || rc=1
-        echo "== 80-sqs: second job: $((SECONDS - t0)) s"
-        continue
-    fi
-    echo "== 80-sqs: the e2e cases, $mode handler${args[1]:+ (cases ${args[1]})}, Node.js $major"
-    with_node "$major" /usr/bin/python3 examples/sqs/e2e.py "${args[@]}" --policy "$policies" || rc=1
-    echo "== 80-sqs: $mode handler: $((SECONDS - t0)) s"
+    case $mode in
+        single)
+            echo "== 80-sqs: the end-to-end scenarios, single handler, Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/sqs/e2e.py --policy "$policies" || rc=1 ;;
+        batch)
+            echo "== 80-sqs: the end-to-end scenarios, batch handler, Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/sqs/e2e.py --batch --policy "${policies%%,*}" || rc=1 ;;
+        sigterm)
+            for major in 22 24; do
+                for form in "" --batch; do
+                    echo "== 80-sqs: worker.mjs on SIGTERM (examples/sqs/sigterm.py${form:+ $form}), Node.js $major"
+                    with_node "$major" /usr/bin/python3 examples/sqs/sigterm.py $form || rc=1
+                done
+            done ;;
+        signoff|signoff-batch)
+            job=examples/sqs/signoff.job
+            [[ $mode == signoff-batch ]] && job=examples/sqs/signoff-batch.job
+            if [[ ${SIGNOFF_POLICIES:-} == none ]]; then
+                echo "== 80-sqs: $mode left out (SIGNOFF_POLICIES=none)"
+                continue
+            fi
+            echo "== 80-sqs: the sign-off of $job (examples/e2e/signoff.py sqs), Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job "$job" "${signoff[@]}" || rc=1 ;;
+        second)
+            [[ ${SIGNOFF_SECOND_JOB:-1} == 0 ]] && { echo "== 80-sqs: second job left out (SIGNOFF_SECOND_JOB=0)"; continue; }
+            echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.job), Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job examples/sqs/second-job/signoff.job --policy retry || rc=1 ;;
+        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, sigterm, signoff, signoff-batch, second)" >&2; exit 2 ;;
+    esac
+    echo "== 80-sqs: $mode: $((SECONDS - t0)) s"
 done
 exit $rc

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Celery example: its sign-off through the real queue, and the end-to-end
-# test (examples/celery/e2e.py) for what the sign-off does not cover.
+# scenarios (examples/celery/e2e.py) for what the sign-off does not cover.
 #
 # First the helper package pg-idempotency (helpers/python) is installed from
 # the checkout into examples/celery/.venv (examples/celery/venv.sh: pip
@@ -10,45 +10,49 @@
 # completed, in_progress, held, skipped, a lost reply, a stuck transaction,
 # claim_wait, in-process, no broker; the sign-off points and job-type map of
 # both, with a fake runner and worker processes killed with SIGKILL at each
-# point). Both tests below run with that venv's python, each with a private
+# point). Both runs below use that venv's python, each with a private
 # rabbitmq-server on 127.0.0.1 (random ports, started and stopped by it).
 #
-# The end-to-end test (examples/celery/e2e.py; two Celery workers whose pool
-# process is killed with kill -9), under hold: the seed's cases 5-7 (the
-# message of a killed pool process requeued by task_reject_on_worker_lost,
-# which the sign-off does not do: it kills a worker's whole process group),
-# case 8 (a person's 'retry' reaches a worker through the sweeper), case 9
-# (the provider refuses: released, sent after a backoff), case 12 (an
-# unexpected error: Celery acknowledges the failed task, the sweeper hands
-# the stale claim to a person), case 13 (a job longer than two leases: the
-# heartbeat keeps the claim), case 14 (same key, other payload: ID002),
-# Celery's cases 10 (a claim refused with 42501 is retried, not acknowledged
-# away) and 11 (fingerprint of positional and keyword arguments), case 15
-# (the reply to the claim is lost, through test/faults/pgproxy.py: claimed
-# again with the same delivery token, run #1, no lease waited) and case 16 (a
+# The end-to-end scenarios (examples/celery/e2e.py, examples/e2e/scenarios.py;
+# two Celery workers whose pool process is killed with kill -9), what the
+# runner does not do. Under each policy: queue-redelivery-after-kill-claimed
+# and -handled (the message of a killed pool process requeued by
+# task_reject_on_worker_lost, which the sign-off does not do: it kills a
+# worker's whole process group), lost-message-sweeper (an unexpected error:
+# Celery acknowledges the failed task, the sweeper hands the stale claim to
+# a person or re-enqueues it) and, under hold and skip, sweeper-retry (a
+# person's 'retry' reaches a worker through the sweeper). Under the first
+# policy only, as their outcome does not depend on it: known-failure-backoff
+# (the provider refuses: released, sent after a backoff), heartbeat-long-job
+# (a job longer than two leases: the heartbeat keeps the claim, a duplicate
+# gets in_progress and comes back completed), fingerprint-mismatch (same key,
+# other payload: ID002, the task fails at once), lost-reply (the reply to
+# the claim is lost, through test/faults/pgproxy.py: claimed again with the
+# same delivery token, run #1, no lease waited), stuck-transaction (a
 # redelivery behind another transaction's uncommitted claim: in_progress at
-# once, sent once after the rollback); then under retry and skip only the
-# cases whose outcome depends on the policy and that the sign-off does not
-# run: 12 (the sweeper re-enqueues the stale claim) and 8 (skip). The seed's
-# cases 1-7 under hold, retry and skip are the sign-off's.
+# once, sent once after the rollback), and Celery's own
+# grant-revoked-backoff (a claim refused with 42501 is retried, not
+# acknowledged away) and fingerprint-args-kwargs (the fingerprint of
+# positional and keyword arguments).
 #
 # The sign-off (examples/e2e/signoff.py celery): idempotency-matrix --job
 # examples/celery/signoff.job under hold, retry and skip, with one Celery
 # worker process per worker the runner starts, killed at the helper's
 # sign-off points, and the emails counted at an SMTP sink
 # (examples/e2e/sink.py) that the example's mail provider sends to:
-# every case (1-7, 9-13) must hold under each policy. Then a second job that
-# the examples do not have, with another kind of effect
-# (examples/celery/second-job/signoff.job: record_payment, an HTTP POST to
-# a ledger, counted by the HTTP sink of examples/e2e/sink.py), signed off
-# the same way under retry.
+# every case (the seed's 1-7, the runner's 9-13) must hold under each
+# policy. Then a second job that the examples do not have, with another
+# kind of effect (examples/celery/second-job/signoff.job: record_payment, an
+# HTTP POST to a ledger, counted by the HTTP sink of examples/e2e/sink.py),
+# signed off the same way under retry.
 #
-# E2E_POLICIES=... runs the end-to-end test's whole matrix under those
-# policies instead (no case left out). SIGNOFF_POLICIES (default
-# hold,retry,skip) are the sign-off's; SIGNOFF_SECOND_JOB=0 leaves the
-# second job out and SIGNOFF_POLICIES=none the sign-off (the clean roots
-# of hook 90 set both). Each of the three runs is run even if
-# an earlier one failed; the hook fails if any did.
+# E2E_POLICIES (default hold,retry,skip) are the scenarios' policies;
+# SIGNOFF_POLICIES (default hold,retry,skip) the sign-off's, and
+# SIGNOFF_POLICIES=none leaves it out; SIGNOFF_CASES (e.g. 1-7) gives it
+# the runner's --cases; SIGNOFF_SECOND_JOB=0 leaves the second job out (the
+# clean roots of hook 90 set SIGNOFF_CASES and SIGNOFF_SECOND_JOB). Each of
+# the three runs is run even if an earlier one failed; the hook fails if
+# any did.
 # Needs extension 0.3 (delivery, wait).
 # Creates and drops the role idempotency_e2e_celery_worker. Installs
 # python3-celery, python3-psycopg, rabbitmq-server, python3-pytest,
@@ -61,21 +65,12 @@ e2e_debs python3-celery python3-psycopg rabbitmq-server python3-pytest \
 py=$(bash examples/celery/venv.sh)
 PG_IDEMPOTENCY_TEST_CELERY=1 "$py" -m pytest -p no:cacheprovider -q helpers/python/tests
 rc=0
-if [[ -n ${E2E_POLICIES:-} || ${SIGNOFF_POLICIES:-} == none ]]; then
-    # no sign-off: the end-to-end test runs every case, 1-7 included
-    "$py" examples/celery/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}" || rc=1
-else
-    # cases 1-4 and, under retry and skip, 5-7, 9, 13, 15, 16 are left out:
-    # the sign-off runs 1-7 through the same queue and worker under every
-    # policy, and 9 (a release: its case 10), 13 (the heartbeat: its 12), 15
-    # and 16 do not depend on the policy
-    "$py" examples/celery/e2e.py --policy hold --cases 5,6,7,8,9,12,13,14,15,16,10,11 || rc=1
-    "$py" examples/celery/e2e.py --policy retry,skip --cases 8,12 || rc=1
-fi
+"$py" examples/celery/e2e.py --policy "${E2E_POLICIES:-hold,retry,skip}" || rc=1
 if [[ ${SIGNOFF_POLICIES:-} == none ]]; then
     echo "== 81-celery: sign-off left out (SIGNOFF_POLICIES=none)"
 else
-    "$py" examples/e2e/signoff.py celery --policy "${SIGNOFF_POLICIES:-hold,retry,skip}" || rc=1
+    "$py" examples/e2e/signoff.py celery --policy "${SIGNOFF_POLICIES:-hold,retry,skip}" \
+        ${SIGNOFF_CASES:+--cases "$SIGNOFF_CASES"} || rc=1
 fi
 if [[ ${SIGNOFF_SECOND_JOB:-1} != 0 ]]; then
     "$py" examples/e2e/signoff.py celery --job examples/celery/second-job/signoff.job --policy retry || rc=1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Sidekiq example: its job signed off through the real queue, and the
-# end-to-end test's cases that the sign-off does not cover.
+# end-to-end scenarios for what the sign-off does not cover.
 #
 # First the gem pg-idempotency (helpers/ruby) is built and installed into
 # examples/sidekiq/gems (examples/sidekiq/install-gem.sh: gem build, gem
@@ -10,35 +10,39 @@
 # lost reply, a stuck transaction, claim_wait; the sign-off points against
 # a fake runner, with a forked worker SIGKILLed at each; no Redis).
 #
-# Then examples/sidekiq/e2e.py (a private redis-server on 127.0.0.1, two
+# Then the end-to-end scenarios (examples/sidekiq/e2e.py,
+# examples/e2e/scenarios.py: a private redis-server on 127.0.0.1, two
 # Sidekiq processes, kill -9 at exact points; default fetch: a killed job is
-# lost, the sweeper finds the claim), only the cases the sign-off does not
-# cover: case 8 (hold, skip: a person's 'retry' reaches a worker through the
-# sweeper) and case 12 (the job lost with a killed process: the sweeper
-# hands the stale claim to a person or re-enqueues it) under every policy;
-# under the first policy only (hold), the cases whose outcome does not
-# depend on it: case 9 (the provider refuses once: released, sent after the
-# middleware's backoff), case 14 (same key, other payload: ID002, the job goes to
-# Sidekiq's retry set), case 15 (the reply to the claim is lost, through
-# test/faults/pgproxy.py: claimed again with the same delivery token, run
-# #1, no lease waited) and case 16 (a redelivery behind another
-# transaction's uncommitted claim: in_progress at once, sent once after the
-# rollback). The seed's cases 1-7 and case 13 (a job longer than two leases:
-# the heartbeat keeps the claim) are the sign-off's cases 1-7 and 12.
+# lost, the sweeper finds the claim), only what the sign-off does not cover:
+# lost-message-sweeper (the job lost with a killed process: the sweeper
+# hands the stale claim to a person or re-enqueues it) under each policy and
+# sweeper-retry (hold, skip: a person's 'retry' reaches a worker through the
+# sweeper); under the first policy only, as their outcome does not depend on
+# it: known-failure-backoff (the provider refuses once: released, sent after
+# the middleware's backoff), fingerprint-mismatch (same key, other payload:
+# ID002, the job goes to Sidekiq's retry set), lost-reply (the reply to the
+# claim is lost, through test/faults/pgproxy.py: claimed again with the
+# same delivery token, run #1, no lease waited) and stuck-transaction (a
+# redelivery behind another transaction's uncommitted claim: in_progress at
+# once, sent once after the rollback). Sidekiq never brings a killed job
+# back, so the queue-redelivery-after-kill scenarios do not apply;
+# heartbeat-long-job is the sign-off's case 12 here (e2e.py says why).
 #
 # Last, the sign-off (examples/e2e/signoff.py sidekiq: the runner,
 # matrix/idempotency-matrix --job examples/sidekiq/signoff.job, with a
 # redis-server and an SMTP sink, examples/e2e/sink.py) under hold,
-# retry and skip: the seed's cases 1-7 and 9-13 through the example's own
-# workers and enqueue command, effects counted at the sink. Then a job the
-# examples do not have, examples/sidekiq/second-job/signoff.job (an HTTP
-# POST, counted by the HTTP sink of examples/e2e/sink.py), signed off the
-# same way under retry.
+# retry and skip: the seed's cases 1-7 and the runner's 9-13 through the
+# example's own workers and enqueue command, effects counted at the sink.
+# Then a job the examples do not have, examples/sidekiq/second-job/signoff.job
+# (an HTTP POST, counted by the HTTP sink of examples/e2e/sink.py), signed
+# off the same way under retry.
 #
-# E2E_POLICIES (default hold,retry,skip) limits the policies of the e2e
-# test and of the sign-off; SIGNOFF_POLICIES, when set, are the sign-off's,
-# and SIGNOFF_SECOND_JOB=0 leaves the second job out and SIGNOFF_POLICIES=none
-# the sign-off (the clean roots of hook 90 set both). Needs extension 0.3 (delivery, wait). Installs
+# E2E_POLICIES (default hold,retry,skip) limits the policies of the
+# scenarios and of the sign-off; SIGNOFF_POLICIES, when set, are the
+# sign-off's, and SIGNOFF_POLICIES=none leaves it out; SIGNOFF_CASES (e.g.
+# 1-7) gives it the runner's --cases; SIGNOFF_SECOND_JOB=0 leaves the second
+# job out (the clean roots of hook 90 set SIGNOFF_CASES and
+# SIGNOFF_SECOND_JOB). Needs extension 0.3 (delivery, wait). Installs
 # ruby-rubygems, ruby-sidekiq, ruby-pg, redis-server, python3-psycopg and
 # python3-aiosmtpd (root) when missing.
 set -euo pipefail
@@ -47,21 +51,13 @@ e2e_debs ruby-rubygems ruby-sidekiq ruby-pg redis-server python3-psycopg python3
 bash examples/sidekiq/install-gem.sh
 (cd helpers/ruby && RUBYOPT=-W0 ruby -Ilib -Itest test/run.rb)
 policies=${E2E_POLICIES:-hold,retry,skip}
-first=${policies%%,*} rest=${policies#"$first"}
 rc=0
-if [[ ${SIGNOFF_POLICIES:-} == none ]]; then
-    # no sign-off: the end-to-end test runs every case, 1-7 included
-    /usr/bin/python3 examples/sidekiq/e2e.py --policy "$policies" || rc=1
-else
-    /usr/bin/python3 examples/sidekiq/e2e.py --policy "$first" --cases 8,9,12,14,15,16 || rc=1
-    if [[ -n ${rest#,} ]]; then
-        /usr/bin/python3 examples/sidekiq/e2e.py --policy "${rest#,}" --cases 8,12 || rc=1
-    fi
-fi
+/usr/bin/python3 examples/sidekiq/e2e.py --policy "$policies" || rc=1
 if [[ ${SIGNOFF_POLICIES:-} == none ]]; then
     echo "== 82-sidekiq: sign-off left out (SIGNOFF_POLICIES=none)"
 else
-    /usr/bin/python3 examples/e2e/signoff.py sidekiq --policy "${SIGNOFF_POLICIES:-$policies}" || rc=1
+    /usr/bin/python3 examples/e2e/signoff.py sidekiq --policy "${SIGNOFF_POLICIES:-$policies}" \
+        ${SIGNOFF_CASES:+--cases "$SIGNOFF_CASES"} || rc=1
 fi
 if [[ ${SIGNOFF_SECOND_JOB:-1} != 0 ]]; then
     /usr/bin/python3 examples/e2e/signoff.py sidekiq --job examples/sidekiq/second-job/signoff.job --policy retry || rc=1

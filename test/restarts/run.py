@@ -71,7 +71,7 @@ last line is "restarts: N passed, N failed" (one per system).
 import os
 import sys
 
-# before replay (and the adapters) are imported: they read it at import
+# before harness.py (and the adapters) are imported: they read it at import
 os.environ.setdefault("E2E_LEASE", "120")
 
 import argparse              # noqa: E402
@@ -88,9 +88,9 @@ import psycopg               # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "examples", "e2e"))
-import replay  # noqa: E402
+import harness  # noqa: E402
 
-LEASE = replay.LEASE
+LEASE = harness.LEASE
 BOUND = float(os.environ.get("RESTARTS_BOUND", "60"))   # s from a key's publish to its completion
 WAIT = float(os.environ.get("RESTARTS_WAIT", "90"))     # s for the load to reach a restart point
 WORKERS = 2
@@ -127,7 +127,7 @@ class Bouncer:
     def __init__(self, tmp):
         self.dir = os.path.join(tmp, "pgbouncer")
         os.makedirs(self.dir)
-        self.port = replay.free_port()
+        self.port = harness.free_port()
         self.pid = None
         self.starts = 0
         db = os.environ.get("PGDATABASE", "postgres")
@@ -356,7 +356,7 @@ def run_system(system, bouncer, tmp, nkeys):
     restarts = []
     try:
         a.begin(POLICY)
-        r = replay.Run(a, POLICY, sdir)
+        r = harness.Run(a, POLICY, sdir)
         r.setup_db()
         r.extra_env = bouncer.env()
         pub_log = open(os.path.join(sdir, "publisher.log"), "w")
@@ -625,7 +625,7 @@ def main():
             ts = time.time()
             try:
                 problems, summary, notes = run_system(system, bouncer, tmp, args.keys)
-            except (Failed, replay.Failed) as err:
+            except (Failed, harness.Failed) as err:
                 problems, summary, notes = [str(err)], f"{system}: not finished", []
             took = time.time() - ts
             results.append((system, problems, took))
