@@ -33,7 +33,7 @@ VISIBILITY = int(float(harness.LEASE)) + 2   # worker.mjs: the lease + 2 s
 
 class Sqs(harness.Adapter):
     name = "sqs"
-    title = "SQS (fauxqs 1.9.2, sqs-consumer 14, Node.js)"
+    title = "SQS (fauxqs 2.4, sqs-consumer 15, Node.js)"
     redelivery = "visibility"
     notes = [
         f"SQS: a killed consumer's message becomes visible again when its visibility timeout "
@@ -47,7 +47,7 @@ class Sqs(harness.Adapter):
         self.batch = batch
         if batch:
             self.name = "sqs_batch"
-            self.title = "SQS (fauxqs 1.9.2, sqs-consumer 14 handleMessageBatch, Node.js)"
+            self.title = "SQS (fauxqs 2.4, sqs-consumer 15 handleMessageBatch, Node.js)"
             self.notes = self.notes + [
                 "SQS batch: the workers receive up to 10 messages at once (sqs-consumer's "
                 "handleMessageBatch with idempotentBatch): one claim_operations and one "
