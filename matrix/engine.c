@@ -743,8 +743,8 @@ know_key(signoff_state *s, const char *key)
 static void
 unmappable_key(signoff_state *s, const exch *x)
 {
-	if (s->cr == NULL)
-		return;
+	if (s->cr == NULL || s->nkeys == 0)
+		return;					/* between cases (the drain, the cleanup): no case to judge by it */
 	s->nunmapped++;
 	s->unmappable = true;
 	if (s->unmapped[0] == '\0')
