@@ -64,20 +64,6 @@ signoff_state *live_state;
  * Processes: each in a session and process group of its own
  * --------------------------------------------------------------------- */
 
-static void
-shell_quote(sbuf *b, const char *s)
-{
-	sb_puts(b, "'");
-	for (; *s; s++)
-	{
-		if (*s == '\'')
-			sb_puts(b, "'\\''");
-		else
-			sb_append(b, s, 1);
-	}
-	sb_puts(b, "'");
-}
-
 /* the command with every {key} replaced by the key, shell-quoted */
 static void
 expand(sbuf *b, const char *tmpl, const char *key)

@@ -23,7 +23,6 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,14 +56,6 @@ tell(const char *fmt,...)
 		close(guard_fd);
 		guard_fd = -1;
 	}
-}
-
-static int
-remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void) st;
-	(void) ftw;
-	return flag == FTW_DP ? rmdir(path) : unlink(path);
 }
 
 /* the guardian's life: listen until "done", or clean up after a dead runner */
@@ -105,7 +96,7 @@ guard(int fd)
 		if (groups[i] > 1)
 			kill(-groups[i], SIGKILL);
 	for (i = 0; i < ndirs; i++)
-		nftw(dirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+		remove_tree(dirs[i]);
 	_exit(0);
 }
 

@@ -17,7 +17,6 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <langinfo.h>
 #include <locale.h>
@@ -268,14 +267,6 @@ create_effects_table(matrix_ctx *ctx)
 	PQclear(res);
 }
 
-static int
-remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void) st;
-	(void) ftw;
-	return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
 /* remove everything this run made: records, job types, table, mailboxes */
 static void
 cleanup_run(matrix_ctx *ctx, bool failed)
@@ -342,7 +333,7 @@ cleanup_run(matrix_ctx *ctx, bool failed)
 		fprintf(stderr, "idempotency-matrix: cleanup: no connection; job types %s_* are left behind\n",
 				ctx->prefix);
 	if (ctx->maildir[0])
-		nftw(ctx->maildir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+		remove_tree(ctx->maildir);
 }
 
 /* the run's end: its cleanup, then the guardian told that all is in order */

@@ -61,21 +61,6 @@ reference_banner(const matrix_ctx *ctx, const signoff_job *job)
 	fflush(stdout);
 }
 
-/* 's', quoted for /bin/sh */
-static void
-shell_arg(sbuf *b, const char *s)
-{
-	sb_puts(b, "'");
-	for (; *s; s++)
-	{
-		if (*s == '\'')
-			sb_puts(b, "'\\''");
-		else
-			sb_append(b, s, 1);
-	}
-	sb_puts(b, "'");
-}
-
 /* "'<runner>' --reference-job=WHAT --reference-dir='<dir>' ..." */
 static char *
 command(const matrix_ctx *ctx, const char *self, const char *what, bool keyed)
@@ -83,13 +68,13 @@ command(const matrix_ctx *ctx, const char *self, const char *what, bool keyed)
 	sbuf		b;
 
 	sb_init(&b);
-	shell_arg(&b, self);
+	shell_quote(&b, self);
 	sb_printf(&b, " --reference-job=%s --reference-dir=", what);
-	shell_arg(&b, ctx->maildir);
+	shell_quote(&b, ctx->maildir);
 	if (ctx->effects_table[0])
 	{
 		sb_puts(&b, " --reference-table=");
-		shell_arg(&b, ctx->effects_table);
+		shell_quote(&b, ctx->effects_table);
 	}
 	if (keyed)
 		sb_puts(&b, " {key}");

@@ -1005,35 +1005,6 @@ progress_clear(matrix_ctx *ctx)
 		fputs("\r\033[K", stderr);
 }
 
-/* s, escaped for XML text and attributes */
-static void
-xml_escape(sbuf *b, const char *s)
-{
-	for (; *s; s++)
-	{
-		switch (*s)
-		{
-			case '&':
-				sb_puts(b, "&amp;");
-				break;
-			case '<':
-				sb_puts(b, "&lt;");
-				break;
-			case '>':
-				sb_puts(b, "&gt;");
-				break;
-			case '"':
-				sb_puts(b, "&quot;");
-				break;
-			default:
-				if ((unsigned char) *s < 0x20 && *s != '\n' && *s != '\t')
-					sb_puts(b, " ");
-				else
-					sb_append(b, s, 1);
-		}
-	}
-}
-
 /*
  * --junit FILE: the cases as JUnit XML, for a CI system to show: a
  * testsuite per policy, a testcase per case, a failure with the cells that
@@ -1053,13 +1024,13 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 	counts(prs, npr, &passed, &failed);
 	sb_init(&x);
 	sb_puts(&x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"");
-	xml_escape(&x, what);
+	html_escape(&x, what);
 	if (ctx->job)
 	{
 		sb_puts(&x, ": ");
-		xml_escape(&x, ctx->job->value[JF_JOB_TYPE]);
+		html_escape(&x, ctx->job->value[JF_JOB_TYPE]);
 		sb_puts(&x, " on ");
-		xml_escape(&x, ctx->job->value[JF_QUEUE]);
+		html_escape(&x, ctx->job->value[JF_QUEUE]);
 	}
 	sb_printf(&x, "\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n", passed + failed, failed, ctx->seconds);
 	for (i = 0; i < npr; i++)
@@ -1077,7 +1048,7 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 
 			sb_printf(&x, "    <testcase classname=\"%s.%s\" name=\"case %s: ", ctx->job ? "signoff" : "matrix",
 					  policy_names[pr->policy], cr->id);
-			xml_escape(&x, cr->title);
+			html_escape(&x, cr->title);
 			sb_printf(&x, "\" time=\"%.3f\"", cr->seconds);
 			if (cr->pass)
 			{
@@ -1093,24 +1064,24 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 				if (!cr->emails_ok)
 					sb_printf(&x, " (expected %d)", cr->exp_emails);
 				sb_puts(&x, "; record ");
-				xml_escape(&x, cr->obs_record);
+				html_escape(&x, cr->obs_record);
 				if (!cr->record_ok)
 				{
 					sb_puts(&x, " (expected ");
-					xml_escape(&x, cr->exp_record);
+					html_escape(&x, cr->exp_record);
 					sb_puts(&x, ")");
 				}
 				sb_puts(&x, "; verdicts ");
-				xml_escape(&x, cr->obs_verdicts);
+				html_escape(&x, cr->obs_verdicts);
 				if (!cr->verdicts_ok)
 				{
 					sb_puts(&x, " (expected ");
-					xml_escape(&x, cr->exp_verdicts);
+					html_escape(&x, cr->exp_verdicts);
 					sb_puts(&x, ")");
 				}
 			}
 			sb_puts(&x, "\">");
-			xml_escape(&x, sb_str(&cr->notes));
+			html_escape(&x, sb_str(&cr->notes));
 			sb_puts(&x, "</failure>\n    </testcase>\n");
 		}
 		sb_puts(&x, "  </testsuite>\n");

@@ -7,6 +7,7 @@
 #endif
 #include <ctype.h>
 #include <errno.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +128,11 @@ html_escape(sbuf *b, const char *s)
 				sb_puts(b, "&#39;");
 				break;
 			default:
-				sb_append(b, s, 1);
+				/* XML 1.0 has no other control character (--junit) */
+				if ((unsigned char) *s < 0x20 && *s != '\n' && *s != '\t' && *s != '\r')
+					sb_puts(b, " ");
+				else
+					sb_append(b, s, 1);
 		}
 	}
 }
@@ -311,4 +316,34 @@ trim(char *s)
 	while (e > s && isspace((unsigned char) e[-1]))
 		*--e = '\0';
 	return s;
+}
+
+/* s, quoted for /bin/sh: 'it'\''s' */
+void
+shell_quote(sbuf *b, const char *s)
+{
+	sb_puts(b, "'");
+	for (; *s; s++)
+	{
+		if (*s == '\'')
+			sb_puts(b, "'\\''");
+		else
+			sb_append(b, s, 1);
+	}
+	sb_puts(b, "'");
+}
+
+static int
+remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void) st;
+	(void) ftw;
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* path and all below it, not following symbolic links */
+void
+remove_tree(const char *path)
+{
+	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

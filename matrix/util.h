@@ -40,7 +40,7 @@ void		sb_printf(sbuf *b, const char *fmt,...) MX_PRINTF(2, 3);
 void		sb_vprintf(sbuf *b, const char *fmt, va_list ap) MX_PRINTF(2, 0);
 const char *sb_str(const sbuf *b);
 
-void		html_escape(sbuf *b, const char *s);
+void		html_escape(sbuf *b, const char *s);	/* and XML: controls as blanks */
 void		json_string(sbuf *b, const char *s);
 size_t		display_width(const char *s);
 double		now_seconds(void);
@@ -51,6 +51,8 @@ void		list_append(char *buf, size_t sz, const char *s);
 const char *one_line(const char *msg);
 char	   *trim(char *s);
 bool		parse_lease(const char *s, double *out);
+void		shell_quote(sbuf *b, const char *s);
+void		remove_tree(const char *path);
 
 /* sha256.c */
 void		sha256_buffer(const void *data, size_t n, char out[65]);

@@ -647,6 +647,16 @@ if ((rc == 0)) && grep -q '^unchanged: the job file .*good.job .* and 0 code fil
 else
     not_ok "$out/verify.log" "--verify of good.json: expected exit 0 and 'unchanged'; got $rc"
 fi
+job=$out/drain.job
+make_job "$job" "drain=soon"
+line=$(grep -n '^drain' "$job" | cut -d: -f1)
+bad_input "a drain that is no number" \
+    "idempotency-matrix: $job line $line: drain \"soon\" is not a number of seconds between 0 and 3600" --job "$job"
+job=$out/effect-name.job
+make_job "$job" "effect_name=refund; rm -rf"
+line=$(grep -n '^effect_name' "$job" | cut -d: -f1)
+bad_input "an effect_name that is not a word or two" \
+    "idempotency-matrix: $job line $line: effect_name \"refund; rm -rf\" is not a word or two (letters, digits, blanks, - and _; at most 40)" --job "$job"
 job=$out/nocode.job
 make_job "$job" "code=no-such-*.py"
 line=$(grep -n '^code' "$job" | cut -d: -f1)
