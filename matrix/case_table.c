@@ -183,6 +183,61 @@ const case_spec case_table[] = {
 		ALL(0, "claimed #1 (stale)", "run (killed), listed by stale_claims()", "found by stale_claims()"),
 		"5"						/* a queue that did not lose the message after all */
 	},
+
+	/*
+	 * Faults at the effect: only a job whose provider is the run's own
+	 * endpoint (effect = http / smtp, effect.c) has them, since only there
+	 * can the run make the provider fail on cue.
+	 */
+	{
+		"14", "provider refuses the {effect} for now", RUN_EFFECT, 1,
+		"a provider that refuses for now (HTTP 503, SMTP 451): the job fails the delivery as a known failure "
+		"(the claim released), and the next delivery sends once",
+		"the endpoint answers the key's first request 503 (SMTP 451); the record must say released, not "
+		"completed (a job that swallows the error) nor a claim left to its lease; then the message again",
+		ALL(1, "completed #2", "run (refused), released, run", "released; the next delivery sends once"),
+		NULL
+	},
+	{
+		"15", "provider accepts the {effect}, the answer never comes", RUN_EFFECT, 1,
+		"the provider made the effect, but its answer never came: the job's client gives up (its timeout) and the "
+		"job cannot know, so it leaves the claim to its lease and the policy decides, as in case 6",
+		"the endpoint counts the key's first request and never answers; the job's client must give up within "
+		"`timeout` and leave the claim to its lease (not release it); after the lease, the message again",
+		{
+			{1, "claimed #1 (stale)", "run (no answer), held", "held for a person after the lease"},
+			{2, "completed #2", "run (no answer), run", "sent again after the lease: a duplicate"},
+			{1, "skipped #1", "run (no answer), skipped", "skipped for good"},
+			{1, "completed #2", "run (no answer), verify (found)", "looked up: found, not sent again"},
+		},
+		NULL
+	},
+	{
+		"16", "provider refuses the {effect} for good", RUN_EFFECT, 1,
+		"a provider that refuses for good (HTTP 422, SMTP 550): no effect, the job ends the operation (completes "
+		"it with the refusal as its result, or releases it and drops the message) and does not retry it",
+		"the endpoint answers every request of the key 422 (SMTP 550); the record must be completed (or released), "
+		"and no more than 2 requests may come, in the case and in the drain",
+		ALL(0, "completed #1", "run (refused for good)", "ended: not retried, no {effect}"),
+		NULL
+	},
+	{
+		"17", "provider answers after two leases", RUN_EFFECT, 1,
+		"a slow but successful provider (its answer after two leases): the heartbeat keeps the claim, the message "
+		"again is in_progress, one effect",
+		"two workers; the endpoint answers the key's first request after two leases; once it has waited longer "
+		"than the lease, the message again (must be in_progress); then the answer, and the completion",
+		ALL(1, "completed #1", "run (slow), in_progress", "the heartbeat keeps the claim; sent once"),
+		NULL
+	},
+	{
+		"18", "provider unreachable (connection refused)", RUN_EFFECT, 1,
+		"a provider that cannot be reached (connection refused): as a refusal for now, the claim released, "
+		"and the next delivery sends once",
+		"nothing listens on the endpoint's port until the record says released; then the message again",
+		ALL(1, "completed #2", "run (no connection), released, run", "released; the next delivery sends once"),
+		NULL
+	},
 };
 
 const int	n_case_table = (int) (sizeof(case_table) / sizeof(case_table[0]));
@@ -446,7 +501,7 @@ case_table_list(const char *what)
 		printf("| case | what the run does |\n|---|---|\n");
 		for (k = 0; k < n_case_table; k++)
 		{
-			if (!(case_table[k].runs_in & (RUN_SIGNOFF | RUN_TX)))
+			if (!(case_table[k].runs_in & (RUN_SIGNOFF | RUN_TX | RUN_EFFECT)))
 				continue;
 			printf("| %s | ", case_table[k].id);
 			md_cell(case_table[k].steps);
@@ -482,6 +537,8 @@ case_table_list(const char *what)
 						list_append(runs, sizeof(runs), "sign-off");
 					if (in & RUN_TX)
 						list_append(runs, sizeof(runs), "transactional");
+					if (in & RUN_EFFECT)
+						list_append(runs, sizeof(runs), "effect = http, smtp");
 				}
 				printf(" | %s | %s | %d | ", runs, all ? "all" : policy_names[p], e->effects);
 				md_cell(e->record);

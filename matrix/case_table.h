@@ -40,6 +40,7 @@ typedef struct case_expect
 #define RUN_SIGNOFF		0x2
 #define RUN_BOTH		(RUN_REFERENCE | RUN_SIGNOFF)
 #define RUN_TX			0x4		/* a transactional job's (transactional = yes) */
+#define RUN_EFFECT		0x8		/* a job whose provider is the run's endpoint (effect = http, smtp) */
 
 typedef struct case_spec
 {
@@ -94,7 +95,7 @@ typedef struct case_result
 	double		seconds;
 } case_result;
 
-#define MAX_CASES 16
+#define MAX_CASES 24
 
 typedef struct policy_result
 {

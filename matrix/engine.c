@@ -169,6 +169,8 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 		unsetenv("IDEMPOTENCY_SIGNOFF_CASE");
 		unsetenv("IDEMPOTENCY_SIGNOFF_DSN");
 		unsetenv("IDEMPOTENCY_SIGNOFF_RUN");
+		unsetenv("IDEMPOTENCY_SIGNOFF_HTTP");
+		unsetenv("IDEMPOTENCY_SIGNOFF_SMTP");
 		for (; env && *env; env++)
 			putenv(*env);
 		if (chdir(s->job->dir) != 0)
@@ -302,6 +304,7 @@ signoff_kill_all(matrix_ctx *ctx)
 	for (i = 0; i < nprocs; i++)
 		if (procs[i].used)
 			kill_group(&procs[i]);
+	effect_stop();
 }
 
 /* the socket and the logs; the logs stay where a case failed */
@@ -1019,7 +1022,7 @@ pump(signoff_state *s, int ms)
  * The environment of the run's processes
  * --------------------------------------------------------------------- */
 
-#define N_ENV 6
+#define N_ENV 8
 
 typedef struct run_env
 {
@@ -1044,6 +1047,10 @@ make_env(signoff_state *s, bool worker, run_env *e)
 	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_CASE=%s", s->case_id ? s->case_id : "");
 	if (s->ctx->dsn)
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_DSN=%s", s->ctx->dsn);
+	if (s->job->effect == EFFECT_HTTP)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_HTTP=%s", s->effect_addr);
+	else if (s->job->effect == EFFECT_SMTP)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_SMTP=%s", s->effect_addr);
 	if (worker)
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
 	for (i = 0; i < n; i++)
@@ -1198,6 +1205,18 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 int
 effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 {
+	if (s->job->effect != EFFECT_NONE)
+	{
+		effect_stats st;
+
+		if (!effect_stats_of(key, &st))
+		{
+			case_fail(s->cr, "the run's %s endpoint did not answer: the effects of %s cannot be counted",
+					  effect_kind_names[s->job->effect], key);
+			return -1;
+		}
+		return st.effects;
+	}
 	if (s->job->value[JF_EFFECTS])
 	{
 		sbuf		out;
@@ -1874,6 +1893,20 @@ observe(signoff_state *s, const char *suffix)
 			}
 		}
 		cr->obs_emails = total;
+	}
+	if (s->job->effect != EFFECT_NONE)
+	{
+		char		first[200];
+		int			n = effect_unmatched(first, sizeof(first));
+
+		if (n > s->unmatched)
+			case_fail(cr, "%d request%s to the run's %s endpoint named none of the run's keys (the first: \"%s\"), "
+					  "so the run cannot tell whose %s it was: put the operation key into the request "
+					  "(an Idempotency-Key header, the path, the query or the body)",
+					  n - s->unmatched, n - s->unmatched == 1 ? "" : "s", effect_kind_names[s->job->effect],
+					  first, s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect");
+		if (n > s->unmatched)
+			s->unmatched = n;
 	}
 	if (s->record_early[0])
 		copy_str(cr->obs_record, CELL, s->record_early);

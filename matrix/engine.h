@@ -106,6 +106,8 @@ struct signoff_state
 	int			lfd;
 	char		cmd_out[300];
 	char		cmd_err[300];
+	char		effect_addr[80];	/* effect = http/smtp: the endpoint's address */
+	int			unmatched;		/* requests to it that named no key, so far */
 
 	/* the policy */
 	policy_t	policy;

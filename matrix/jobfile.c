@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup", "drain"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup", "drain", "effect"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -45,6 +45,7 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the job's effect in a word or two (refund, confirmation email), for the report's sentences",
 	"the command that removes what the run left in your queue, run at the end",
 	"after a policy's cases, how long no delivery may arrive before the run judges the cases again, in seconds",
+	"http or smtp: the run's own endpoint is the provider, counts the effects and fails on cue",
 };
 
 /* ---------------------------------------------------------------------
@@ -196,7 +197,39 @@ signoff_load_job(const char *path, signoff_job *job)
 		job_error(job, job->line[JF_EFFECTS_SQL], "effects_sql has no $1 (the operation key)");
 		return 2;
 	}
-	job->effects_source = job->value[JF_EFFECTS] ? "command" :
+	if (job->value[JF_EFFECT])
+	{
+		const char *e = job->value[JF_EFFECT];
+
+		if (strcmp(e, "http") == 0)
+			job->effect = EFFECT_HTTP;
+		else if (strcmp(e, "smtp") == 0)
+			job->effect = EFFECT_SMTP;
+		else
+		{
+			job_error(job, job->line[JF_EFFECT], "effect \"%s\" is not http or smtp (the run's own endpoint "
+					  "your job sends its effect to)", e);
+			return 2;
+		}
+		if (job->value[JF_EFFECTS] || job->value[JF_EFFECTS_SQL])
+		{
+			job_field other = job->value[JF_EFFECTS] ? JF_EFFECTS : JF_EFFECTS_SQL;
+
+			job_error(job, job->line[other], "give effect or %s, not both: with effect = %s the run's "
+					  "endpoint counts the effects (effect is on line %d)",
+					  job_field_names[other], e, job->line[JF_EFFECT]);
+			return 2;
+		}
+		if (job->value[JF_TRANSACTIONAL] && strcmp(job->value[JF_TRANSACTIONAL], "yes") == 0)
+		{
+			job_error(job, job->line[JF_TRANSACTIONAL], "transactional = yes and effect = %s exclude each "
+					  "other: a transactional job's effect is a row, counted by effects_sql", e);
+			return 2;
+		}
+	}
+	job->effects_source = job->effect == EFFECT_HTTP ? "http endpoint" :
+		job->effect == EFFECT_SMTP ? "smtp endpoint" :
+		job->value[JF_EFFECTS] ? "command" :
 		job->value[JF_EFFECTS_SQL] ? "sql" : "handled reports";
 	if (job->value[JF_TRANSACTIONAL])
 	{

@@ -31,6 +31,26 @@ The broken variants, for the runner's own test (they must fail):
                             effect
 SIGNOFF_TEST_BROKEN=... does the same as --broken.
 
+With effect = http or smtp in the job file the runner exports
+IDEMPOTENCY_SIGNOFF_HTTP (a base URL) or IDEMPOTENCY_SIGNOFF_SMTP
+(host:port): the effect is then a POST there (the key in the path and an
+Idempotency-Key header; a GET of the same path is the lookup policy's
+question) or a mail (the key in its subject), with a client timeout of
+three leases. A refusal for now (503, 451, connection refused) is a known
+failure: the claim is released and the message dropped (the runner's next
+enqueue is the retry); a refusal for good (422, 550) completes the
+operation with the refusal as its result; no answer (the timeout) raises,
+which leaves the claim to its lease. Broken variants of that:
+  --broken swallow-errors      a failed call is logged and the job reports
+                               success (completes)
+  --broken no-timeout          the call has no client timeout
+  --broken release-on-timeout  a timeout is taken for a known failure
+                               (the claim released: the effect may have
+                               been made)
+  --broken retry-forever       a refusal for good is retried like one for
+                               now (released, and the message put back,
+                               due 0.3 s later)
+
 --key MODE: the operation key the job claims under, made from the
 message's key (the run's): format:TEMPLATE (e.g. format:refund:{key}),
 hash (the first 16 hex digits of sha256("refund:" + key)), or message-id
@@ -48,12 +68,17 @@ claim on its own first (the row and the completion in a second
 transaction): the run's case 8 must fail it."""
 import argparse
 import hashlib
+import json
 import logging
 import os
 import signal
+import smtplib
+import socket
 import sys
 import time
 import traceback
+import urllib.error
+import urllib.request
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "helpers", "python"))
@@ -90,6 +115,68 @@ def found(spool, key):
             return any(line.split(" ", 1)[0] == key for line in f)
     except FileNotFoundError:
         return False
+
+
+class RefusedForNow(Exception):
+    """the provider refused (503, 451) or could not be reached: certainly not made"""
+
+
+class RefusedForGood(Exception):
+    """the provider refused for good (422, 550)"""
+
+
+def provider():
+    return os.environ.get("IDEMPOTENCY_SIGNOFF_HTTP"), os.environ.get("IDEMPOTENCY_SIGNOFF_SMTP")
+
+
+def send(key, attempt, lease, broken):
+    """the job's effect at the run's endpoint; raises RefusedForNow,
+    RefusedForGood, or (no answer within the client timeout) TimeoutError"""
+    http, smtp = provider()
+    timeout = None if broken == "no-timeout" else 3 * lease
+    try:
+        if http:
+            body = json.dumps({"key": key, "attempt": attempt}).encode()
+            req = urllib.request.Request(f"{http}/refunds/{key}", data=body, method="POST",
+                                         headers={"Idempotency-Key": key, "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                r.read()
+            return
+        host, _, port = smtp.rpartition(":")
+        with smtplib.SMTP(host, int(port), timeout=timeout) as s:
+            s.sendmail("shop@example.test", ["buyer@example.test"],
+                       f"Subject: refund {key}\r\n\r\nattempt {attempt}\r\n")
+    except urllib.error.HTTPError as err:
+        if err.code == 503:
+            raise RefusedForNow(f"HTTP {err.code}") from err
+        raise RefusedForGood(f"HTTP {err.code}") from err
+    except (smtplib.SMTPDataError, smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as err:
+        code = getattr(err, "smtp_code", 451)
+        if 400 <= code < 500:
+            raise RefusedForNow(f"SMTP {code}") from err
+        raise RefusedForGood(f"SMTP {code}") from err
+    except urllib.error.URLError as err:
+        if isinstance(err.reason, ConnectionRefusedError):
+            raise RefusedForNow("connection refused") from err
+        if isinstance(err.reason, (socket.timeout, TimeoutError)):
+            raise TimeoutError(str(err.reason)) from err
+        raise
+    except ConnectionRefusedError as err:
+        raise RefusedForNow("connection refused") from err
+    except socket.timeout as err:
+        raise TimeoutError(str(err)) from err
+
+
+def looked_up(key, lease):
+    """the lookup policy at the provider: GET answers 200 when the effect was made"""
+    http, _ = provider()
+    try:
+        with urllib.request.urlopen(f"{http}/refunds/{key}", timeout=3 * lease) as r:
+            return r.status == 200
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return False
+        raise
 
 
 def operation_key(run_key, path, key_mode):
@@ -153,7 +240,11 @@ def handle(spool, path, message, lease, broken, key_mode=None):
             idem.signoff_point("handled", JOB, key, c, heartbeat=True)
             effect(spool, run_key, c.attempt)
             return done()
-        if c.verdict == "verify" and found(spool, run_key):
+        if any(provider()):
+            value = provider_effect(key, run_key, c, lease, broken, message, spool)
+            if value is None:
+                return done()
+        elif c.verdict == "verify" and found(spool, run_key):
             value = {"found": True}
         else:
             effect(spool, run_key, c.attempt)
@@ -173,6 +264,41 @@ def handle(spool, path, message, lease, broken, key_mode=None):
             raise
         log.info("%s: attempt %s taken over (ID003)", key, c.attempt)
     return done()
+
+
+def provider_effect(key, run_key, c, lease, broken, message, spool):
+    """the effect at the run's endpoint: the completion's value, or None
+    when the claim was released (a known failure: the message is dropped)"""
+    if c.verdict == "verify" and provider()[0] and looked_up(run_key, lease):
+        return {"found": True}
+    try:
+        send(run_key, c.attempt, lease, broken)
+        return {"pid": os.getpid(), "attempt": c.attempt}
+    except RefusedForNow as err:
+        if broken == "swallow-errors":
+            log.warning("%s: the provider refused (%s); reported as sent", key, err)
+            return {"sent": True}
+        idem.release(JOB, key, c.attempt)
+        log.info("%s: refused for now (%s): released attempt %s", key, err, c.attempt)
+        return None
+    except RefusedForGood as err:
+        if broken == "swallow-errors":
+            return {"sent": True}
+        if broken == "retry-forever":
+            idem.release(JOB, key, c.attempt)
+            dirqueue.put(spool, {k: v for k, v in message.items() if k != "not_before"}, 0.3)
+            log.info("%s: refused (%s): released, again in 0.3 s", key, err)
+            return None
+        log.info("%s: refused for good (%s): completed with the refusal", key, err)
+        return {"refused": str(err)}
+    except TimeoutError as err:
+        if broken == "swallow-errors":
+            return {"sent": True}
+        if broken == "release-on-timeout":
+            idem.release(JOB, key, c.attempt)
+            log.info("%s: no answer (%s): released attempt %s", key, err, c.attempt)
+            return None
+        raise
 
 
 TX_CLAIM_SQL = ("SELECT verdict::text, attempt, result::text "
@@ -215,7 +341,9 @@ def handle_tx(conn, path, message, broken):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy"),
+    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy",
+                                             "swallow-errors", "no-timeout", "release-on-timeout",
+                                             "retry-forever"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
     parser.add_argument("--transactional", action="store_true")
     parser.add_argument("--key", dest="key_mode", default=None,
