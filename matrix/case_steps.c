@@ -56,6 +56,7 @@ static void sc_15(signoff_state *s);
 static void sc_16(signoff_state *s);
 static void sc_17(signoff_state *s);
 static void sc_18(signoff_state *s);
+static void sc_19(signoff_state *s);
 
 /* the steps of each case the sign-off run has; the case itself is in case_table.c */
 static const struct
@@ -83,6 +84,7 @@ static const struct
 	{"16", sc_16},
 	{"17", sc_17},
 	{"18", sc_18},
+	{"19", sc_19},
 };
 
 static signoff_case_fn
@@ -1095,6 +1097,160 @@ sc_17(signoff_state *s)
 out:
 	stop_workers(s);
 	observe(s, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * 19: the storm
+ * --------------------------------------------------------------------- */
+
+#define STORM_KEYS 6
+#define STORM_DELIVERIES 3
+#define STORM_WORKERS 3
+#define STORM_KILLS 2
+
+/*
+ * 19: what production does at once. STORM_KEYS keys, each enqueued
+ * STORM_DELIVERIES times, to STORM_WORKERS workers together; two of the
+ * keys, picked at random (from the run's id and the policy), have their
+ * worker killed, one at claimed and one at handled (so that both outcomes
+ * of a death are in every storm), and after the lease the message again. Then every key is counted, as Jepsen's queue checker counts: a
+ * key killed at claimed must give what case 5 gives under the policy, one
+ * killed at handled what case 6 gives, every other exactly one effect and
+ * completed #1; fewer is lost, more is duplicated beyond the policy. It is
+ * what catches a job that reads its own state before the claim, or shares
+ * it between keys.
+ */
+static void
+sc_19(signoff_state *s)
+{
+	case_result *cr = s->cr;
+	const case_spec *c5 = case_by_id("5");
+	const case_spec *c6 = case_by_id("6");
+	const char *point[STORM_KEYS];
+	unsigned	seed = 2166136261u;
+	const char *p;
+	int			kills[STORM_KILLS];
+	int			k,
+				d,
+				i,
+				total = 0,
+				expected = 0,
+				lost = 0,
+				dup = 0,
+				wrong = 0;
+	char		items[CELL] = "";
+
+	/* the seed: the run and the policy, so that a run can be told again */
+	for (p = s->ctx->run_id; *p; p++)
+		seed = (seed ^ (unsigned char) *p) * 16777619u;
+	seed ^= (unsigned) s->policy * 2654435761u;
+	for (k = 0; k < STORM_KEYS; k++)
+		point[k] = NULL;
+	for (i = 0; i < STORM_KILLS; i++)
+	{
+		seed = seed * 1103515245u + 12345u;
+		k = (int) ((seed >> 8) % STORM_KEYS);
+		while (point[k])
+			k = (k + 1) % STORM_KEYS;
+		/* one death before the effect, one after it: both outcomes each time */
+		point[k] = i == 0 ? "claimed" : "handled";
+		kills[i] = k;
+		arm_point(s, k, point[k]);
+	}
+	case_note(cr, "%d keys, each enqueued %d times, %d workers at once; killed: %s at %s, %s at %s.",
+			  STORM_KEYS, STORM_DELIVERIES, STORM_WORKERS, s->keys[kills[0]], point[kills[0]],
+			  s->keys[kills[1]], point[kills[1]]);
+	progress(s->ctx, "%s case 19: the storm, %d keys x %d deliveries", policy_names[s->policy],
+			 STORM_KEYS, STORM_DELIVERIES);
+	if (!start_workers(s, STORM_WORKERS))
+		goto out;
+	for (d = 0; d < STORM_DELIVERIES; d++)
+		for (k = 0; k < STORM_KEYS; k++)
+			if (!enqueue(s, k, JF_ENQUEUE))
+				goto out;
+	for (i = 0; i < STORM_KILLS; i++)
+	{
+		exch	   *x = wait_held(s, kills[i], point[kills[i]]);
+
+		if (x == NULL || !kill_at(s, x, "in the storm") || !start_workers(s, 1))
+			goto out;
+	}
+	/* the killed keys: after the lease, the message again (as cases 5 and 6) */
+	for (i = 0; i < STORM_KILLS; i++)
+		if (!wait_stale_checked(s, kills[i]) || !enqueue(s, kills[i], JF_ENQUEUE))
+			goto out;
+	settle(s);
+out:
+	stop_workers(s);
+	for (k = 0; k < s->nkeys; k++)
+	{
+		const case_expect *e = point[k] == NULL ? NULL :
+			strcmp(point[k], "claimed") == 0 ? &c5->expect[s->policy] : &c6->expect[s->policy];
+		int			want = e ? e->effects : 1;
+		const char *want_rec = e ? e->record : "completed #1";
+		int			n = effects_count(s, s->keys[k], true);
+		char		rec[CELL];
+
+		record_text_of(s->ctx, cr, s->job_type, s->opkey[k], rec, sizeof(rec), NULL, 0);
+		expected += want;
+		if (n < 0)
+		{
+			total = -1;
+			continue;
+		}
+		if (total >= 0)
+			total += n;
+		if (n < want)
+		{
+			lost++;
+			case_fail(cr, "%s lost %d %s%s: %d, where the policy gives %d%s%s%s", s->keys[k], want - n,
+					  effect_name_of(s), want - n == 1 ? "" : "s", n, want, point[k] ? " (killed at " : "",
+					  point[k] ? point[k] : "", point[k] ? ")" : "");
+		}
+		else if (n > want)
+		{
+			dup++;
+			case_fail(cr, "%s has %d %s%s beyond the policy: %d, where it gives %d%s%s%s", s->keys[k], n - want,
+					  effect_name_of(s), n - want == 1 ? "" : "s", n, want,
+					  point[k] ? " (killed at " : "", point[k] ? point[k] : "", point[k] ? ")" : "");
+		}
+		if (strcmp(rec, want_rec) != 0)
+		{
+			wrong++;
+			case_fail(cr, "the record of %s is %s, where the policy gives %s", s->keys[k], rec, want_rec);
+		}
+	}
+	if (s->job->effect != EFFECT_NONE)
+	{
+		char		first[200];
+		int			n = effect_unmatched(first, sizeof(first));
+
+		if (n > s->unmatched)
+			case_fail(cr, "%d unexpected request%s to the run's endpoint, naming none of the run's keys (the first: \"%s\")",
+					  n - s->unmatched, n - s->unmatched == 1 ? "" : "s", first);
+		if (n > s->unmatched)
+			s->unmatched = n;
+	}
+	cr->exp_emails = expected;
+	cr->obs_emails = total;
+	snprintf(cr->exp_record, CELL, "%d keys as the policy gives", STORM_KEYS);
+	if (wrong)
+		snprintf(cr->obs_record, CELL, "%d of %d keys otherwise", wrong, STORM_KEYS);
+	else
+		copy_str(cr->obs_record, CELL, cr->exp_record);
+	copy_str(cr->exp_verdicts, CELL, "none lost, none duplicated");
+	if (lost)
+	{
+		snprintf(items, sizeof(items), "%d lost", lost);
+	}
+	if (dup)
+	{
+		char		t[40];
+
+		snprintf(t, sizeof(t), "%d duplicated", dup);
+		list_append(items, sizeof(items), t);
+	}
+	copy_str(cr->obs_verdicts, CELL, items[0] ? items : cr->exp_verdicts);
 }
 
 /*

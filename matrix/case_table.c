@@ -238,6 +238,18 @@ const case_spec case_table[] = {
 		ALL(1, "completed #2", "run (no connection), released, run", "released; the next delivery sends once"),
 		NULL
 	},
+	{
+		/* effects and records per key: case_steps.c's sc_19 (5's and 6's for the killed keys) */
+		"19", "a storm: many keys and deliveries at once, deaths", RUN_SIGNOFF, 6,
+		"what production does at once: 6 keys, each delivered 3 times to 3 workers together, the workers of two "
+		"keys picked at random killed (one at `claimed`, one at `handled`); every key has the effects its policy allows, counted per key (lost, duplicated beyond "
+		"the policy); catches a job that reads its state before the claim or shares it between keys",
+		"three workers; 6 keys, each enqueued 3 times; two keys picked at random have their worker killed, one "
+		"at `claimed`, one at `handled`, then after the lease the message again; each key is counted: a killed "
+		"key as case 5 or 6 gives under the policy, every other once, completed #1",
+		ALL(-1, "6 keys as the policy gives", "none lost, none duplicated", "no key lost or duplicated beyond the policy"),
+		NULL
+	},
 };
 
 const int	n_case_table = (int) (sizeof(case_table) / sizeof(case_table[0]));
@@ -540,7 +552,10 @@ case_table_list(const char *what)
 					if (in & RUN_EFFECT)
 						list_append(runs, sizeof(runs), "effect = http, smtp");
 				}
-				printf(" | %s | %s | %d | ", runs, all ? "all" : policy_names[p], e->effects);
+				if (e->effects < 0)
+					printf(" | %s | %s | per key | ", runs, all ? "all" : policy_names[p]);
+				else
+					printf(" | %s | %s | %d | ", runs, all ? "all" : policy_names[p], e->effects);
 				md_cell(e->record);
 				printf(" | ");
 				md_cell(e->verdicts);

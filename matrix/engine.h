@@ -20,7 +20,8 @@
 #define POLL_MS 10
 #define TAIL_LINES 8
 #define MAX_ITEMS 72			/* case 3s: up to 65 deliveries */
-#define MAX_KNOWN 256			/* operation keys of a run (2 a case) */
+#define MAX_KNOWN 512			/* operation keys of a run (2 a case; the storm's more) */
+#define MAX_KEYS 8				/* keys of one case: 2, the storm's STORM_KEYS */
 
 typedef struct signoff_state signoff_state;
 
@@ -117,9 +118,9 @@ struct signoff_state
 	/* the case */
 	case_result *cr;
 	const char *case_id;
-	char		keys[2][KEYSZ];	/* the run's keys: what enqueue and effects get */
-	char		opkey[2][KEYSZ];	/* the operation keys the worker claims them under */
-	bool		opkey_known[2];	/* given (key, key_command) or seen */
+	char		keys[MAX_KEYS][KEYSZ];	/* the run's keys: what enqueue and effects get */
+	char		opkey[MAX_KEYS][KEYSZ];	/* the operation keys the worker claims them under */
+	bool		opkey_known[MAX_KEYS];	/* given (key, key_command) or seen */
 	int			nkeys;
 	char		unmapped[KEYSZ];	/* the first key the run could not map */
 	int			nunmapped;		/* claims under keys the run could not map */
@@ -130,15 +131,15 @@ struct signoff_state
 
 	/* the policy's cases so far, for late deliveries and the drain */
 	policy_result *pr;
-	char		case_keys[MAX_CASES][2][KEYSZ];	/* the run's keys of each */
-	char		case_opkeys[MAX_CASES][2][KEYSZ];	/* the operation keys of each */
+	char		case_keys[MAX_CASES][MAX_KEYS][KEYSZ];	/* the run's keys of each */
+	char		case_opkeys[MAX_CASES][MAX_KEYS][KEYSZ];	/* the operation keys of each */
 	int			case_nkeys[MAX_CASES];
 	int			late[MAX_CASES];	/* deliveries that came after the case */
 	double		last_delivery;	/* now_seconds() of the latest point */
-	int			enqueued[2];
+	int			enqueued[MAX_KEYS];
 	int			workers[MAX_CASE_WORKERS];	/* indexes into procs */
 	int			nworkers;
-	arm			arms[4];
+	arm			arms[8];
 	bool		not_armed;		/* a case found no worker reaching its point */
 	char		record_early[CELL]; /* the record, read before the case's end */
 

@@ -18,8 +18,8 @@
 #      policy's cases); no worker left, nothing of the run's left in the
 #      database; the time of each policy is printed;
 #   2. the two broken workers (worker.py --broken ...): ignore-verdict under
-#      hold must fail exactly cases 2 3 5 6 7a 7b 9 11 12, complete-first
-#      under retry exactly 6 7b 9, exit 1; --broken late-copy (a copy
+#      hold must fail exactly cases 2 3 5 6 7a 7b 9 11 12 19, complete-first
+#      under retry exactly 6 7b 9 19 (the storm: a duplicate, a loss), exit 1; --broken late-copy (a copy
 #      that makes the effect again 2 s later, without a claim): the drain
 #      fails exactly cases 1 and 2 (13 runs nothing);
 #   3. bad job files (no worker line, an unknown name, a repeated name, a
@@ -163,10 +163,10 @@ rc=$?
 secs=$((SECONDS - start))
 prefix=$(prefix_of "$log")
 total=$(tail -n 1 "$log")
-if ((rc == 0)) && [[ $total == "52 passed, 0 failed" ]]; then
+if ((rc == 0)) && [[ $total == "56 passed, 0 failed" ]]; then
     ok "the good job under hold, retry, skip and lookup: exit 0, $total ($secs s)"
 else
-    not_ok "$log" "the good job: expected exit 0 and '52 passed, 0 failed'; got exit $rc, '$total'"
+    not_ok "$log" "the good job: expected exit 0 and '56 passed, 0 failed'; got exit $rc, '$total'"
 fi
 if grep -qx 'Sign-off run: job type signoff_test_job on dirqueue, idempotency .* on PostgreSQL .*' "$log" &&
     grep -qx "worker: /usr/bin/python3 worker.py" "$log" &&
@@ -183,7 +183,7 @@ if "$python" - "$out/good.json" >"$out/good.check" 2>&1 <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["format"] == "idempotency-signoff/2", r["format"]
-assert r["ok"] is True and r["failed"] == 0 and r["passed"] == 52, (r["ok"], r["passed"], r["failed"])
+assert r["ok"] is True and r["failed"] == 0 and r["passed"] == 56, (r["ok"], r["passed"], r["failed"])
 s = r["signoff"]
 assert s["job_type"] == "signoff_test_job" and s["queue"] == "dirqueue", s
 assert s["worker"] == "/usr/bin/python3 worker.py" and s["effects_source"] == "command", s
@@ -191,7 +191,7 @@ assert s["lease_seconds"] == 3 and s["timeout_seconds"] == 30, s
 assert [p["policy"] for p in r["policies"]] == ["hold", "retry", "skip", "lookup"]
 for p in r["policies"]:
     ids = [c["case"] for c in p["cases"]]
-    assert ids == ["1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13"], ids
+    assert ids == ["1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13", "19"], ids
     for c in p["cases"]:
         assert c["pass"] and c["ran"] and c["effects_ok"], (p["policy"], c["case"])
         assert c["observed"]["effects"] == c["expected"]["effects"], (p["policy"], c["case"])
@@ -202,7 +202,7 @@ assert summary == {"hold": (0, 1), "retry": (1, 2), "skip": (0, 1), "lookup": (1
 EOF
 then
     cat "$out/good.check"
-    ok "the JSON report: format idempotency-signoff/2, the signoff object, 13 passing cases per policy, effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
+    ok "the JSON report: format idempotency-signoff/2, the signoff object, 14 passing cases per policy (13 and the storm, 19), effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
 else
     not_ok "$out/good.check" "the JSON report of the good job"
 fi
@@ -237,9 +237,9 @@ check_broken() {   # check_broken VARIANT POLICY EXPECTED...
     fi
 }
 # effects on completed, in_progress, held and skipped: duplicates
-check_broken ignore-verdict hold 2 3 5 6 7a 7b 9 11 12
+check_broken ignore-verdict hold 2 3 5 6 7a 7b 9 11 12 19
 # the completion before the effect: a kill at handled loses the effect
-check_broken complete-first retry 6 7b 9
+check_broken complete-first retry 6 7b 9 19
 if grep -q "FAILED: the record of signoff-[0-9a-f]*-retry-6-1 is completed #1 already, so stale_claims() will never list it: was the completion sent before the handler returned?" "$out/complete-first.log"; then
     ok "complete-first: case 6 says the record was completed before the handler returned"
 else
@@ -285,7 +285,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup and drain)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain and effect)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -663,5 +663,97 @@ line=$(grep -n '^code' "$job" | cut -d: -f1)
 bad_input "code that matches no file" \
     "idempotency-matrix: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
 
+# ---------------------------------------------------------------------
+# 11. faults at the effect: the run's own endpoints (effect = http, smtp)
+# ---------------------------------------------------------------------
+# The runs are independent (a run id, a spool, an endpoint each): they run
+# at once, and are judged after.
+effect_run() {   # effect_run NAME JOB BROKEN POLICIES CASES
+    local name=$1 job=$2 broken=$3 policies=$4 cases=$5
+    SIGNOFF_TEST_BROKEN=$broken "$runner" --job "$here/$job" --policy "$policies" --cases "$cases" \
+        --json "$out/effect-$name.json" >"$out/effect-$name.log" 2>&1
+    echo $? >"$out/effect-$name.rc"
+}
+start=$SECONDS
+effect_run http-good http.job "" hold,retry,skip,lookup 14-19 &
+effect_run smtp-good smtp.job "" retry 1,2,14-18 &
+effect_run swallow http.job swallow-errors retry 14,16,18 &
+effect_run smtp-swallow smtp.job swallow-errors hold 14 &
+effect_run no-timeout http.job no-timeout hold 15 &
+effect_run release-on-timeout http.job release-on-timeout hold 15 &
+effect_run retry-forever http.job retry-forever retry 16 &
+effect_run no-key http.job no-key retry 1 &
+effect_run shared-client http.job shared-client retry 19 &
+wait
+secs=$((SECONDS - start))
+# check_effect NAME RC FAILING SENTENCE WHAT: exit status, the failing
+# cases ("policy:case ..."), a sentence of the text report
+check_effect() {
+    local name=$1 want_rc=$2 want_failing=$3 sentence=$4 what=$5
+    local log=$out/effect-$name.log rc failing
+    rc=$(cat "$out/effect-$name.rc")
+    failing=$(failing_cases "$out/effect-$name.json" 2>/dev/null)
+    if [[ $rc == "$want_rc" && $failing == "$want_failing" ]] && { [[ -z $sentence ]] || grep -qF -- "$sentence" "$log"; }; then
+        ok "$what"
+    else
+        not_ok "$log" "$what: expected exit $want_rc, failing '$want_failing'${sentence:+ and \"$sentence\"}; got exit $rc, failing '$failing'"
+    fi
+}
+check_effect http-good 0 "" "effects: counted by the run's http endpoint at http://127.0.0.1:" \
+    "effect = http, a job that fails a refusal, gives up on no answer and completes a refusal for good: cases 14-19 hold under hold, retry, skip and lookup (a GET looks the refund up) ($secs s for all the runs of this step)"
+if "$python" - "$out/effect-http-good.json" >"$out/effect-http-good.check" 2>&1 <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["passed"] == 24 and r["signoff"]["effects_source"] == "http endpoint", (r["passed"], r["signoff"])
+got = {p["policy"]: {c["case"]: (c["observed"]["effects"], c["observed"]["record"]) for c in p["cases"]} for p in r["policies"]}
+assert got["hold"]["15"] == (1, "claimed #1 (stale)"), got["hold"]
+assert got["retry"]["15"] == (2, "completed #2"), got["retry"]
+assert got["skip"]["15"] == (1, "skipped #1"), got["skip"]
+assert got["lookup"]["15"] == (1, "completed #2"), got["lookup"]
+for p in got.values():
+    assert p["14"] == (1, "completed #2") and p["18"] == (1, "completed #2"), p
+    assert p["16"] == (0, "completed #1") and p["17"] == (1, "completed #1"), p
+EOF
+then
+    ok "effect = http: the endpoint's counts per policy (case 15 as case 6: hold 1, retry 2, skip 1, lookup 1; 16 no refund)"
+else
+    not_ok "$out/effect-http-good.check" "effect = http: the JSON report's counts"
+fi
+check_effect smtp-good 0 "" "effects: counted by the run's smtp endpoint at 127.0.0.1:" \
+    "effect = smtp: cases 1, 2 and 14-18 hold under retry (451, no answer, 550, a late 250, no listener)"
+check_effect swallow 1 "retry:14 retry:18" "it completed after the provider refused, so the refund was never made" \
+    "a job that swallows the provider's errors fails 14 and 18 (16, a refusal for good, may be completed), saying it completed after the provider refused"
+check_effect smtp-swallow 1 "hold:14" "the provider refused it for now (SMTP 451), yet the job completed the operation" \
+    "the same through SMTP: a 451 swallowed fails case 14"
+check_effect no-timeout 1 "hold:15" "with no answer and the job never gave up: no client timeout" \
+    "a call without a client timeout fails case 15, saying how long it hung"
+check_effect release-on-timeout 1 "hold:15" "the job released the claim after a call that may have reached the provider" \
+    "a job that releases its claim after a timeout fails case 15: the next delivery makes the refund again"
+check_effect retry-forever 1 "retry:16" "the job retried a permanent refusal:" \
+    "a job that retries a refusal for good fails case 16, naming the requests"
+check_effect no-key 1 "retry:1" "named none of the run's keys" \
+    "a request that names no key fails the case: the run cannot tell whose refund it was"
+check_effect shared-client 1 "retry:19" "beyond the policy" \
+    "a job that shares its client's key header between keys fails the storm (19) only: one key's refunds counted under another's"
+if grep -q "lost 1 refund" "$out/effect-shared-client.log"; then
+    ok "the storm names the key that lost its refund"
+else
+    not_ok "$out/effect-shared-client.log" "shared-client: the storm does not name a lost refund"
+fi
+job=$out/effect.job
+make_job "$job" "effect=ftp"
+line=$(grep -n '^effect =' "$job" | cut -d: -f1)
+bad_input "an effect that is neither http nor smtp" \
+    "idempotency-matrix: $job line $line: effect \"ftp\" is not http or smtp (the run's own endpoint your job sends its effect to)" --job "$job"
+make_job "$job" "effect=http"
+line=$(grep -n '^effects =' "$job" | cut -d: -f1)
+eline=$(grep -n '^effect =' "$job" | cut -d: -f1)
+bad_input "effect beside an effects command" \
+    "idempotency-matrix: $job line $line: give effect or effects, not both: with effect = http the run's endpoint counts the effects (effect is on line $eline)" --job "$job"
+make_job "$job" "effects=-" "effect=smtp" "policies=lookup"
+bad_input "the lookup policy with effect = smtp" \
+    "idempotency-matrix: the policy lookup needs a provider to look the operation up at; the run's SMTP endpoint has none ($job: effect = smtp): leave lookup out, or use effect = http, whose endpoint answers a GET" --job "$job"
+
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))
+

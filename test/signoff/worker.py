@@ -50,6 +50,13 @@ which leaves the claim to its lease. Broken variants of that:
   --broken retry-forever       a refusal for good is retried like one for
                                now (released, and the message put back,
                                due 0.3 s later)
+  --broken no-key              the POST names no key (path, header and body
+                               without it): the run cannot count it
+  --broken shared-client       the Idempotency-Key header is set once per
+                               process, by the first key (a client shared
+                               between keys): later keys' refunds are
+                               sent under it (only the storm has one
+                               worker take several keys)
 
 --key MODE: the operation key the job claims under, made from the
 message's key (the run's): format:TEMPLATE (e.g. format:refund:{key}),
@@ -125,6 +132,9 @@ class RefusedForGood(Exception):
     """the provider refused for good (422, 550)"""
 
 
+SHARED_HEADERS = {"Content-Type": "application/json"}    # --broken shared-client
+
+
 def provider():
     return os.environ.get("IDEMPOTENCY_SIGNOFF_HTTP"), os.environ.get("IDEMPOTENCY_SIGNOFF_SMTP")
 
@@ -135,10 +145,19 @@ def send(key, attempt, lease, broken):
     http, smtp = provider()
     timeout = None if broken == "no-timeout" else 3 * lease
     try:
+        if http and broken == "shared-client":
+            SHARED_HEADERS.setdefault("Idempotency-Key", key)
+            req = urllib.request.Request(f"{http}/refunds", data=b"{}", method="POST", headers=SHARED_HEADERS)
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                r.read()
+            return
         if http:
-            body = json.dumps({"key": key, "attempt": attempt}).encode()
-            req = urllib.request.Request(f"{http}/refunds/{key}", data=body, method="POST",
-                                         headers={"Idempotency-Key": key, "Content-Type": "application/json"})
+            named = broken != "no-key"
+            body = json.dumps({"key": key if named else "?", "attempt": attempt}).encode()
+            req = urllib.request.Request(f"{http}/refunds" + (f"/{key}" if named else ""), data=body,
+                                         method="POST",
+                                         headers={"Idempotency-Key": key if named else "none",
+                                                  "Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 r.read()
             return
@@ -343,7 +362,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy",
                                              "swallow-errors", "no-timeout", "release-on-timeout",
-                                             "retry-forever"),
+                                             "retry-forever", "no-key", "shared-client"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
     parser.add_argument("--transactional", action="store_true")
     parser.add_argument("--key", dest="key_mode", default=None,
