@@ -57,6 +57,7 @@ static void sc_16(signoff_state *s);
 static void sc_17(signoff_state *s);
 static void sc_18(signoff_state *s);
 static void sc_19(signoff_state *s);
+static void sc_20(signoff_state *s);
 
 /* the steps of each case the sign-off run has; the case itself is in case_table.c */
 static const struct
@@ -85,6 +86,7 @@ static const struct
 	{"17", sc_17},
 	{"18", sc_18},
 	{"19", sc_19},
+	{"20", sc_20},
 };
 
 static signoff_case_fn
@@ -111,6 +113,9 @@ signoff_case_wanted(const char *cases, const signoff_job *job, const case_spec *
 	}
 	if (c->runs_in == RUN_EFFECT)
 		return job->effect != EFFECT_NONE && case_selected(cases, c->id);
+	if (c->runs_in == RUN_BATCH)
+		return job->batch && !job->transactional && job->value[JF_ENQUEUE_OTHER] != NULL &&
+			case_selected(cases, c->id);
 	if (!(c->runs_in & (job->transactional ? RUN_TX : RUN_SIGNOFF)))
 		return false;
 	if (strcmp(c->id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
@@ -1103,6 +1108,21 @@ out:
  * 19: the storm
  * --------------------------------------------------------------------- */
 
+/* the killed claim's lease ran out (stale), or the policy already acted on it */
+static bool
+pred_lease_over(signoff_state *s, const void *arg)
+{
+	int			ki = *(const int *) arg;
+	char		status[32];
+	int			attempt = 0;
+
+	if (!record_row(s, s->opkey[ki], status, sizeof(status), &attempt))
+		return false;
+	if (strcmp(status, "claimed") != 0 || attempt > 1)
+		return true;
+	return stale_listed(s->ctx, s->cr, s->job_type, s->opkey[ki]) == 1;
+}
+
 #define STORM_KEYS 6
 #define STORM_DELIVERIES 3
 #define STORM_WORKERS 3
@@ -1175,10 +1195,23 @@ sc_19(signoff_state *s)
 		if (x == NULL || !kill_at(s, x, "in the storm") || !start_workers(s, 1))
 			goto out;
 	}
-	/* the killed keys: after the lease, the message again (as cases 5 and 6) */
+	/*
+	 * The killed keys: once the lease ran out, the message again (as cases
+	 * 5 and 6). Their other copies may be there first (a helper that
+	 * retries in_progress after the lease): then the policy already
+	 * decided, and this copy is answered as a duplicate.
+	 */
 	for (i = 0; i < STORM_KILLS; i++)
-		if (!wait_stale_checked(s, kills[i]) || !enqueue(s, kills[i], JF_ENQUEUE))
+	{
+		if (wait_for(s, pred_lease_over, &kills[i], false, s->job->lease_s + s->job->timeout_s) != WAIT_OK)
+		{
+			case_fail(s->cr, "the claim of %s, whose worker was killed, was neither listed by stale_claims() nor "
+					  "taken further within the lease and %g s", s->keys[kills[i]], s->job->timeout_s);
 			goto out;
+		}
+		if (!enqueue(s, kills[i], JF_ENQUEUE))
+			goto out;
+	}
 	settle(s);
 out:
 	stop_workers(s);
@@ -1251,6 +1284,137 @@ out:
 		list_append(items, sizeof(items), t);
 	}
 	copy_str(cr->obs_verdicts, CELL, items[0] ? items : cr->exp_verdicts);
+}
+
+/* ---------------------------------------------------------------------
+ * 20: several keys in one receive (a batch handler)
+ * --------------------------------------------------------------------- */
+
+static bool
+pred_key_released(signoff_state *s, const void *arg)
+{
+	char		status[32];
+	int			attempt = 0;
+
+	return record_row(s, s->opkey[*(const int *) arg], status, sizeof(status), &attempt) &&
+		strcmp(status, "released") == 0;
+}
+
+/* the same items, in any order (a receive need not keep the queue's order) */
+static bool
+same_items(const char *a, const char *b)
+{
+	char		x[CELL],
+				y[CELL];
+	char	   *p,
+			   *save = NULL;
+	int			nx = 0,
+				ny = 0;
+
+	copy_str(x, sizeof(x), a);
+	copy_str(y, sizeof(y), b);
+	for (p = strtok_r(x, ",", &save); p; p = strtok_r(NULL, ",", &save))
+	{
+		char	   *q = strstr(y, trim(p));
+
+		nx++;
+		if (q == NULL)
+			return false;
+		memset(q, '#', strlen(trim(p)));	/* used */
+	}
+	save = NULL;
+	for (p = strtok_r(y, ",", &save); p; p = strtok_r(NULL, ",", &save))
+		ny++;
+	return nx == ny;
+}
+
+/*
+ * 20: key B completes first; then, with no worker running, A (fresh), B
+ * with other arguments, B again and C are enqueued, and one worker started,
+ * so that a batch handler receives them together. `fail` at C's claimed
+ * (its work fails: released), then C's message again. Each key is judged
+ * on its own; whether they came in one receive (one worker, every point
+ * before the first handled) is said.
+ */
+static void
+sc_20(signoff_state *s)
+{
+	case_result *cr = s->cr;
+	exch	   *x;
+	int			i,
+				first,
+				end,
+				c = 2,
+				n = 0;
+	long		pid = 0;
+	bool		one_worker = true;
+	double		last_at = 0,
+				first_handled = 0;
+
+	if (!start_workers(s, 1) || !enqueue(s, 1, JF_ENQUEUE) || !settle(s))
+		goto out;
+	stop_workers(s);
+	first = s->nd;
+	arm_point(s, c, "claimed");
+	if (!enqueue(s, 0, JF_ENQUEUE) || !enqueue(s, 1, JF_ENQUEUE_OTHER) || !enqueue(s, 1, JF_ENQUEUE) ||
+		!enqueue(s, c, JF_ENQUEUE) || !start_workers(s, 1) || (x = wait_held(s, c, "claimed")) == NULL)
+		goto out;
+	i = x->delivery;
+	if (i >= 0)
+		s->d[i].failed = true;
+	answer(s, x, "fail");
+	if (wait_for(s, pred_key_released, &c, true, s->job->timeout_s) == WAIT_OK)
+	{
+		if (i >= 0)
+			copy_str(s->d[i].after, sizeof(s->d[i].after), "released");
+	}
+	else
+		case_fail(cr, "answered fail at %s's claimed, but its record was not released within %g s",
+				  s->keys[c], s->job->timeout_s);
+	if (!settle(s))
+		goto out;
+	end = s->nd;
+	for (i = first; i < end; i++)
+	{
+		const delivery *d = &s->d[i];
+
+		if (d->stray)
+			continue;
+		n++;
+		if (pid == 0)
+			pid = d->pid;
+		else if (d->pid != pid)
+			one_worker = false;
+		if (d->at > last_at)
+			last_at = d->at;
+		if (d->handled_at > 0 && (first_handled == 0 || d->handled_at < first_handled))
+			first_handled = d->handled_at;
+	}
+	/*
+	 * A claimed point comes when a key's handler is about to run, so a
+	 * batch handler's later keys reach it after earlier keys' handled:
+	 * the points cannot prove one receive. The run makes one possible (the
+	 * messages wait for the one worker) and says what it saw.
+	 */
+	if (n < 4)
+		case_fail(cr, "of the 4 messages enqueued together only %d reached a point", n);
+	else
+		case_note(cr, "The 4 messages were enqueued while no worker ran; one worker (pid %ld) took them%s, %s.",
+				  pid, one_worker ? "" : " (and another)",
+				  first_handled == 0 || last_at <= first_handled ?
+				  "every point before the first handled" :
+				  "their claimed points between the handlers, as a batch handler's come");
+	if (enqueue(s, c, JF_ENQUEUE))
+		settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+	if (strcmp(cr->obs_verdicts, cr->exp_verdicts) != 0 && same_items(cr->obs_verdicts, cr->exp_verdicts))
+	{
+		case_note(cr, "The verdicts came in another order (%s): a receive need not keep the queue's order.",
+				  cr->obs_verdicts);
+		copy_str(cr->obs_verdicts, CELL, cr->exp_verdicts);
+	}
 }
 
 /*

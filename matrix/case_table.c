@@ -250,6 +250,18 @@ const case_spec case_table[] = {
 		ALL(-1, "6 keys as the policy gives", "none lost, none duplicated", "no key lost or duplicated beyond the policy"),
 		NULL
 	},
+	{
+		"20", "several keys in one receive (a batch handler)", RUN_BATCH, 3,
+		"a batch handler judges each key of one receive on its own: a fresh key runs, a duplicate of a completed "
+		"key gets `completed`, the same key with other arguments `ID002` (a batch claim refuses the whole call: "
+		"the handler claims those keys one by one), a key whose work fails is released and runs again",
+		"only with `batch = yes` (and `enqueue_other`): key B is completed first; then, with no worker running, "
+		"key A, B with other arguments, B again and key C are enqueued, and one worker started, so that they "
+		"arrive in one receive; `fail` at C's `claimed`; then C's message again",
+		ALL(3, "completed #1, completed #1, completed #2", "run, run, ID002, completed, run, released, run",
+			"each key judged on its own"),
+		NULL
+	},
 };
 
 const int	n_case_table = (int) (sizeof(case_table) / sizeof(case_table[0]));
@@ -513,7 +525,7 @@ case_table_list(const char *what)
 		printf("| case | what the run does |\n|---|---|\n");
 		for (k = 0; k < n_case_table; k++)
 		{
-			if (!(case_table[k].runs_in & (RUN_SIGNOFF | RUN_TX | RUN_EFFECT)))
+			if (!(case_table[k].runs_in & (RUN_SIGNOFF | RUN_TX | RUN_EFFECT | RUN_BATCH)))
 				continue;
 			printf("| %s | ", case_table[k].id);
 			md_cell(case_table[k].steps);
@@ -551,6 +563,8 @@ case_table_list(const char *what)
 						list_append(runs, sizeof(runs), "transactional");
 					if (in & RUN_EFFECT)
 						list_append(runs, sizeof(runs), "effect = http, smtp");
+					if (in & RUN_BATCH)
+						list_append(runs, sizeof(runs), "batch = yes");
 				}
 				if (e->effects < 0)
 					printf(" | %s | %s | per key | ", runs, all ? "all" : policy_names[p]);

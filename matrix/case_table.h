@@ -41,6 +41,7 @@ typedef struct case_expect
 #define RUN_BOTH		(RUN_REFERENCE | RUN_SIGNOFF)
 #define RUN_TX			0x4		/* a transactional job's (transactional = yes) */
 #define RUN_EFFECT		0x8		/* a job whose provider is the run's endpoint (effect = http, smtp) */
+#define RUN_BATCH		0x10	/* a batch handler's (batch = yes) */
 
 typedef struct case_spec
 {

@@ -807,6 +807,7 @@ new_delivery(signoff_state *s, const exch *x)
 	copy_str(d->result, sizeof(d->result), x->result);
 	d->eff_before = d->eff_after = -1;
 	d->ki = x->ki;
+	d->at = now_seconds();
 	return d;
 }
 
@@ -876,6 +877,7 @@ arrived(signoff_state *s, exch *x)
 			i = (int) (d - s->d);
 		}
 		s->d[i].handled = true;
+		s->d[i].handled_at = now_seconds();
 		x->delivery = i;
 		if (ki >= 0 && s->d[i].eff_before >= 0)
 		{

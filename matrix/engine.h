@@ -59,6 +59,8 @@ typedef struct delivery
 	bool		has_result;		/* judged: the line gave the stored result */
 	char		result[512];
 	int			ki;				/* the case's key it maps to; -1: stray */
+	double		at;				/* now_seconds() when its point arrived */
+	double		handled_at;		/* and its handled point; 0: none */
 } delivery;
 
 /* one exchange on the socket */

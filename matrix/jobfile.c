@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup", "drain", "effect"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup", "drain", "effect", "batch"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -46,6 +46,7 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the command that removes what the run left in your queue, run at the end",
 	"after a policy's cases, how long no delivery may arrive before the run judges the cases again, in seconds",
 	"http or smtp: the run's own endpoint is the provider, counts the effects and fails on cue",
+	"yes: the worker takes several messages in one receive (a batch handler)",
 };
 
 /* ---------------------------------------------------------------------
@@ -196,6 +197,18 @@ signoff_load_job(const char *path, signoff_job *job)
 	{
 		job_error(job, job->line[JF_EFFECTS_SQL], "effects_sql has no $1 (the operation key)");
 		return 2;
+	}
+	if (job->value[JF_BATCH])
+	{
+		const char *b = job->value[JF_BATCH];
+
+		if (strcmp(b, "yes") == 0)
+			job->batch = true;
+		else if (strcmp(b, "no") != 0)
+		{
+			job_error(job, job->line[JF_BATCH], "batch \"%s\" is not yes or no", b);
+			return 2;
+		}
 	}
 	if (job->value[JF_EFFECT])
 	{

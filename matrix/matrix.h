@@ -71,6 +71,7 @@ typedef enum job_field
 	JF_CLEANUP,
 	JF_DRAIN,
 	JF_EFFECT,
+	JF_BATCH,
 	N_JOB_FIELDS
 } job_field;
 
@@ -129,6 +130,9 @@ typedef struct signoff_job
 	 * it counts the effects, and the cases of faults at the effect run
 	 */
 	effect_kind effect;
+
+	/* batch = yes: the worker takes several messages in one receive (case 20) */
+	bool		batch;
 
 	provenance	prov;			/* the job file's and the code's digests */
 } signoff_job;

@@ -285,7 +285,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain and effect)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain, effect and batch)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -753,6 +753,38 @@ bad_input "effect beside an effects command" \
 make_job "$job" "effects=-" "effect=smtp" "policies=lookup"
 bad_input "the lookup policy with effect = smtp" \
     "idempotency-matrix: the policy lookup needs a provider to look the operation up at; the run's SMTP endpoint has none ($job: effect = smtp): leave lookup out, or use effect = http, whose endpoint answers a GET" --job "$job"
+
+# ---------------------------------------------------------------------
+# 12. a batch handler (worker.py --batch 10, batch = yes): case 20
+# ---------------------------------------------------------------------
+batch_run() {   # batch_run NAME WORKER-ARGS
+    local name=$1 args=$2 job=$out/batch-$1.job
+    make_job "$job" "worker=/usr/bin/python3 worker.py $args" "batch=yes" "lease=1.5" "timeout=10"
+    "$runner" --job "$job" --policy retry --cases 1,20 --json "$out/batch-$name.json" >"$out/batch-$name.log" 2>&1
+    echo $? >"$out/batch-$name.rc"
+}
+batch_run good "--batch 10" &
+batch_run drop "--batch 10 --broken batch-drop" &
+wait
+rc=$(cat "$out/batch-good.rc")
+if ((rc == 0)) && grep -q "^✓  20 .*completed #1, completed #1, completed #2 .*run, run, ID002, completed, run, released, run" "$out/batch-good.log" &&
+    grep -q "The 4 messages were enqueued while no worker ran; one worker (pid [0-9]*) took them" "$out/batch-good.log"; then
+    ok "batch = yes: case 20 judges each key of one receive on its own (run; completed and ID002; released, then run)"
+else
+    not_ok "$out/batch-good.log" "batch = yes, a good batch handler: expected exit 0 and case 20 as the table gives; got exit $rc"
+fi
+rc=$(cat "$out/batch-drop.rc")
+got=$(failing_cases "$out/batch-drop.json" 2>&1)
+if ((rc == 1)) && [[ $got == "retry:20" ]]; then
+    ok "a batch handler that drops the whole receive for one key's ID002 fails case 20 (the other keys lost)"
+else
+    not_ok "$out/batch-drop.log" "batch-drop: expected exit 1, failing 'retry:20'; got exit $rc, failing '$got'"
+fi
+job=$out/batch.job
+make_job "$job" "batch=sometimes"
+line=$(grep -n '^batch' "$job" | cut -d: -f1)
+bad_input "a batch that is neither yes nor no" \
+    "idempotency-matrix: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
 
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))

@@ -65,6 +65,13 @@ hash (the first 16 hex digits of sha256("refund:" + key)), or message-id
 keying a job by Sidekiq's jid or SQS's MessageId). The effects stay
 counted under the run's key.
 
+--batch N: a batch handler: up to N messages taken at once (one
+receive), claimed in one call (claim_batch; on ID002 each key alone), then
+each handled as above (the job file says batch = yes: case 20). Its
+broken variant, --broken batch-drop, drops the whole receive when
+claim_batch refuses it (one key's other arguments): every other key of
+the receive is lost.
+
 --transactional: the job's effect is a row of the table
 SIGNOFF_TEST_TX_TABLE (default public.signoff_tx_effects), written in the
 claim's own transaction with the completion (the job file says
@@ -211,7 +218,8 @@ def operation_key(run_key, path, key_mode):
     return "msg-" + os.path.basename(path)      # message-id
 
 
-def handle(spool, path, message, lease, broken, key_mode=None):
+def handle(spool, path, message, lease, broken, key_mode=None, c=None):
+    """one message; c: its claim, made already (a batch's), else claimed here"""
     run_key = message["key"]
     key = operation_key(run_key, path, key_mode)
     fp = idem.fingerprint(message["args"])
@@ -228,7 +236,10 @@ def handle(spool, path, message, lease, broken, key_mode=None):
         os.unlink(path)
 
     try:
-        c = idem.claim(JOB, key, fp)
+        if c is None:
+            c = idem.claim(JOB, key, fp)
+        elif isinstance(c, psycopg.Error):
+            raise c
     except psycopg.Error as err:
         if idem.is_busy(err):       # claim() reported the point judged
             return again(lease)
@@ -320,6 +331,41 @@ def provider_effect(key, run_key, c, lease, broken, message, spool):
         raise
 
 
+def handle_batch(spool, taken, lease, broken, key_mode):
+    """--batch: the messages of one receive, claimed in one call
+    (claim_batch), then each handled on its own. claim_batch refuses the
+    whole call for one key's other fingerprint (ID002) or class 22: then
+    each key is claimed alone, every claim still before any handler runs"""
+    keys = [operation_key(m["key"], path, key_mode) for path, m in taken]
+    fps = [idem.fingerprint(m["args"]) for _, m in taken]
+    log.info("a receive of %d: %s", len(taken), ", ".join(keys))
+    try:
+        claims = idem.claim_batch(JOB, keys, fps)
+    except psycopg.Error as err:
+        if not (err.sqlstate == "ID002" or (err.sqlstate or "").startswith("22")):
+            raise
+        if broken == "batch-drop":
+            # the whole receive dropped for one key's refusal: every other key lost
+            log.info("claim_batch refused the receive (%s): all %d dropped", err.sqlstate, len(taken))
+            for path, _ in taken:
+                os.unlink(path)
+            return
+        log.info("claim_batch refused the receive (%s): each key alone", err.sqlstate)
+        claims = []
+        for k, fp in zip(keys, fps):
+            try:
+                claims.append(idem.claim(JOB, k, fp))
+            except psycopg.Error as one:
+                claims.append(one)
+    for (path, message), c in zip(taken, claims):
+        try:
+            handle(spool, path, message, lease, broken, key_mode, c=c)
+        except Exception:   # noqa: BLE001 -- one key's failure is its own
+            log.error("%s failed:\n%s", message.get("key"), traceback.format_exc())
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 TX_CLAIM_SQL = ("SELECT verdict::text, attempt, result::text "
                 "FROM idempotency.claim_operation(%s, %s, %s, %s)")
 
@@ -362,9 +408,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy",
                                              "swallow-errors", "no-timeout", "release-on-timeout",
-                                             "retry-forever", "no-key", "shared-client"),
+                                             "retry-forever", "no-key", "shared-client", "batch-drop"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
     parser.add_argument("--transactional", action="store_true")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="take up to N messages at once and claim them in one call")
     parser.add_argument("--key", dest="key_mode", default=None,
                         help="format:TEMPLATE (with {key}), hash, or message-id: the operation key")
     args = parser.parse_args()
@@ -385,6 +433,15 @@ def main():
         taken = dirqueue.take(spool, mine)
         if taken is None:
             time.sleep(0.02)
+            continue
+        if args.batch > 1:
+            batch = [taken]
+            while len(batch) < args.batch:
+                more = dirqueue.take(spool, mine)
+                if more is None:
+                    break
+                batch.append(more)
+            handle_batch(spool, batch, lease, broken, args.key_mode)
             continue
         try:
             if conn is not None:
