@@ -299,7 +299,13 @@ signoff_load_job(const char *path, signoff_job *job)
 			return 2;
 		}
 	}
-	job->drain_s = 5.0;
+	/*
+	 * The drain's default fits the queue's usual delay before a failed
+	 * message comes again: Sidekiq's first retry 15-25 s after the failure,
+	 * SQS's visibility timeout (30 s unless the queue says otherwise);
+	 * elsewhere (Celery's helper retries after half the lease) 5 s.
+	 */
+	job->drain_s = strcmp(job->value[JF_QUEUE], "sidekiq") == 0 || strcmp(job->value[JF_QUEUE], "sqs") == 0 ? 30.0 : 5.0;
 	if (job->value[JF_DRAIN])
 	{
 		char	   *end;
