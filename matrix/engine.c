@@ -342,14 +342,42 @@ signoff_remove_dir(matrix_ctx *ctx, bool keep_logs)
 		fprintf(stderr, "idempotency-matrix: the worker logs are kept in %s\n", ctx->signoff_dir);
 }
 
-/* the last lines of a file, as notes ("  | line") */
+/*
+ * A line of a library's warnings that says nothing of the job: Python's
+ * DeprecationWarning and its source line, Node's deprecation notices, the
+ * AWS SDK's notice of Node versions. Left out of a log's tail (counted).
+ */
+static bool
+log_noise(const char *line)
+{
+	static const char *const noise[] = {
+		"DeprecationWarning", "PendingDeprecationWarning", "deprecated", "Deprecated",
+		"--trace-warnings", "--trace-deprecation", "will no longer support Node.js",
+		"warnings.warn(", "NOTE: The AWS SDK for JavaScript",
+	};
+	size_t		i;
+
+	for (i = 0; i < sizeof(noise) / sizeof(noise[0]); i++)
+		if (strstr(line, noise[i]))
+			return true;
+	return false;
+}
+
+/*
+ * The last lines of a file, as notes ("  | line"), without library
+ * warnings; the helper's last line first when the end has none of its.
+ */
 static void
 note_tail(case_result *cr, const char *path, const char *prefix)
 {
 	FILE	   *f = fopen(path, "r");
-	char	   *lines[TAIL_LINES];
+	char	   *ring[TAIL_KEEP];
+	char	   *helper = NULL;	/* the last line of the helper's */
 	int			n = 0,
+				noise = 0,
+				shown = 0,
 				i;
+	bool		helper_shown = false;
 	char	   *line = NULL;
 	size_t		cap = 0;
 	ssize_t		len;
@@ -359,28 +387,44 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 		case_note(cr, "%s(%s: %s)", prefix, path, strerror(errno));
 		return;
 	}
-	memset(lines, 0, sizeof(lines));
+	memset(ring, 0, sizeof(ring));
 	while ((len = getline(&line, &cap, f)) >= 0)
 	{
 		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			line[--len] = '\0';
-		free(lines[n % TAIL_LINES]);
-		lines[n % TAIL_LINES] = strdup(line);
+		if (log_noise(line))
+		{
+			noise++;
+			continue;
+		}
+		if (strstr(line, "idempotency") || strstr(line, "Idempotent") || strstr(line, "signoff"))
+		{
+			free(helper);
+			helper = strdup(line);
+		}
+		free(ring[n % TAIL_KEEP]);
+		ring[n % TAIL_KEEP] = strdup(line);
 		n++;
 	}
 	free(line);
 	fclose(f);
 	if (n == 0)
-		case_note(cr, "%s(empty)", prefix);
+		case_note(cr, "%s(%s)", prefix, noise ? "only library warnings" : "empty");
 	for (i = n > TAIL_LINES ? n - TAIL_LINES : 0; i < n; i++)
-	{
-		char		cut[300];
-
-		copy_str(cut, sizeof(cut), lines[i % TAIL_LINES]);
-		case_note(cr, "%s%s", prefix, cut);
-	}
-	for (i = 0; i < TAIL_LINES; i++)
-		free(lines[i]);
+		if (helper && strcmp(ring[i % TAIL_KEEP], helper) == 0)
+			helper_shown = true;
+	if (helper && !helper_shown)
+		case_note(cr, "%s%.240s", prefix, helper);	/* the helper's last word, then the end */
+	if (helper && !helper_shown && n > TAIL_LINES)
+		case_note(cr, "%s...", prefix);
+	for (i = n > TAIL_LINES ? n - TAIL_LINES : 0; i < n; i++, shown++)
+		case_note(cr, "%s%.240s", prefix, ring[i % TAIL_KEEP]);
+	if (noise)
+		case_note(cr, "%s(%d line%s of library warnings left out: deprecation notices; the whole log is kept)",
+				  prefix, noise, noise == 1 ? "" : "s");
+	for (i = 0; i < TAIL_KEEP; i++)
+		free(ring[i]);
+	free(helper);
 }
 
 /* ---------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #define MAX_EXCH 64				/* exchanges open at once */
 #define POLL_MS 10
 #define TAIL_LINES 8
+#define TAIL_KEEP 64			/* lines a log tail keeps in memory (>= TAIL_LINES) */
 #define MAX_ITEMS 72			/* case 3s: up to 65 deliveries */
 #define MAX_KNOWN 512			/* operation keys of a run (2 a case; the storm's more) */
 #define MAX_KEYS 8				/* keys of one case: 2, the storm's STORM_KEYS */

@@ -352,6 +352,20 @@ else
     not_ok "$log" "a worker without IDEMPOTENCY_SIGNOFF: expected exit 1, 'not installed or not armed', its log's end and case 2 not run; got exit $rc"
 fi
 
+# the same worker behind a page of library warnings: the tail leaves them out
+job=$out/noisy.job
+make_job "$job" "worker=sh -c 'for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo \"/usr/lib/python3/dist-packages/kombu/x.py:\$i: DeprecationWarning: old API\"; done; exec env -u IDEMPOTENCY_SIGNOFF /usr/bin/python3 worker.py'" "lease=1.5" "timeout=5"
+log=$out/noisy.log
+"$runner" --job "$job" --policy hold --cases 1 >"$log" 2>&1
+rc=$?
+if ((rc == 1)) && grep -qE '^      \| .* worker [0-9]+: started; lease 1.5 s' "$log" &&
+    ! grep -q 'DeprecationWarning' "$log" &&
+    grep -qF '(12 lines of library warnings left out: deprecation notices; the whole log is kept)' "$log"; then
+    ok "a worker log's tail leaves library deprecation warnings out, counted (12), and shows the worker's own lines"
+else
+    not_ok "$log" "a noisy worker log: expected its tail without the 12 DeprecationWarning lines and the count; got exit $rc"
+fi
+
 # ---------------------------------------------------------------------
 # 6. interrupted while a worker is alive (case 9: held at handled)
 # ---------------------------------------------------------------------
