@@ -1519,6 +1519,7 @@ drain(signoff_state *s, policy_result *pr)
 		case_result *cr = &pr->cases[c];
 		int			total = 0;
 
+		cr->late = s->late[c];
 		if (!cr->ran || cr->obs_emails < 0 || s->case_nkeys[c] == 0)
 			continue;
 		s->cr = cr;
@@ -1528,6 +1529,7 @@ drain(signoff_state *s, policy_result *pr)
 
 			total = n < 0 ? -1 : total + n;
 		}
+		cr->after_drain = total;
 		if (total >= 0 && total != cr->obs_emails && settled(cr, pr->checked_as, total))
 		{
 			case_note(cr, "After the policy's cases the run drained (%.1f s, until no delivery came for %g s): the "
@@ -1805,6 +1807,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			s->nworkers = 0;
 			cr->seconds = now_seconds() - tc;
 			case_finish(cr);
+			cr->at_end = cr->obs_emails;
 			for (ki = 0; ki < s->nkeys; ki++)
 			{
 				copy_str(s->case_keys[pr->ncases - 1][ki], KEYSZ, s->keys[ki]);

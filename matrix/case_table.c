@@ -318,6 +318,7 @@ case_expectations(const case_spec *c, policy_t as, const case_words *words,
 	sb_init(&cr->notes);
 	cr->id = c->id;
 	cr->obs_emails = -1;
+	cr->at_end = cr->after_drain = -1;
 	cr->checks_ok = true;
 	fill(cr->title, sizeof(cr->title), c->title, words);
 	cr->exp_emails = e->effects;

@@ -94,6 +94,10 @@ typedef struct case_result
 	bool		pass;
 	sbuf		notes;			/* what else was checked; why a cell failed */
 	double		seconds;
+	/* a sign-off's judged points: the effects when the case ended, after the drain (-1: none) */
+	int			at_end;
+	int			after_drain;
+	int			late;			/* deliveries of its keys that came after it */
 } case_result;
 
 #define MAX_CASES 24

@@ -260,6 +260,20 @@ if ((rc == 1)) && [[ $got == "hold:1 hold:2" ]] &&
 else
     not_ok "$log" "late-copy: expected exit 1, cases hold:1 hold:2 failing with the drain's sentence; got exit $rc, failing '$got'"
 fi
+if "$python" - "$out/late-copy.json" >"$out/late-copy.check" 2>&1 <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = {x["case"]: x["observed"] for x in r["policies"][0]["cases"]}
+assert (c["1"]["effects_at_end"], c["1"]["effects_after_drain"]) == (1, 2), c["1"]
+assert (c["13"]["effects_at_end"], c["13"]["effects_after_drain"]) == (0, 0), c["13"]
+# the copy makes its effect without a claim: no point, so no late delivery is seen
+assert c["1"]["late_deliveries"] == 0 and c["13"]["late_deliveries"] == 0, c
+EOF
+then
+    ok "late-copy: the JSON report gives each case's effects at its end and after the drain (case 1: 1, then 2) and its late deliveries (none seen: the copy claims nothing)"
+else
+    not_ok "$out/late-copy.check" "late-copy: the JSON report's effects_at_end / effects_after_drain / late_deliveries"
+fi
 
 # ---------------------------------------------------------------------
 # 3. bad input: one sentence, exit 2, nothing started
