@@ -796,7 +796,7 @@ batch_run drop "--batch 10 --broken batch-drop" &
 wait
 rc=$(cat "$out/batch-good.rc")
 if ((rc == 0)) && grep -q "^✓  20 .*completed #1, completed #1, completed #2 .*run, run, ID002, completed, run, released, run" "$out/batch-good.log" &&
-    grep -q "The 4 messages were enqueued while no worker ran; one worker (pid [0-9]*) took them" "$out/batch-good.log"; then
+    grep -q "The 4 messages were enqueued while no worker ran; one worker (pid [0-9]*) took them" "$out/batch-good.json"; then
     ok "batch = yes: case 20 judges each key of one receive on its own (run; completed and ID002; released, then run)"
 else
     not_ok "$out/batch-good.log" "batch = yes, a good batch handler: expected exit 0 and case 20 as the table gives; got exit $rc"
