@@ -106,8 +106,8 @@ signoff_case_wanted(const char *cases, const signoff_job *job, const case_spec *
 {
 	if (job->reference)
 	{
-		/* the reference job's worker can do every case */
-		if (strcmp(c->id, "3s") == 0 && job->stress == 0)
+		/* the reference job's worker can do every case of the reference run */
+		if (!(c->runs_in & RUN_REFERENCE) || (strcmp(c->id, "3s") == 0 && job->stress == 0))
 			return false;
 		return case_selected(cases, c->id);
 	}
