@@ -14,7 +14,7 @@
 # python3-psycopg (/usr/bin/python3), and matrix/idempotency-matrix (built
 # if missing). Steps, each an "ok - ..." or "not ok - ..." line:
 #   1. the good job under hold, retry, skip and lookup: exit 0, every case
-#      holds, also in the JSON report (format, signoff object, each
+#      (1-13 and the storm, 19) holds, also in the JSON report (format, signoff object, each
 #      policy's cases); no worker left, nothing of the run's left in the
 #      database; the time of each policy is printed;
 #   2. the two broken workers (worker.py --broken ...): ignore-verdict under
@@ -53,6 +53,19 @@
 #      nothing changed and 1 naming a changed, added or removed code file or
 #      a changed job file; a missing report: exit 2; code that matches no
 #      file: exit 2, one sentence.
+#  11. faults at the effect (effect = http, smtp: the runner's endpoint;
+#      http.job, smtp.job): the good job's cases 14-19 hold under every
+#      policy (the endpoint's counts per policy checked in the JSON), SMTP's
+#      under retry; worker.py's broken variants fail exactly their case with
+#      their sentence: swallow-errors (14, 18; SMTP 451 too), no-timeout
+#      (15, how long it hung), release-on-timeout (15), retry-forever (16),
+#      no-key (1: a request that names no key), shared-client (19 only: the
+#      storm); effect = ftp, effect beside effects, lookup with smtp: exit 2;
+#  12. a batch handler (worker.py --batch 10, batch = yes): case 20 holds;
+#      --broken batch-drop (the receive dropped for one key's ID002) fails
+#      it; batch = sometimes: exit 2.
+# Steps 11 and 12 start first and run beside the others (a spool directory
+# of their own); they are judged at the end.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
 # file's lease) to save time; the good job runs with the default lease.
 # The last line: "signoff: N passed, N failed"; exit non-zero on a failure.
