@@ -428,7 +428,7 @@ log=$out/noisy.log
 "$runner" --job "$job" --policy hold --cases 1 >"$log" 2>&1
 rc=$?
 if ((rc == 1)) && grep -qE '^      \| .* worker [0-9]+: started; lease 1.5 s' "$log" &&
-    ! grep -q 'DeprecationWarning' "$log" &&
+    ! grep -q '^      | .*DeprecationWarning' "$log" &&
     grep -qF '(12 lines of library warnings left out: deprecation notices; the whole log is kept)' "$log"; then
     ok "a worker log's tail leaves library deprecation warnings out, counted (12), and shows the worker's own lines"
 else
