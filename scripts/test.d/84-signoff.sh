@@ -23,6 +23,8 @@
 set -euo pipefail
 source examples/e2e/deps.sh
 e2e_debs python3-psycopg
+# the host's cluster is scripts/test's: forget it here, and make one's own
+unset CLUSTER_DIR PGDATA PGHOST PGPORT
 source scripts/cluster.sh
 cluster_start
 test/signoff/run.sh
