@@ -536,7 +536,7 @@ serve(int ctl)
 			if (r <= 0)
 				_exit(0);		/* the runner is gone */
 			sb_append(&cin, buf, (size_t) r);
-			while ((nl = strchr(sb_str(&cin), '\n')) != NULL)
+			while ((nl = strchr(cin.data, '\n')) != NULL)
 			{
 				size_t		len = (size_t) (nl - cin.data) + 1;
 

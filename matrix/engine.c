@@ -375,7 +375,6 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 	char	   *helper = NULL;	/* the last line of the helper's */
 	int			n = 0,
 				noise = 0,
-				shown = 0,
 				i;
 	bool		helper_shown = false;
 	char	   *line = NULL;
@@ -417,7 +416,7 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 		case_note(cr, "%s%.240s", prefix, helper);	/* the helper's last word, then the end */
 	if (helper && !helper_shown && n > TAIL_LINES)
 		case_note(cr, "%s...", prefix);
-	for (i = n > TAIL_LINES ? n - TAIL_LINES : 0; i < n; i++, shown++)
+	for (i = n > TAIL_LINES ? n - TAIL_LINES : 0; i < n; i++)
 		case_note(cr, "%s%.240s", prefix, ring[i % TAIL_KEEP]);
 	if (noise)
 		case_note(cr, "%s(%d line%s of library warnings left out: deprecation notices; the whole log is kept)",
