@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "matrix.h"
+#include "hello.h"
 
 #define C_RESET	"\033[0m"
 #define C_BOLD	"\033[1m"
@@ -643,6 +644,15 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 			ctx->prefix, ctx->keep ? ": no, --keep" : "");
 		SET("keys", "operation keys", "signoff-%s-<policy>-<case>-<n>", ctx->run_id);
 		SET("runner", "runner", "idempotency-matrix %s", MATRIX_VERSION);
+		{
+			/* what the workers' helpers said at the point hello (hello.c) */
+			sbuf		hb;
+
+			sb_init(&hb);
+			hello_text(&hb);
+			SET("helpers", "helpers", "%s", sb_str(&hb));
+			sb_free(&hb);
+		}
 		SET("run_time", "run time", "%.1f s", ctx->seconds);
 		return n;
 	}
@@ -863,6 +873,9 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		sb_printf(&j, ",\n    \"effects_source\": \"%s\",\n    \"lease_seconds\": %g,\n    \"timeout_seconds\": %g,\n    \"run\": ",
 				  job->effects_source, job->lease_s, job->timeout_s);
 		json_string(&j, ctx->run_id);
+		sb_puts(&j, ",\n    \"helpers\": ");
+		hello_json(&j);
+		sb_printf(&j, ",\n    \"helper_workers\": %d", hello_workers());
 		sb_puts(&j, ",\n    \"signed_off_by\": null,\n    \"date\": null");
 	}
 	sb_printf(&j, "\n  },\n  \"lease_seconds\": %g,\n  \"policies\": [", ctx->lease_s);
