@@ -80,7 +80,7 @@ __all__ = [
     "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "Outcome", "SERVER_GONE",
     "SIGNOFF_VERSION", "SignoffError",
     "claim", "claim_batch", "claim_error_heals", "complete", "complete_batch", "connection",
-    "connection_lost", "discard", "extend_lease", "fingerprint", "is_busy", "new_delivery",
+    "connection_lost", "discard", "error_message", "extend_lease", "fingerprint", "is_busy", "new_delivery",
     "parse_job_types", "parse_lease", "release", "release_batch", "signoff_answer",
     "signoff_hello", "signoff_hello_armed", "signoff_hello_message", "signoff_job_type",
     "signoff_lease", "signoff_message", "signoff_point", "with_reconnect", "worker_id",
