@@ -756,7 +756,7 @@ drain(signoff_state *s, policy_result *pr)
 	int			c,
 				k;
 
-	if (s->unmappable || s->not_armed || s->stopped[0] || pr->ncases == 0)
+	if (s->unmappable || s->not_armed || s->stopped[0] || s->claim_failed || pr->ncases == 0)
 		return;
 	memset(&notes, 0, sizeof(notes));
 	sb_init(&notes.notes);

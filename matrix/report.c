@@ -354,6 +354,16 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 	}
 	printf("\nlease %s, %.1f s in all\n", ctx->lease_sql, ctx->seconds);
 	if (ctx->job)
+	{
+		/* which helpers ran, as the workers said at the point hello (hello.c) */
+		sbuf		hb;
+
+		sb_init(&hb);
+		hello_text(&hb);
+		printf("helpers: %s\n", sb_str(&hb));
+		sb_free(&hb);
+	}
+	if (ctx->job)
 		printf("\nThis report shows what the runner observed of job type %s on %s with the settings above; "
 			   "it is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.\n"
 			   "Policy chosen: ______________  Signed off by: ______________________  Date: ____________\n\n",
