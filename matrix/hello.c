@@ -237,7 +237,7 @@ hello_text(sbuf *b)
 
 	if (nkinds == 0)
 	{
-		sb_puts(b, "none said which (a helper before 0.4, or a worker of your own that does not send the point hello)");
+		sb_puts(b, "no worker said which (a helper without the point hello, or a worker of your own that does not send it)");
 		return;
 	}
 	for (i = 0; i < nkinds; i++)

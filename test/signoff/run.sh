@@ -716,7 +716,7 @@ start=$SECONDS
 "$runner" --job "$job" --dsn "dbname=$run_db" --cases 1,2 --json "$out/otherdb.json" >"$log" 2>&1
 rc=$?
 secs=$((SECONDS - start))
-sentence="FAILED: the worker (pid [0-9]+) uses the database \"$other\", but the run reads \"$run_db\" \(--dsn\), so no claim of the worker's can reach the run: start the worker on the run's database \(the runner gives it as IDEMPOTENCY_SIGNOFF_DSN\)"
+sentence="FAILED: the worker \\(pid [0-9]+\\) uses the database \"$other\", but the run reads \"$run_db\" \(--dsn\), so no claim of the worker's can reach the run: start the worker on the run's database \(the runner gives it as IDEMPOTENCY_SIGNOFF_DSN\)"
 if ((rc == 1)) && ((secs < 15)) && [[ $(grep -c 'FAILED' "$log") == 1 ]] && grep -qE "^    $sentence$" "$log" &&
     grep -q 'Not run: the run stopped in an earlier case' "$log" && ! grep -q 'not installed or not armed' "$log" &&
     [[ $(failing_cases "$out/otherdb.json") == "hold:1 hold:2" ]]; then
