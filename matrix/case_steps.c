@@ -51,6 +51,13 @@ static void sc_10(signoff_state *s);
 static void sc_11(signoff_state *s);
 static void sc_12(signoff_state *s);
 static void sc_13(signoff_state *s);
+static void sc_14(signoff_state *s);
+static void sc_15(signoff_state *s);
+static void sc_16(signoff_state *s);
+static void sc_17(signoff_state *s);
+static void sc_18(signoff_state *s);
+static void sc_19(signoff_state *s);
+static void sc_20(signoff_state *s);
 
 /* the steps of each case the sign-off run has; the case itself is in case_table.c */
 static const struct
@@ -73,6 +80,13 @@ static const struct
 	{"11", sc_11},
 	{"12", sc_12},
 	{"13", sc_13},
+	{"14", sc_14},
+	{"15", sc_15},
+	{"16", sc_16},
+	{"17", sc_17},
+	{"18", sc_18},
+	{"19", sc_19},
+	{"20", sc_20},
 };
 
 static signoff_case_fn
@@ -97,6 +111,11 @@ signoff_case_wanted(const char *cases, const signoff_job *job, const case_spec *
 			return false;
 		return case_selected(cases, c->id);
 	}
+	if (c->runs_in == RUN_EFFECT)
+		return job->effect != EFFECT_NONE && case_selected(cases, c->id);
+	if (c->runs_in == RUN_BATCH)
+		return job->batch && !job->transactional && job->value[JF_ENQUEUE_OTHER] != NULL &&
+			case_selected(cases, c->id);
 	if (!(c->runs_in & (job->transactional ? RUN_TX : RUN_SIGNOFF)))
 		return false;
 	if (strcmp(c->id, "11") == 0 && job->value[JF_ENQUEUE_OTHER] == NULL)
@@ -682,6 +701,722 @@ out:
 	observe(s, suffix);
 }
 
+/* ---------------------------------------------------------------------
+ * Faults at the effect (effect = http / smtp: the run's endpoint, effect.c)
+ * --------------------------------------------------------------------- */
+
+static const char *
+effect_name_of(signoff_state *s)
+{
+	return s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect";
+}
+
+/* how a delivery ended after its call to the provider failed */
+typedef enum
+{
+	FO_PENDING,
+	FO_HANDLED,					/* the handler returned: the job took it for a success */
+	FO_RELEASED,				/* released: a known failure */
+	FO_LEFT						/* still claimed, and stale: left to its lease */
+} fault_outcome;
+
+static fault_outcome
+fault_outcome_of(signoff_state *s, int di)
+{
+	const delivery *d = &s->d[di];
+	char		status[32];
+	int			attempt = 0;
+
+	if (d->handled)
+		return FO_HANDLED;
+	if (!record_row(s, s->opkey[0], status, sizeof(status), &attempt))
+		return FO_PENDING;
+	if (strcmp(status, "released") == 0 || attempt != d->attempt)
+		return FO_RELEASED;
+	if (strcmp(status, "claimed") == 0 && stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]) == 1)
+		return FO_LEFT;
+	return FO_PENDING;
+}
+
+static bool
+pred_fault_over(signoff_state *s, const void *arg)
+{
+	return fault_outcome_of(s, *(const int *) arg) != FO_PENDING;
+}
+
+/*
+ * Wait until delivery di of the case's key has ended after its call: the
+ * handler returned, the claim was released, or it was left to its lease
+ * (stale). FO_PENDING: it did not within the lease and the timeout (the
+ * case fails, saying so).
+ */
+static fault_outcome
+wait_fault_over(signoff_state *s, int di)
+{
+	wres		r = wait_for(s, pred_fault_over, &di, true, s->job->lease_s + s->job->timeout_s);
+
+	if (r == WAIT_OK)
+	{
+		fault_outcome o = fault_outcome_of(s, di);
+
+		/* a run that ended without handled: settle() does not wait for it */
+		if (o == FO_RELEASED || o == FO_LEFT)
+			s->d[di].failed = true;
+		return o;
+	}
+	if (r == WAIT_INTERRUPTED)
+		case_fail(s->cr, "interrupted");
+	else if (r != WAIT_UNMAPPED)
+		case_fail(s->cr, "after its call to the provider, the delivery of %s (pid %ld) neither returned, nor "
+				  "released its claim, nor left it to its lease within %g s%s", s->keys[0], s->d[di].pid,
+				  s->job->lease_s + s->job->timeout_s, r == WAIT_NO_WORKER ? " (its workers ended)" : "");
+	return FO_PENDING;
+}
+
+/* the first delivery of the case's key, marked; -1: none came (noted) */
+static int
+first_delivery(signoff_state *s, const char *mark)
+{
+	int			di = wait_nth(s, 0, 1);
+
+	if (di >= 0 && s->d[di].runs)
+		copy_str(s->d[di].mark, sizeof(s->d[di].mark), mark);
+	else if (di >= 0)
+	{
+		case_fail(s->cr, "the first delivery of %s was judged %s, not run", s->keys[0], s->d[di].verdict);
+		return -1;
+	}
+	return di;
+}
+
+/*
+ * 14 and 18: the provider refuses for now (503 / 451), or cannot be
+ * reached (nothing listens): the effect certainly did not happen, so the
+ * job must fail the delivery as a known failure (the helper releases the
+ * claim, the queue retries); then the next delivery sends once.
+ */
+static void
+refused_for_now(signoff_state *s, bool unreachable)
+{
+	const char *what = unreachable ? "could not be reached (connection refused)" :
+		s->job->effect == EFFECT_HTTP ? "refused it for now (HTTP 503)" : "refused it for now (SMTP 451)";
+	int			di;
+
+	if (unreachable ? !effect_listen(false) : !effect_set_fault(s->keys[0], FAULT_TRANSIENT, 1, 0))
+	{
+		case_fail(s->cr, "the run's endpoint did not answer");
+		goto out;
+	}
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
+		(di = first_delivery(s, unreachable ? "no connection" : "refused")) < 0)
+		goto out;
+	switch (wait_fault_over(s, di))
+	{
+		case FO_RELEASED:
+			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
+			case_note(s->cr, "The provider %s; the job failed the delivery as a known failure: its claim was released.", what);
+			if (unreachable)
+				effect_listen(true);
+			if (enqueue(s, 0, JF_ENQUEUE))
+				settle(s);
+			break;
+		case FO_HANDLED:
+			case_fail(s->cr, "the provider %s, yet the job completed the operation: it completed after the provider %s, so the %s "
+					  "was never made and never will be (the job swallowed the error); let the failure fail the delivery "
+					  "as a known failure (the helper's KnownFailure: the claim is released and the message retried)",
+					  what, unreachable ? "could not be reached" : "refused", effect_name_of(s));
+			settle(s);
+			break;
+		case FO_LEFT:
+			copy_str(s->d[di].after, sizeof(s->d[di].after), "left to its lease");
+			case_fail(s->cr, "the provider %s, so the %s certainly was not made, yet the job left its claim to its lease "
+					  "instead of releasing it: it raised an error the helper cannot tell from an unknown outcome, so "
+					  "the policy (%s) decides now (hold: a person, skip: never made); raise the helper's KnownFailure "
+					  "for a refusal", what, effect_name_of(s), policy_names[s->policy]);
+			break;
+		case FO_PENDING:
+			break;
+	}
+out:
+	if (unreachable)
+		effect_listen(true);
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+static void
+sc_14(signoff_state *s)
+{
+	refused_for_now(s, false);
+}
+
+static void
+sc_18(signoff_state *s)
+{
+	refused_for_now(s, true);
+}
+
+/*
+ * 15: the provider made the effect and never answers. The job's client
+ * must give up (its timeout) and, not knowing, leave the claim to its
+ * lease; after the lease the message again: the policy decides, as in 6.
+ */
+static void
+sc_15(signoff_state *s)
+{
+	effect_stats st;
+	double		t0;
+	int			di;
+	bool		gave_up = false;
+
+	if (!effect_set_fault(s->keys[0], FAULT_HANG, 1, 0))
+	{
+		case_fail(s->cr, "the run's endpoint did not answer");
+		goto out;
+	}
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) || (di = first_delivery(s, "no answer")) < 0)
+		goto out;
+	t0 = now_seconds();
+	for (;;)
+	{
+		if (!effect_stats_of(s->keys[0], &st))
+		{
+			case_fail(s->cr, "the run's endpoint did not answer");
+			goto out;
+		}
+		if (st.closed_after >= 0)
+		{
+			gave_up = true;
+			break;
+		}
+		if (st.requests == 0 && s->d[di].handled)
+		{
+			case_fail(s->cr, "the handler returned without a request to the run's %s endpoint: the job does not send "
+					  "its %s to IDEMPOTENCY_SIGNOFF_%s", effect_kind_names[s->job->effect], effect_name_of(s),
+					  s->job->effect == EFFECT_HTTP ? "HTTP" : "SMTP");
+			goto out;
+		}
+		if (matrix_interrupted || now_seconds() - t0 > s->job->timeout_s)
+			break;
+		pump(s, POLL_MS);
+	}
+	if (matrix_interrupted)
+		goto out;
+	if (!gave_up)
+	{
+		case_fail(s->cr, "the %s call hung %.0f s with no answer and the job never gave up: no client timeout. A provider "
+				  "that accepts and never answers holds the worker%s for ever; give the call a timeout (longer than "
+				  "two leases, shorter than the job file's timeout, %g s)", effect_name_of(s),
+				  now_seconds() - t0, s->d[di].heartbeat ? " and, through its heartbeat, the claim" : "",
+				  s->job->timeout_s);
+		effect_release();
+	}
+	else
+		case_note(s->cr, "The endpoint made the %s and never answered; the job's client gave up after %.1f s.",
+				  effect_name_of(s), st.closed_after);
+	switch (wait_fault_over(s, di))
+	{
+		case FO_LEFT:
+			case_note(s->cr, "The job left its claim to its lease (it cannot know whether the %s was made); stale_claims() "
+					  "lists it; then the message again.", effect_name_of(s));
+			if (enqueue(s, 0, JF_ENQUEUE))
+				settle(s);
+			break;
+		case FO_RELEASED:
+			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
+			case_fail(s->cr, "the job released the claim after a call that may have reached the provider (no answer "
+					  "within its timeout): the %s was made, and every next delivery makes it again, under any "
+					  "policy; raise an error that is not a known failure, so that the claim waits for its lease "
+					  "and the policy decides", effect_name_of(s));
+			if (enqueue(s, 0, JF_ENQUEUE))
+				settle(s);
+			break;
+		case FO_HANDLED:
+			case_fail(s->cr, "the %s call got no answer, yet the job completed the operation as if it had succeeded: "
+					  "it cannot know whether the provider made the %s; let the error raise (not as a known "
+					  "failure), so that the claim waits for its lease and the policy decides",
+					  effect_name_of(s), effect_name_of(s));
+			settle(s);
+			break;
+		case FO_PENDING:
+			break;
+	}
+out:
+	effect_release();
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/* case 16's rule: at most this many requests of a key refused for good */
+#define PERMANENT_MAX_REQUESTS 2
+
+static void
+too_many_requests(signoff_state *s, case_result *cr, const effect_stats *st, double seconds)
+{
+	case_fail(cr, "the job retried a permanent refusal: %d requests in %.0f s, each refused for good (%s); a refusal "
+			  "that will not change must end the operation (complete it with the refusal as its result, or "
+			  "release it and drop the message), not be retried", st->requests, seconds,
+			  s->job->effect == EFFECT_HTTP ? "HTTP 422" : "SMTP 550");
+}
+
+/*
+ * 16: the provider refuses for good: no effect, the job ends the
+ * operation, and a bounded number of requests (no retry storm), also in
+ * the drain (drain_checks()).
+ */
+static void
+sc_16(signoff_state *s)
+{
+	effect_stats st;
+	double		t0;
+	int			di;
+	fault_outcome o;
+
+	if (!effect_set_fault(s->keys[0], FAULT_PERMANENT, -1, 0))
+	{
+		case_fail(s->cr, "the run's endpoint did not answer");
+		goto out;
+	}
+	t0 = now_seconds();
+	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) || (di = first_delivery(s, "refused for good")) < 0)
+		goto out;
+	o = wait_fault_over(s, di);
+	if (o == FO_HANDLED)
+		settle(s);
+	/* a retrying job shows itself within a few of its retry delays */
+	{
+		double		t1 = now_seconds();
+
+		while (!matrix_interrupted && now_seconds() - t1 < 2 * s->job->lease_s)
+			pump(s, POLL_MS);
+	}
+	if (!effect_stats_of(s->keys[0], &st))
+	{
+		case_fail(s->cr, "the run's endpoint did not answer");
+		goto out;
+	}
+	if (st.requests > PERMANENT_MAX_REQUESTS)
+		too_many_requests(s, s->cr, &st, now_seconds() - t0);
+	else if (o == FO_RELEASED)
+	{
+		copy_str(s->cr->exp_record, CELL, "released #1");
+		case_note(s->cr, "The job released the claim after the refusal for good and did not retry it (%d request%s): "
+				  "a known failure, dropped; the record expected is released #1.", st.requests,
+				  st.requests == 1 ? "" : "s");
+	}
+	else if (o == FO_LEFT)
+		case_fail(s->cr, "the provider refused the %s for good, yet the job left its claim to its lease: the policy "
+				  "(%s) decides now, and under retry every takeover asks again; end the operation (complete it "
+				  "with the refusal as its result)", effect_name_of(s), policy_names[s->policy]);
+	else if (o == FO_HANDLED)
+		case_note(s->cr, "The provider refused for good; the job completed the operation (the refusal as its result) "
+				  "after %d request%s.", st.requests, st.requests == 1 ? "" : "s");
+out:
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/* after the drain: a case-16 key asked again and again (a queue's slower retries) */
+static void
+drain_checks(signoff_state *s, policy_result *pr, double seconds)
+{
+	int			c;
+
+	if (s->job->effect == EFFECT_NONE)
+		return;
+	for (c = 0; c < pr->ncases; c++)
+	{
+		case_result *cr = &pr->cases[c];
+		effect_stats st;
+
+		if (strcmp(cr->id, "16") != 0 || !cr->ran || s->case_nkeys[c] == 0 ||
+			!effect_stats_of(s->case_keys[c][0], &st))
+			continue;
+		if (st.requests > PERMANENT_MAX_REQUESTS && cr->checks_ok)
+		{
+			too_many_requests(s, cr, &st, seconds);
+			case_finish(cr);
+		}
+	}
+}
+
+/*
+ * 17: a slow provider, answering after two leases: the heartbeat keeps
+ * the claim, so the message again meanwhile is in_progress; one effect.
+ */
+static void
+sc_17(signoff_state *s)
+{
+	effect_stats st;
+	double		t0;
+	int			di;
+	bool		waited = false;
+
+	if (!effect_set_fault(s->keys[0], FAULT_SLOW, 1, (int) (2 * s->job->lease_s * 1000)))
+	{
+		case_fail(s->cr, "the run's endpoint did not answer");
+		goto out;
+	}
+	if (!start_workers(s, 2) || !enqueue(s, 0, JF_ENQUEUE) || (di = first_delivery(s, "slow")) < 0)
+		goto out;
+	t0 = now_seconds();
+	for (;;)
+	{
+		if (!effect_stats_of(s->keys[0], &st))
+		{
+			case_fail(s->cr, "the run's endpoint did not answer");
+			goto out;
+		}
+		if (st.closed_after >= 0)
+		{
+			case_fail(s->cr, "the job gave up on the %s call after %.1f s, but the provider answers in %g s (two "
+					  "leases): with a client timeout shorter than a slow provider's answer every slow call becomes "
+					  "an unknown outcome; give the call a timeout longer than two leases (and shorter than the "
+					  "job file's timeout)", effect_name_of(s), st.closed_after, 2 * s->job->lease_s);
+			break;
+		}
+		if (st.open > 0 && st.open_for > s->job->lease_s + 0.3)
+		{
+			waited = true;
+			break;
+		}
+		if (matrix_interrupted || now_seconds() - t0 > s->job->timeout_s)
+		{
+			case_fail(s->cr, "no request of %s reached the run's %s endpoint within %g s", s->keys[0],
+					  effect_kind_names[s->job->effect], s->job->timeout_s);
+			break;
+		}
+		pump(s, POLL_MS);
+	}
+	if (waited)
+	{
+		if (!s->d[di].heartbeat)
+			case_fail(s->cr, "the helper reported heartbeat false: while the %s call waits past the lease the claim "
+					  "looks dead and may be taken over; give the handler a heartbeat", effect_name_of(s));
+		case_note(s->cr, "The endpoint held the %s call for %.1f s (longer than the lease); then the message again.",
+				  effect_name_of(s), st.open_for);
+		if (enqueue(s, 0, JF_ENQUEUE))
+			wait_nth(s, 0, 2);
+	}
+	settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * 19: the storm
+ * --------------------------------------------------------------------- */
+
+/* the killed claim's lease ran out (stale), or the policy already acted on it */
+static bool
+pred_lease_over(signoff_state *s, const void *arg)
+{
+	int			ki = *(const int *) arg;
+	char		status[32];
+	int			attempt = 0;
+
+	if (!record_row(s, s->opkey[ki], status, sizeof(status), &attempt))
+		return false;
+	if (strcmp(status, "claimed") != 0 || attempt > 1)
+		return true;
+	return stale_listed(s->ctx, s->cr, s->job_type, s->opkey[ki]) == 1;
+}
+
+#define STORM_KEYS 6
+#define STORM_DELIVERIES 3
+#define STORM_WORKERS 3
+#define STORM_KILLS 2
+
+/*
+ * 19: what production does at once. STORM_KEYS keys, each enqueued
+ * STORM_DELIVERIES times, to STORM_WORKERS workers together; two of the
+ * keys, picked at random (from the run's id and the policy), have their
+ * worker killed, one at claimed and one at handled (so that both outcomes
+ * of a death are in every storm), and after the lease the message again. Then every key is counted, as Jepsen's queue checker counts: a
+ * key killed at claimed must give what case 5 gives under the policy, one
+ * killed at handled what case 6 gives, every other exactly one effect and
+ * completed #1; fewer is lost, more is duplicated beyond the policy. It is
+ * what catches a job that reads its own state before the claim, or shares
+ * it between keys.
+ */
+static void
+sc_19(signoff_state *s)
+{
+	case_result *cr = s->cr;
+	const case_spec *c5 = case_by_id("5");
+	const case_spec *c6 = case_by_id("6");
+	const char *point[STORM_KEYS];
+	unsigned	seed = 2166136261u;
+	const char *p;
+	int			kills[STORM_KILLS];
+	int			k,
+				d,
+				i,
+				total = 0,
+				expected = 0,
+				lost = 0,
+				dup = 0,
+				wrong = 0;
+	char		items[CELL] = "";
+
+	/* the seed: the run and the policy, so that a run can be told again */
+	for (p = s->ctx->run_id; *p; p++)
+		seed = (seed ^ (unsigned char) *p) * 16777619u;
+	seed ^= (unsigned) s->policy * 2654435761u;
+	for (k = 0; k < STORM_KEYS; k++)
+		point[k] = NULL;
+	for (i = 0; i < STORM_KILLS; i++)
+	{
+		seed = seed * 1103515245u + 12345u;
+		k = (int) ((seed >> 8) % STORM_KEYS);
+		while (point[k])
+			k = (k + 1) % STORM_KEYS;
+		/* one death before the effect, one after it: both outcomes each time */
+		point[k] = i == 0 ? "claimed" : "handled";
+		kills[i] = k;
+		arm_point(s, k, point[k]);
+	}
+	case_note(cr, "%d keys, each enqueued %d times, %d workers at once; killed: %s at %s, %s at %s.",
+			  STORM_KEYS, STORM_DELIVERIES, STORM_WORKERS, s->keys[kills[0]], point[kills[0]],
+			  s->keys[kills[1]], point[kills[1]]);
+	progress(s->ctx, "%s case 19: the storm, %d keys x %d deliveries", policy_names[s->policy],
+			 STORM_KEYS, STORM_DELIVERIES);
+	if (!start_workers(s, STORM_WORKERS))
+		goto out;
+	for (d = 0; d < STORM_DELIVERIES; d++)
+		for (k = 0; k < STORM_KEYS; k++)
+			if (!enqueue(s, k, JF_ENQUEUE))
+				goto out;
+	for (i = 0; i < STORM_KILLS; i++)
+	{
+		exch	   *x = wait_held(s, kills[i], point[kills[i]]);
+
+		if (x == NULL || !kill_at(s, x, "in the storm") || !start_workers(s, 1))
+			goto out;
+	}
+	/*
+	 * The killed keys: once the lease ran out, the message again (as cases
+	 * 5 and 6). Their other copies may be there first (a helper that
+	 * retries in_progress after the lease): then the policy already
+	 * decided, and this copy is answered as a duplicate.
+	 */
+	for (i = 0; i < STORM_KILLS; i++)
+	{
+		if (wait_for(s, pred_lease_over, &kills[i], false, s->job->lease_s + s->job->timeout_s) != WAIT_OK)
+		{
+			case_fail(s->cr, "the claim of %s, whose worker was killed, was neither listed by stale_claims() nor "
+					  "taken further within the lease and %g s", s->keys[kills[i]], s->job->timeout_s);
+			goto out;
+		}
+		if (!enqueue(s, kills[i], JF_ENQUEUE))
+			goto out;
+	}
+	settle(s);
+out:
+	stop_workers(s);
+	for (k = 0; k < s->nkeys; k++)
+	{
+		const case_expect *e = point[k] == NULL ? NULL :
+			strcmp(point[k], "claimed") == 0 ? &c5->expect[s->policy] : &c6->expect[s->policy];
+		int			want = e ? e->effects : 1;
+		const char *want_rec = e ? e->record : "completed #1";
+		int			n = effects_count(s, s->keys[k], true);
+		char		rec[CELL];
+
+		record_text_of(s->ctx, cr, s->job_type, s->opkey[k], rec, sizeof(rec), NULL, 0);
+		expected += want;
+		if (n < 0)
+		{
+			total = -1;
+			continue;
+		}
+		if (total >= 0)
+			total += n;
+		if (n < want)
+		{
+			lost++;
+			case_fail(cr, "%s lost %d %s%s: %d, where the policy gives %d%s%s%s", s->keys[k], want - n,
+					  effect_name_of(s), want - n == 1 ? "" : "s", n, want, point[k] ? " (killed at " : "",
+					  point[k] ? point[k] : "", point[k] ? ")" : "");
+		}
+		else if (n > want)
+		{
+			dup++;
+			case_fail(cr, "%s has %d %s%s beyond the policy: %d, where it gives %d%s%s%s", s->keys[k], n - want,
+					  effect_name_of(s), n - want == 1 ? "" : "s", n, want,
+					  point[k] ? " (killed at " : "", point[k] ? point[k] : "", point[k] ? ")" : "");
+		}
+		if (strcmp(rec, want_rec) != 0)
+		{
+			wrong++;
+			case_fail(cr, "the record of %s is %s, where the policy gives %s", s->keys[k], rec, want_rec);
+		}
+	}
+	if (s->job->effect != EFFECT_NONE)
+	{
+		char		first[200];
+		int			n = effect_unmatched(first, sizeof(first));
+
+		if (n > s->unmatched)
+			case_fail(cr, "%d unexpected request%s to the run's endpoint, naming none of the run's keys (the first: \"%s\")",
+					  n - s->unmatched, n - s->unmatched == 1 ? "" : "s", first);
+		if (n > s->unmatched)
+			s->unmatched = n;
+	}
+	cr->exp_emails = expected;
+	cr->obs_emails = total;
+	snprintf(cr->exp_record, CELL, "%d keys as the policy gives", STORM_KEYS);
+	if (wrong)
+		snprintf(cr->obs_record, CELL, "%d of %d keys otherwise", wrong, STORM_KEYS);
+	else
+		copy_str(cr->obs_record, CELL, cr->exp_record);
+	copy_str(cr->exp_verdicts, CELL, "none lost, none duplicated");
+	if (lost)
+	{
+		snprintf(items, sizeof(items), "%d lost", lost);
+	}
+	if (dup)
+	{
+		char		t[40];
+
+		snprintf(t, sizeof(t), "%d duplicated", dup);
+		list_append(items, sizeof(items), t);
+	}
+	copy_str(cr->obs_verdicts, CELL, items[0] ? items : cr->exp_verdicts);
+}
+
+/* ---------------------------------------------------------------------
+ * 20: several keys in one receive (a batch handler)
+ * --------------------------------------------------------------------- */
+
+static bool
+pred_key_released(signoff_state *s, const void *arg)
+{
+	char		status[32];
+	int			attempt = 0;
+
+	return record_row(s, s->opkey[*(const int *) arg], status, sizeof(status), &attempt) &&
+		strcmp(status, "released") == 0;
+}
+
+/* the same items, in any order (a receive need not keep the queue's order) */
+static bool
+same_items(const char *a, const char *b)
+{
+	char		x[CELL],
+				y[CELL];
+	char	   *p,
+			   *save = NULL;
+	int			nx = 0,
+				ny = 0;
+
+	copy_str(x, sizeof(x), a);
+	copy_str(y, sizeof(y), b);
+	for (p = strtok_r(x, ",", &save); p; p = strtok_r(NULL, ",", &save))
+	{
+		char	   *q = strstr(y, trim(p));
+
+		nx++;
+		if (q == NULL)
+			return false;
+		memset(q, '#', strlen(trim(p)));	/* used */
+	}
+	save = NULL;
+	for (p = strtok_r(y, ",", &save); p; p = strtok_r(NULL, ",", &save))
+		ny++;
+	return nx == ny;
+}
+
+/*
+ * 20: key B completes first; then, with no worker running, A (fresh), B
+ * with other arguments, B again and C are enqueued, and one worker started,
+ * so that a batch handler receives them together. `fail` at C's claimed
+ * (its work fails: released), then C's message again. Each key is judged
+ * on its own; whether they came in one receive (one worker, every point
+ * before the first handled) is said.
+ */
+static void
+sc_20(signoff_state *s)
+{
+	case_result *cr = s->cr;
+	exch	   *x;
+	int			i,
+				first,
+				end,
+				c = 2,
+				n = 0;
+	long		pid = 0;
+	bool		one_worker = true;
+	double		last_at = 0,
+				first_handled = 0;
+
+	if (!start_workers(s, 1) || !enqueue(s, 1, JF_ENQUEUE) || !settle(s))
+		goto out;
+	stop_workers(s);
+	first = s->nd;
+	arm_point(s, c, "claimed");
+	if (!enqueue(s, 0, JF_ENQUEUE) || !enqueue(s, 1, JF_ENQUEUE_OTHER) || !enqueue(s, 1, JF_ENQUEUE) ||
+		!enqueue(s, c, JF_ENQUEUE) || !start_workers(s, 1) || (x = wait_held(s, c, "claimed")) == NULL)
+		goto out;
+	i = x->delivery;
+	if (i >= 0)
+		s->d[i].failed = true;
+	answer(s, x, "fail");
+	if (wait_for(s, pred_key_released, &c, true, s->job->timeout_s) == WAIT_OK)
+	{
+		if (i >= 0)
+			copy_str(s->d[i].after, sizeof(s->d[i].after), "released");
+	}
+	else
+		case_fail(cr, "answered fail at %s's claimed, but its record was not released within %g s",
+				  s->keys[c], s->job->timeout_s);
+	if (!settle(s))
+		goto out;
+	end = s->nd;
+	for (i = first; i < end; i++)
+	{
+		const delivery *d = &s->d[i];
+
+		if (d->stray)
+			continue;
+		n++;
+		if (pid == 0)
+			pid = d->pid;
+		else if (d->pid != pid)
+			one_worker = false;
+		if (d->at > last_at)
+			last_at = d->at;
+		if (d->handled_at > 0 && (first_handled == 0 || d->handled_at < first_handled))
+			first_handled = d->handled_at;
+	}
+	/*
+	 * A claimed point comes when a key's handler is about to run, so a
+	 * batch handler's later keys reach it after earlier keys' handled:
+	 * the points cannot prove one receive. The run makes one possible (the
+	 * messages wait for the one worker) and says what it saw.
+	 */
+	if (n < 4)
+		case_fail(cr, "of the 4 messages enqueued together only %d reached a point", n);
+	else
+		case_note(cr, "The 4 messages were enqueued while no worker ran; one worker (pid %ld) took them%s, %s.",
+				  pid, one_worker ? "" : " (and another)",
+				  first_handled == 0 || last_at <= first_handled ?
+				  "every point before the first handled" :
+				  "their claimed points between the handlers, as a batch handler's come");
+	if (enqueue(s, c, JF_ENQUEUE))
+		settle(s);
+out:
+	stop_workers(s);
+	observe(s, NULL);
+	if (strcmp(cr->obs_verdicts, cr->exp_verdicts) != 0 && same_items(cr->obs_verdicts, cr->exp_verdicts))
+	{
+		case_note(cr, "The verdicts came in another order (%s): a receive need not keep the queue's order.",
+				  cr->obs_verdicts);
+		copy_str(cr->obs_verdicts, CELL, cr->exp_verdicts);
+	}
+}
+
 /*
  * The operation key of the case's key ki, where the job file gives it:
  * key (a template with {key}) or key_command (its output); else the run's
@@ -784,6 +1519,7 @@ drain(signoff_state *s, policy_result *pr)
 		case_result *cr = &pr->cases[c];
 		int			total = 0;
 
+		cr->late = s->late[c];
 		if (!cr->ran || cr->obs_emails < 0 || s->case_nkeys[c] == 0)
 			continue;
 		s->cr = cr;
@@ -793,6 +1529,7 @@ drain(signoff_state *s, policy_result *pr)
 
 			total = n < 0 ? -1 : total + n;
 		}
+		cr->after_drain = total;
 		if (total >= 0 && total != cr->obs_emails && settled(cr, pr->checked_as, total))
 		{
 			case_note(cr, "After the policy's cases the run drained (%.1f s, until no delivery came for %g s): the "
@@ -814,6 +1551,7 @@ drain(signoff_state *s, policy_result *pr)
 			case_finish(cr);
 		}
 	}
+	drain_checks(s, pr, now_seconds() - t0);
 	s->cr = NULL;
 }
 
@@ -874,7 +1612,10 @@ print_banner(signoff_state *s)
 	printf("enqueue: %s\n", job->value[JF_ENQUEUE]);
 	if (job->value[JF_ENQUEUE_OTHER])
 		printf("enqueue_other: %s\n", job->value[JF_ENQUEUE_OTHER]);
-	if (job->value[JF_EFFECTS])
+	if (job->effect != EFFECT_NONE)
+		printf("effects: counted by the run's %s endpoint at %s (IDEMPOTENCY_SIGNOFF_%s), which fails on cue in cases 14-18\n",
+			   effect_kind_names[job->effect], s->effect_addr, job->effect == EFFECT_HTTP ? "HTTP" : "SMTP");
+	else if (job->value[JF_EFFECTS])
 		printf("effects: the command %s\n", job->value[JF_EFFECTS]);
 	else if (job->value[JF_EFFECTS_SQL])
 		printf("effects: the query %s\n", job->value[JF_EFFECTS_SQL]);
@@ -947,6 +1688,17 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 		return 2;
 	}
 
+	if (job->effect != EFFECT_NONE)
+	{
+		char		why[300];
+
+		if (!effect_start(job->effect, s->effect_addr, sizeof(s->effect_addr), why, sizeof(why)))
+		{
+			fprintf(stderr, "idempotency-matrix: cannot start the run's %s endpoint: %s\n",
+					effect_kind_names[job->effect], why);
+			return 2;
+		}
+	}
 	if (!job->reference)
 		print_banner(s);		/* the reference run printed its own */
 	for (p = 0; p < N_POLICIES; p++)
@@ -1054,8 +1806,12 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			case_first_delivery = s->nd;
 			cr->ran = true;
 			for (ki = 0; ki < s->nkeys; ki++)
+			{
 				if (!operation_key(s, ki))
 					break;
+				if (job->effect != EFFECT_NONE)
+					effect_key(s->keys[ki], s->opkey_known[ki] ? s->opkey[ki] : NULL);
+			}
 			if (ki == s->nkeys)
 				steps_of(c->id) (s);
 			/* nothing of the case outlives it */
@@ -1065,6 +1821,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			s->nworkers = 0;
 			cr->seconds = now_seconds() - tc;
 			case_finish(cr);
+			cr->at_end = cr->obs_emails;
 			for (ki = 0; ki < s->nkeys; ki++)
 			{
 				copy_str(s->case_keys[pr->ncases - 1][ki], KEYSZ, s->keys[ki]);
@@ -1090,5 +1847,6 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	}
 	if (job->value[JF_CLEANUP])
 		run_cleanup(s);
+	effect_stop();
 	return report_all(ctx, prs, npr, html, json);
 }

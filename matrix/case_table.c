@@ -183,6 +183,85 @@ const case_spec case_table[] = {
 		ALL(0, "claimed #1 (stale)", "run (killed), listed by stale_claims()", "found by stale_claims()"),
 		"5"						/* a queue that did not lose the message after all */
 	},
+
+	/*
+	 * Faults at the effect: only a job whose provider is the run's own
+	 * endpoint (effect = http / smtp, effect.c) has them, since only there
+	 * can the run make the provider fail on cue.
+	 */
+	{
+		"14", "provider refuses the {effect} for now", RUN_EFFECT, 1,
+		"a provider that refuses for now (HTTP 503, SMTP 451): the job fails the delivery as a known failure "
+		"(the claim released), and the next delivery sends once",
+		"the endpoint answers the key's first request 503 (SMTP 451); the record must say released, not "
+		"completed (a job that swallows the error) nor a claim left to its lease; then the message again",
+		ALL(1, "completed #2", "run (refused), released, run", "released; the next delivery sends once"),
+		NULL
+	},
+	{
+		"15", "provider accepts the {effect}, the answer never comes", RUN_EFFECT, 1,
+		"the provider made the effect, but its answer never came: the job's client gives up (its timeout) and the "
+		"job cannot know, so it leaves the claim to its lease and the policy decides, as in case 6",
+		"the endpoint counts the key's first request and never answers; the job's client must give up within "
+		"`timeout` and leave the claim to its lease (not release it); after the lease, the message again",
+		{
+			{1, "claimed #1 (stale)", "run (no answer), held", "held for a person after the lease"},
+			{2, "completed #2", "run (no answer), run", "sent again after the lease: a duplicate"},
+			{1, "skipped #1", "run (no answer), skipped", "skipped for good"},
+			{1, "completed #2", "run (no answer), verify (found)", "looked up: found, not sent again"},
+		},
+		NULL
+	},
+	{
+		"16", "provider refuses the {effect} for good", RUN_EFFECT, 1,
+		"a provider that refuses for good (HTTP 422, SMTP 550): no effect, the job ends the operation (completes "
+		"it with the refusal as its result, or releases it and drops the message) and does not retry it",
+		"the endpoint answers every request of the key 422 (SMTP 550); the record must be completed (or released), "
+		"and no more than 2 requests may come, in the case and in the drain",
+		ALL(0, "completed #1", "run (refused for good)", "ended: not retried, no {effect}"),
+		NULL
+	},
+	{
+		"17", "provider answers after two leases", RUN_EFFECT, 1,
+		"a slow but successful provider (its answer after two leases): the heartbeat keeps the claim, the message "
+		"again is in_progress, one effect",
+		"two workers; the endpoint answers the key's first request after two leases; once it has waited longer "
+		"than the lease, the message again (must be in_progress); then the answer, and the completion",
+		ALL(1, "completed #1", "run (slow), in_progress", "the heartbeat keeps the claim; sent once"),
+		NULL
+	},
+	{
+		"18", "provider unreachable (connection refused)", RUN_EFFECT, 1,
+		"a provider that cannot be reached (connection refused): as a refusal for now, the claim released, "
+		"and the next delivery sends once",
+		"nothing listens on the endpoint's port until the record says released; then the message again",
+		ALL(1, "completed #2", "run (no connection), released, run", "released; the next delivery sends once"),
+		NULL
+	},
+	{
+		/* effects and records per key: case_steps.c's sc_19 (5's and 6's for the killed keys) */
+		"19", "a storm: many keys and deliveries at once, deaths", RUN_SIGNOFF, 6,
+		"what production does at once: 6 keys, each delivered 3 times to 3 workers together, the workers of two "
+		"keys picked at random killed (one at `claimed`, one at `handled`); every key has the effects its policy allows, counted per key (lost, duplicated beyond "
+		"the policy); catches a job that reads its state before the claim or shares it between keys",
+		"three workers; 6 keys, each enqueued 3 times; two keys picked at random have their worker killed, one "
+		"at `claimed`, one at `handled`, then after the lease the message again; each key is counted: a killed "
+		"key as case 5 or 6 gives under the policy, every other once, completed #1",
+		ALL(-1, "6 keys as the policy gives", "none lost, none duplicated", "no key lost or duplicated beyond the policy"),
+		NULL
+	},
+	{
+		"20", "several keys in one receive (a batch handler)", RUN_BATCH, 3,
+		"a batch handler judges each key of one receive on its own: a fresh key runs, a duplicate of a completed "
+		"key gets `completed`, the same key with other arguments `ID002` (a batch claim refuses the whole call: "
+		"the handler claims those keys one by one), a key whose work fails is released and runs again",
+		"only with `batch = yes` (and `enqueue_other`): key B is completed first; then, with no worker running, "
+		"key A, B with other arguments, B again and key C are enqueued, and one worker started, so that they "
+		"arrive in one receive; `fail` at C's `claimed`; then C's message again",
+		ALL(3, "completed #1, completed #1, completed #2", "run, run, ID002, completed, run, released, run",
+			"each key judged on its own"),
+		NULL
+	},
 };
 
 const int	n_case_table = (int) (sizeof(case_table) / sizeof(case_table[0]));
@@ -239,6 +318,7 @@ case_expectations(const case_spec *c, policy_t as, const case_words *words,
 	sb_init(&cr->notes);
 	cr->id = c->id;
 	cr->obs_emails = -1;
+	cr->at_end = cr->after_drain = -1;
 	cr->checks_ok = true;
 	fill(cr->title, sizeof(cr->title), c->title, words);
 	cr->exp_emails = e->effects;
@@ -446,7 +526,7 @@ case_table_list(const char *what)
 		printf("| case | what the run does |\n|---|---|\n");
 		for (k = 0; k < n_case_table; k++)
 		{
-			if (!(case_table[k].runs_in & (RUN_SIGNOFF | RUN_TX)))
+			if (!(case_table[k].runs_in & (RUN_SIGNOFF | RUN_TX | RUN_EFFECT | RUN_BATCH)))
 				continue;
 			printf("| %s | ", case_table[k].id);
 			md_cell(case_table[k].steps);
@@ -482,8 +562,15 @@ case_table_list(const char *what)
 						list_append(runs, sizeof(runs), "sign-off");
 					if (in & RUN_TX)
 						list_append(runs, sizeof(runs), "transactional");
+					if (in & RUN_EFFECT)
+						list_append(runs, sizeof(runs), "effect = http, smtp");
+					if (in & RUN_BATCH)
+						list_append(runs, sizeof(runs), "batch = yes");
 				}
-				printf(" | %s | %s | %d | ", runs, all ? "all" : policy_names[p], e->effects);
+				if (e->effects < 0)
+					printf(" | %s | %s | per key | ", runs, all ? "all" : policy_names[p]);
+				else
+					printf(" | %s | %s | %d | ", runs, all ? "all" : policy_names[p], e->effects);
 				md_cell(e->record);
 				printf(" | ");
 				md_cell(e->verdicts);

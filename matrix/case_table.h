@@ -40,6 +40,8 @@ typedef struct case_expect
 #define RUN_SIGNOFF		0x2
 #define RUN_BOTH		(RUN_REFERENCE | RUN_SIGNOFF)
 #define RUN_TX			0x4		/* a transactional job's (transactional = yes) */
+#define RUN_EFFECT		0x8		/* a job whose provider is the run's endpoint (effect = http, smtp) */
+#define RUN_BATCH		0x10	/* a batch handler's (batch = yes) */
 
 typedef struct case_spec
 {
@@ -92,9 +94,13 @@ typedef struct case_result
 	bool		pass;
 	sbuf		notes;			/* what else was checked; why a cell failed */
 	double		seconds;
+	/* a sign-off's judged points: the effects when the case ended, after the drain (-1: none) */
+	int			at_end;
+	int			after_drain;
+	int			late;			/* deliveries of its keys that came after it */
 } case_result;
 
-#define MAX_CASES 16
+#define MAX_CASES 24
 
 typedef struct policy_result
 {

@@ -169,6 +169,8 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 		unsetenv("IDEMPOTENCY_SIGNOFF_CASE");
 		unsetenv("IDEMPOTENCY_SIGNOFF_DSN");
 		unsetenv("IDEMPOTENCY_SIGNOFF_RUN");
+		unsetenv("IDEMPOTENCY_SIGNOFF_HTTP");
+		unsetenv("IDEMPOTENCY_SIGNOFF_SMTP");
 		unsetenv("IDEMPOTENCY_SIGNOFF_HELLO");
 		for (; env && *env; env++)
 			putenv(*env);
@@ -303,6 +305,7 @@ signoff_kill_all(matrix_ctx *ctx)
 	for (i = 0; i < nprocs; i++)
 		if (procs[i].used)
 			kill_group(&procs[i]);
+	effect_stop();
 }
 
 /* the socket and the logs; the logs stay where a case failed */
@@ -340,14 +343,42 @@ signoff_remove_dir(matrix_ctx *ctx, bool keep_logs)
 		fprintf(stderr, "idempotency-matrix: the worker logs are kept in %s\n", ctx->signoff_dir);
 }
 
-/* the last lines of a file, as notes ("  | line") */
+/*
+ * A line of a library's warnings that says nothing of the job: Python's
+ * DeprecationWarning and its source line, Node's deprecation notices, the
+ * AWS SDK's notice of Node versions. Left out of a log's tail (counted).
+ */
+static bool
+log_noise(const char *line)
+{
+	static const char *const noise[] = {
+		"DeprecationWarning", "PendingDeprecationWarning", "deprecated", "Deprecated",
+		"--trace-warnings", "--trace-deprecation", "will no longer support Node.js",
+		"warnings.warn(", "NOTE: The AWS SDK for JavaScript",
+	};
+	size_t		i;
+
+	for (i = 0; i < sizeof(noise) / sizeof(noise[0]); i++)
+		if (strstr(line, noise[i]))
+			return true;
+	return false;
+}
+
+/*
+ * The last lines of a file, as notes ("  | line"), without library
+ * warnings; the helper's last line first when the end has none of its.
+ */
 static void
 note_tail(case_result *cr, const char *path, const char *prefix)
 {
 	FILE	   *f = fopen(path, "r");
-	char	   *lines[TAIL_LINES];
+	char	   *ring[TAIL_KEEP];
+	char	   *helper = NULL;	/* the last line of the helper's */
 	int			n = 0,
+				noise = 0,
+				shown = 0,
 				i;
+	bool		helper_shown = false;
 	char	   *line = NULL;
 	size_t		cap = 0;
 	ssize_t		len;
@@ -357,28 +388,44 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 		case_note(cr, "%s(%s: %s)", prefix, path, strerror(errno));
 		return;
 	}
-	memset(lines, 0, sizeof(lines));
+	memset(ring, 0, sizeof(ring));
 	while ((len = getline(&line, &cap, f)) >= 0)
 	{
 		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			line[--len] = '\0';
-		free(lines[n % TAIL_LINES]);
-		lines[n % TAIL_LINES] = strdup(line);
+		if (log_noise(line))
+		{
+			noise++;
+			continue;
+		}
+		if (strstr(line, "idempotency") || strstr(line, "Idempotent") || strstr(line, "signoff"))
+		{
+			free(helper);
+			helper = strdup(line);
+		}
+		free(ring[n % TAIL_KEEP]);
+		ring[n % TAIL_KEEP] = strdup(line);
 		n++;
 	}
 	free(line);
 	fclose(f);
 	if (n == 0)
-		case_note(cr, "%s(empty)", prefix);
+		case_note(cr, "%s(%s)", prefix, noise ? "only library warnings" : "empty");
 	for (i = n > TAIL_LINES ? n - TAIL_LINES : 0; i < n; i++)
-	{
-		char		cut[300];
-
-		copy_str(cut, sizeof(cut), lines[i % TAIL_LINES]);
-		case_note(cr, "%s%s", prefix, cut);
-	}
-	for (i = 0; i < TAIL_LINES; i++)
-		free(lines[i]);
+		if (helper && strcmp(ring[i % TAIL_KEEP], helper) == 0)
+			helper_shown = true;
+	if (helper && !helper_shown)
+		case_note(cr, "%s%.240s", prefix, helper);	/* the helper's last word, then the end */
+	if (helper && !helper_shown && n > TAIL_LINES)
+		case_note(cr, "%s...", prefix);
+	for (i = n > TAIL_LINES ? n - TAIL_LINES : 0; i < n; i++, shown++)
+		case_note(cr, "%s%.240s", prefix, ring[i % TAIL_KEEP]);
+	if (noise)
+		case_note(cr, "%s(%d line%s of library warnings left out: deprecation notices; the whole log is kept)",
+				  prefix, noise, noise == 1 ? "" : "s");
+	for (i = 0; i < TAIL_KEEP; i++)
+		free(ring[i]);
+	free(helper);
 }
 
 /* ---------------------------------------------------------------------
@@ -813,6 +860,7 @@ new_delivery(signoff_state *s, const exch *x)
 	copy_str(d->result, sizeof(d->result), x->result);
 	d->eff_before = d->eff_after = -1;
 	d->ki = x->ki;
+	d->at = now_seconds();
 	return d;
 }
 
@@ -889,6 +937,7 @@ arrived(signoff_state *s, exch *x)
 			i = (int) (d - s->d);
 		}
 		s->d[i].handled = true;
+		s->d[i].handled_at = now_seconds();
 		x->delivery = i;
 		if (ki >= 0 && s->d[i].eff_before >= 0)
 		{
@@ -1037,7 +1086,7 @@ pump(signoff_state *s, int ms)
  * The environment of the run's processes
  * --------------------------------------------------------------------- */
 
-#define N_ENV 7
+#define N_ENV 9
 
 typedef struct run_env
 {
@@ -1062,6 +1111,10 @@ make_env(signoff_state *s, bool worker, run_env *e)
 	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_CASE=%s", s->case_id ? s->case_id : "");
 	if (s->ctx->dsn)
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_DSN=%s", s->ctx->dsn);
+	if (s->job->effect == EFFECT_HTTP)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_HTTP=%s", s->effect_addr);
+	else if (s->job->effect == EFFECT_SMTP)
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_SMTP=%s", s->effect_addr);
 	if (worker)
 	{
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
@@ -1220,6 +1273,18 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 int
 effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 {
+	if (s->job->effect != EFFECT_NONE)
+	{
+		effect_stats st;
+
+		if (!effect_stats_of(key, &st))
+		{
+			case_fail(s->cr, "the run's %s endpoint did not answer: the effects of %s cannot be counted",
+					  effect_kind_names[s->job->effect], key);
+			return -1;
+		}
+		return st.effects;
+	}
 	if (s->job->value[JF_EFFECTS])
 	{
 		sbuf		out;
@@ -1900,6 +1965,20 @@ observe(signoff_state *s, const char *suffix)
 			}
 		}
 		cr->obs_emails = total;
+	}
+	if (s->job->effect != EFFECT_NONE)
+	{
+		char		first[200];
+		int			n = effect_unmatched(first, sizeof(first));
+
+		if (n > s->unmatched)
+			case_fail(cr, "%d request%s to the run's %s endpoint named none of the run's keys (the first: \"%s\"), "
+					  "so the run cannot tell whose %s it was: put the operation key into the request "
+					  "(an Idempotency-Key header, the path, the query or the body)",
+					  n - s->unmatched, n - s->unmatched == 1 ? "" : "s", effect_kind_names[s->job->effect],
+					  first, s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect");
+		if (n > s->unmatched)
+			s->unmatched = n;
 	}
 	if (s->record_early[0])
 		copy_str(cr->obs_record, CELL, s->record_early);

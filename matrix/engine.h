@@ -20,8 +20,10 @@
 #define MAX_EXCH 64				/* exchanges open at once */
 #define POLL_MS 10
 #define TAIL_LINES 8
+#define TAIL_KEEP 64			/* lines a log tail keeps in memory (>= TAIL_LINES) */
 #define MAX_ITEMS 72			/* case 3s: up to 65 deliveries */
-#define MAX_KNOWN 256			/* operation keys of a run (2 a case) */
+#define MAX_KNOWN 512			/* operation keys of a run (2 a case; the storm's more) */
+#define MAX_KEYS 8				/* keys of one case: 2, the storm's STORM_KEYS */
 
 typedef struct signoff_state signoff_state;
 
@@ -59,6 +61,8 @@ typedef struct delivery
 	bool		has_result;		/* judged: the line gave the stored result */
 	char		result[512];
 	int			ki;				/* the case's key it maps to; -1: stray */
+	double		at;				/* now_seconds() when its point arrived */
+	double		handled_at;		/* and its handled point; 0: none */
 } delivery;
 
 /* one exchange on the socket */
@@ -109,6 +113,8 @@ struct signoff_state
 	int			lfd;
 	char		cmd_out[300];
 	char		cmd_err[300];
+	char		effect_addr[80];	/* effect = http/smtp: the endpoint's address */
+	int			unmatched;		/* requests to it that named no key, so far */
 
 	/* the policy */
 	policy_t	policy;
@@ -118,9 +124,9 @@ struct signoff_state
 	/* the case */
 	case_result *cr;
 	const char *case_id;
-	char		keys[2][KEYSZ];	/* the run's keys: what enqueue and effects get */
-	char		opkey[2][KEYSZ];	/* the operation keys the worker claims them under */
-	bool		opkey_known[2];	/* given (key, key_command) or seen */
+	char		keys[MAX_KEYS][KEYSZ];	/* the run's keys: what enqueue and effects get */
+	char		opkey[MAX_KEYS][KEYSZ];	/* the operation keys the worker claims them under */
+	bool		opkey_known[MAX_KEYS];	/* given (key, key_command) or seen */
 	int			nkeys;
 	char		unmapped[KEYSZ];	/* the first key the run could not map */
 	int			nunmapped;		/* claims under keys the run could not map */
@@ -131,15 +137,15 @@ struct signoff_state
 
 	/* the policy's cases so far, for late deliveries and the drain */
 	policy_result *pr;
-	char		case_keys[MAX_CASES][2][KEYSZ];	/* the run's keys of each */
-	char		case_opkeys[MAX_CASES][2][KEYSZ];	/* the operation keys of each */
+	char		case_keys[MAX_CASES][MAX_KEYS][KEYSZ];	/* the run's keys of each */
+	char		case_opkeys[MAX_CASES][MAX_KEYS][KEYSZ];	/* the operation keys of each */
 	int			case_nkeys[MAX_CASES];
 	int			late[MAX_CASES];	/* deliveries that came after the case */
 	double		last_delivery;	/* now_seconds() of the latest point */
-	int			enqueued[2];
+	int			enqueued[MAX_KEYS];
 	int			workers[MAX_CASE_WORKERS];	/* indexes into procs */
 	int			nworkers;
-	arm			arms[4];
+	arm			arms[8];
 	bool		not_armed;		/* a case found no worker reaching its point */
 	char		record_early[CELL]; /* the record, read before the case's end */
 	char		stopped[700];	/* why the run stops (hello.c: another database); "" */

@@ -19,11 +19,11 @@
 
 const char *const job_field_names[N_JOB_FIELDS] = {
 	"queue", "job_type", "worker", "enqueue", "enqueue_other", "effects",
-	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup", "drain"
+	"effects_sql", "policies", "lease", "timeout", "dir", "transactional", "key", "key_command", "code", "effect_name", "cleanup", "drain", "effect", "batch"
 };
 
 static const bool job_field_required[N_JOB_FIELDS] = {
-	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false
+	true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false
 };
 
 static const char *const job_field_what[N_JOB_FIELDS] = {
@@ -45,6 +45,8 @@ static const char *const job_field_what[N_JOB_FIELDS] = {
 	"the job's effect in a word or two (refund, confirmation email), for the report's sentences",
 	"the command that removes what the run left in your queue, run at the end",
 	"after a policy's cases, how long no delivery may arrive before the run judges the cases again, in seconds",
+	"http or smtp: the run's own endpoint is the provider, counts the effects and fails on cue",
+	"yes: the worker takes several messages in one receive (a batch handler)",
 };
 
 /* ---------------------------------------------------------------------
@@ -196,7 +198,51 @@ signoff_load_job(const char *path, signoff_job *job)
 		job_error(job, job->line[JF_EFFECTS_SQL], "effects_sql has no $1 (the operation key)");
 		return 2;
 	}
-	job->effects_source = job->value[JF_EFFECTS] ? "command" :
+	if (job->value[JF_BATCH])
+	{
+		const char *b = job->value[JF_BATCH];
+
+		if (strcmp(b, "yes") == 0)
+			job->batch = true;
+		else if (strcmp(b, "no") != 0)
+		{
+			job_error(job, job->line[JF_BATCH], "batch \"%s\" is not yes or no", b);
+			return 2;
+		}
+	}
+	if (job->value[JF_EFFECT])
+	{
+		const char *e = job->value[JF_EFFECT];
+
+		if (strcmp(e, "http") == 0)
+			job->effect = EFFECT_HTTP;
+		else if (strcmp(e, "smtp") == 0)
+			job->effect = EFFECT_SMTP;
+		else
+		{
+			job_error(job, job->line[JF_EFFECT], "effect \"%s\" is not http or smtp (the run's own endpoint "
+					  "your job sends its effect to)", e);
+			return 2;
+		}
+		if (job->value[JF_EFFECTS] || job->value[JF_EFFECTS_SQL])
+		{
+			job_field other = job->value[JF_EFFECTS] ? JF_EFFECTS : JF_EFFECTS_SQL;
+
+			job_error(job, job->line[other], "give effect or %s, not both: with effect = %s the run's "
+					  "endpoint counts the effects (effect is on line %d)",
+					  job_field_names[other], e, job->line[JF_EFFECT]);
+			return 2;
+		}
+		if (job->value[JF_TRANSACTIONAL] && strcmp(job->value[JF_TRANSACTIONAL], "yes") == 0)
+		{
+			job_error(job, job->line[JF_TRANSACTIONAL], "transactional = yes and effect = %s exclude each "
+					  "other: a transactional job's effect is a row, counted by effects_sql", e);
+			return 2;
+		}
+	}
+	job->effects_source = job->effect == EFFECT_HTTP ? "http endpoint" :
+		job->effect == EFFECT_SMTP ? "smtp endpoint" :
+		job->value[JF_EFFECTS] ? "command" :
 		job->value[JF_EFFECTS_SQL] ? "sql" : "handled reports";
 	if (job->value[JF_TRANSACTIONAL])
 	{
@@ -253,7 +299,13 @@ signoff_load_job(const char *path, signoff_job *job)
 			return 2;
 		}
 	}
-	job->drain_s = 5.0;
+	/*
+	 * The drain's default fits the queue's usual delay before a failed
+	 * message comes again: Sidekiq's first retry 15-25 s after the failure,
+	 * SQS's visibility timeout (30 s unless the queue says otherwise);
+	 * elsewhere (Celery's helper retries after half the lease) 5 s.
+	 */
+	job->drain_s = strcmp(job->value[JF_QUEUE], "sidekiq") == 0 || strcmp(job->value[JF_QUEUE], "sqs") == 0 ? 30.0 : 5.0;
 	if (job->value[JF_DRAIN])
 	{
 		char	   *end;

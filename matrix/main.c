@@ -395,7 +395,15 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 		return 2;
 	if (policy_arg == NULL)
 		memcpy(want, job->want, sizeof(bool) * N_POLICIES);
-	if (want[POLICY_LOOKUP] && job->value[JF_EFFECTS] == NULL && job->value[JF_EFFECTS_SQL] == NULL)
+	if (want[POLICY_LOOKUP] && job->effect == EFFECT_SMTP)
+	{
+		fprintf(stderr, "idempotency-matrix: the policy lookup needs a provider to look the operation up at; "
+				"the run's SMTP endpoint has none (%s: effect = smtp): leave lookup out, or use effect = http, "
+				"whose endpoint answers a GET\n", path);
+		return 2;
+	}
+	if (want[POLICY_LOOKUP] && job->value[JF_EFFECTS] == NULL && job->value[JF_EFFECTS_SQL] == NULL &&
+		job->effect == EFFECT_NONE)
 	{
 		fprintf(stderr, "idempotency-matrix: the policy lookup needs effects or effects_sql in %s "
 				"(a handled report cannot tell whether the lookup found the effect)\n", path);

@@ -39,6 +39,7 @@
 #include "libpq-fe.h"
 
 #include "case_table.h"
+#include "effect.h"
 #include "util.h"
 
 #ifndef MATRIX_VERSION			/* matrix/Makefile passes idempotency.control's */
@@ -69,6 +70,8 @@ typedef enum job_field
 	JF_EFFECT_NAME,
 	JF_CLEANUP,
 	JF_DRAIN,
+	JF_EFFECT,
+	JF_BATCH,
 	N_JOB_FIELDS
 } job_field;
 
@@ -121,6 +124,15 @@ typedef struct signoff_job
 	 * and none of the cases whose death leaves a committed claim
 	 */
 	bool		transactional;
+
+	/*
+	 * effect = http / smtp: the run's own endpoint is the provider (effect.c);
+	 * it counts the effects, and the cases of faults at the effect run
+	 */
+	effect_kind effect;
+
+	/* batch = yes: the worker takes several messages in one receive (case 20) */
+	bool		batch;
 
 	provenance	prov;			/* the job file's and the code's digests */
 } signoff_job;

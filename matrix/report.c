@@ -920,6 +920,15 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			json_string(&j, cr->obs_record);
 			sb_puts(&j, ", \"verdicts\": ");
 			json_string(&j, cr->obs_verdicts);
+			if (ctx->job && !ctx->job->reference)
+			{
+				/* a sign-off's judged points: the case's end, the drain */
+				sb_printf(&j, ", \"effects_at_end\": ");
+				sb_printf(&j, cr->at_end >= 0 ? "%d" : "null", cr->at_end);
+				sb_printf(&j, ", \"effects_after_drain\": ");
+				sb_printf(&j, cr->after_drain >= 0 ? "%d" : "null", cr->after_drain);
+				sb_printf(&j, ", \"late_deliveries\": %d", cr->late);
+			}
 			sb_printf(&j, "},\n       \"ran\": %s, \"%s_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
 					  "\"checks_ok\": %s, \"pass\": %s, \"seconds\": %.3f,\n       \"notes\": [",
 					  cr->ran ? "true" : "false", effect_word(ctx), cr->emails_ok ? "true" : "false",

@@ -18,8 +18,8 @@
 #      policy's cases); no worker left, nothing of the run's left in the
 #      database; the time of each policy is printed;
 #   2. the two broken workers (worker.py --broken ...): ignore-verdict under
-#      hold must fail exactly cases 2 3 5 6 7a 7b 9 11 12, complete-first
-#      under retry exactly 6 7b 9, exit 1; --broken late-copy (a copy
+#      hold must fail exactly cases 2 3 5 6 7a 7b 9 11 12 19, complete-first
+#      under retry exactly 6 7b 9 19 (the storm: a duplicate, a loss), exit 1; --broken late-copy (a copy
 #      that makes the effect again 2 s later, without a claim): the drain
 #      fails exactly cases 1 and 2 (13 runs nothing);
 #   3. bad job files (no worker line, an unknown name, a repeated name, a
@@ -53,8 +53,10 @@
 #      nothing changed and 1 naming a changed, added or removed code file or
 #      a changed job file; a missing report: exit 2; code that matches no
 #      file: exit 2, one sentence;
-#  11. a diagnosis: the good run's reports name the helper that ran
-#      (pg_idempotency, its version, CPython's, no queue library, the
+#  13. a diagnosis (11 and 12, the faults at the effect and the batch
+#      handler, are described at their sections): the good run's reports
+#      name the helper that ran (pg_idempotency, its version, CPython's, no
+#      queue library, the
 #      database; the point hello of every worker); a worker on a second
 #      database fails case 1 within seconds with the one sentence naming both
 #      databases, case 2 not run; a worker whose role has no grant fails
@@ -174,10 +176,10 @@ rc=$?
 secs=$((SECONDS - start))
 prefix=$(prefix_of "$log")
 total=$(tail -n 1 "$log")
-if ((rc == 0)) && [[ $total == "52 passed, 0 failed" ]]; then
+if ((rc == 0)) && [[ $total == "56 passed, 0 failed" ]]; then
     ok "the good job under hold, retry, skip and lookup: exit 0, $total ($secs s)"
 else
-    not_ok "$log" "the good job: expected exit 0 and '52 passed, 0 failed'; got exit $rc, '$total'"
+    not_ok "$log" "the good job: expected exit 0 and '56 passed, 0 failed'; got exit $rc, '$total'"
 fi
 if grep -qx 'Sign-off run: job type signoff_test_job on dirqueue, idempotency .* on PostgreSQL .*' "$log" &&
     grep -qx "worker: /usr/bin/python3 worker.py" "$log" &&
@@ -194,7 +196,7 @@ if "$python" - "$out/good.json" >"$out/good.check" 2>&1 <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["format"] == "idempotency-signoff/2", r["format"]
-assert r["ok"] is True and r["failed"] == 0 and r["passed"] == 52, (r["ok"], r["passed"], r["failed"])
+assert r["ok"] is True and r["failed"] == 0 and r["passed"] == 56, (r["ok"], r["passed"], r["failed"])
 s = r["signoff"]
 assert s["job_type"] == "signoff_test_job" and s["queue"] == "dirqueue", s
 assert s["worker"] == "/usr/bin/python3 worker.py" and s["effects_source"] == "command", s
@@ -202,7 +204,7 @@ assert s["lease_seconds"] == 3 and s["timeout_seconds"] == 30, s
 assert [p["policy"] for p in r["policies"]] == ["hold", "retry", "skip", "lookup"]
 for p in r["policies"]:
     ids = [c["case"] for c in p["cases"]]
-    assert ids == ["1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13"], ids
+    assert ids == ["1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13", "19"], ids
     for c in p["cases"]:
         assert c["pass"] and c["ran"] and c["effects_ok"], (p["policy"], c["case"])
         assert c["observed"]["effects"] == c["expected"]["effects"], (p["policy"], c["case"])
@@ -213,7 +215,7 @@ assert summary == {"hold": (0, 1), "retry": (1, 2), "skip": (0, 1), "lookup": (1
 EOF
 then
     cat "$out/good.check"
-    ok "the JSON report: format idempotency-signoff/2, the signoff object, 13 passing cases per policy, effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
+    ok "the JSON report: format idempotency-signoff/2, the signoff object, 14 passing cases per policy (13 and the storm, 19), effects 0/1, 1/2, 0/1, 1/1 in cases 5 and 6"
 else
     not_ok "$out/good.check" "the JSON report of the good job"
 fi
@@ -248,9 +250,9 @@ check_broken() {   # check_broken VARIANT POLICY EXPECTED...
     fi
 }
 # effects on completed, in_progress, held and skipped: duplicates
-check_broken ignore-verdict hold 2 3 5 6 7a 7b 9 11 12
+check_broken ignore-verdict hold 2 3 5 6 7a 7b 9 11 12 19
 # the completion before the effect: a kill at handled loses the effect
-check_broken complete-first retry 6 7b 9
+check_broken complete-first retry 6 7b 9 19
 if grep -q "FAILED: the record of signoff-[0-9a-f]*-retry-6-1 is completed #1 already, so stale_claims() will never list it: was the completion sent before the handler returned?" "$out/complete-first.log"; then
     ok "complete-first: case 6 says the record was completed before the handler returned"
 else
@@ -270,6 +272,20 @@ if ((rc == 1)) && [[ $got == "hold:1 hold:2" ]] &&
     ok "worker.py --broken late-copy: the drain counts the copies' effects in their cases, 1 and 2 fail (13 made none)"
 else
     not_ok "$log" "late-copy: expected exit 1, cases hold:1 hold:2 failing with the drain's sentence; got exit $rc, failing '$got'"
+fi
+if "$python" - "$out/late-copy.json" >"$out/late-copy.check" 2>&1 <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = {x["case"]: x["observed"] for x in r["policies"][0]["cases"]}
+assert (c["1"]["effects_at_end"], c["1"]["effects_after_drain"]) == (1, 2), c["1"]
+assert (c["13"]["effects_at_end"], c["13"]["effects_after_drain"]) == (0, 0), c["13"]
+# the copy makes its effect without a claim: no point, so no late delivery is seen
+assert c["1"]["late_deliveries"] == 0 and c["13"]["late_deliveries"] == 0, c
+EOF
+then
+    ok "late-copy: the JSON report gives each case's effects at its end and after the drain (case 1: 1, then 2) and its late deliveries (none seen: the copy claims nothing)"
+else
+    not_ok "$out/late-copy.check" "late-copy: the JSON report's effects_at_end / effects_after_drain / late_deliveries"
 fi
 
 # ---------------------------------------------------------------------
@@ -296,7 +312,7 @@ job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup and drain)" --job "$job"
+    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain, effect and batch)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
@@ -361,6 +377,20 @@ if ((rc == 1)) && grep -q "the helper is not installed or not armed in that work
     ok "a worker without IDEMPOTENCY_SIGNOFF: 'not installed or not armed', the end of its log, case 2 not run ($((SECONDS - start)) s)"
 else
     not_ok "$log" "a worker without IDEMPOTENCY_SIGNOFF: expected exit 1, 'not installed or not armed', its log's end and case 2 not run; got exit $rc"
+fi
+
+# the same worker behind a page of library warnings: the tail leaves them out
+job=$out/noisy.job
+make_job "$job" "worker=sh -c 'for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo \"/usr/lib/python3/dist-packages/kombu/x.py:\$i: DeprecationWarning: old API\"; done; exec env -u IDEMPOTENCY_SIGNOFF /usr/bin/python3 worker.py'" "lease=1.5" "timeout=5"
+log=$out/noisy.log
+"$runner" --job "$job" --policy hold --cases 1 >"$log" 2>&1
+rc=$?
+if ((rc == 1)) && grep -qE '^      \| .* worker [0-9]+: started; lease 1.5 s' "$log" &&
+    ! grep -q 'DeprecationWarning' "$log" &&
+    grep -qF '(12 lines of library warnings left out: deprecation notices; the whole log is kept)' "$log"; then
+    ok "a worker log's tail leaves library deprecation warnings out, counted (12), and shows the worker's own lines"
+else
+    not_ok "$log" "a noisy worker log: expected its tail without the 12 DeprecationWarning lines and the count; got exit $rc"
 fi
 
 # ---------------------------------------------------------------------
@@ -675,7 +705,130 @@ bad_input "code that matches no file" \
     "idempotency-matrix: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
 
 # ---------------------------------------------------------------------
-# 11. a diagnosis: which helper ran; another database; a claim error
+# 11. faults at the effect: the run's own endpoints (effect = http, smtp)
+# ---------------------------------------------------------------------
+# The runs are independent (a run id, a spool, an endpoint each): they run
+# at once, and are judged after.
+effect_run() {   # effect_run NAME JOB BROKEN POLICIES CASES
+    local name=$1 job=$2 broken=$3 policies=$4 cases=$5
+    SIGNOFF_TEST_BROKEN=$broken "$runner" --job "$here/$job" --policy "$policies" --cases "$cases" \
+        --json "$out/effect-$name.json" >"$out/effect-$name.log" 2>&1
+    echo $? >"$out/effect-$name.rc"
+}
+start=$SECONDS
+effect_run http-good http.job "" hold,retry,skip,lookup 14-19 &
+effect_run smtp-good smtp.job "" retry 1,2,14-18 &
+effect_run swallow http.job swallow-errors retry 14,16,18 &
+effect_run smtp-swallow smtp.job swallow-errors hold 14 &
+effect_run no-timeout http.job no-timeout hold 15 &
+effect_run release-on-timeout http.job release-on-timeout hold 15 &
+effect_run retry-forever http.job retry-forever retry 16 &
+effect_run no-key http.job no-key retry 1 &
+effect_run shared-client http.job shared-client retry 19 &
+wait
+secs=$((SECONDS - start))
+# check_effect NAME RC FAILING SENTENCE WHAT: exit status, the failing
+# cases ("policy:case ..."), a sentence of the text report
+check_effect() {
+    local name=$1 want_rc=$2 want_failing=$3 sentence=$4 what=$5
+    local log=$out/effect-$name.log rc failing
+    rc=$(cat "$out/effect-$name.rc")
+    failing=$(failing_cases "$out/effect-$name.json" 2>/dev/null)
+    if [[ $rc == "$want_rc" && $failing == "$want_failing" ]] && { [[ -z $sentence ]] || grep -qF -- "$sentence" "$log"; }; then
+        ok "$what"
+    else
+        not_ok "$log" "$what: expected exit $want_rc, failing '$want_failing'${sentence:+ and \"$sentence\"}; got exit $rc, failing '$failing'"
+    fi
+}
+check_effect http-good 0 "" "effects: counted by the run's http endpoint at http://127.0.0.1:" \
+    "effect = http, a job that fails a refusal, gives up on no answer and completes a refusal for good: cases 14-19 hold under hold, retry, skip and lookup (a GET looks the refund up) ($secs s for all the runs of this step)"
+if "$python" - "$out/effect-http-good.json" >"$out/effect-http-good.check" 2>&1 <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["passed"] == 24 and r["signoff"]["effects_source"] == "http endpoint", (r["passed"], r["signoff"])
+got = {p["policy"]: {c["case"]: (c["observed"]["effects"], c["observed"]["record"]) for c in p["cases"]} for p in r["policies"]}
+assert got["hold"]["15"] == (1, "claimed #1 (stale)"), got["hold"]
+assert got["retry"]["15"] == (2, "completed #2"), got["retry"]
+assert got["skip"]["15"] == (1, "skipped #1"), got["skip"]
+assert got["lookup"]["15"] == (1, "completed #2"), got["lookup"]
+for p in got.values():
+    assert p["14"] == (1, "completed #2") and p["18"] == (1, "completed #2"), p
+    assert p["16"] == (0, "completed #1") and p["17"] == (1, "completed #1"), p
+EOF
+then
+    ok "effect = http: the endpoint's counts per policy (case 15 as case 6: hold 1, retry 2, skip 1, lookup 1; 16 no refund)"
+else
+    not_ok "$out/effect-http-good.check" "effect = http: the JSON report's counts"
+fi
+check_effect smtp-good 0 "" "effects: counted by the run's smtp endpoint at 127.0.0.1:" \
+    "effect = smtp: cases 1, 2 and 14-18 hold under retry (451, no answer, 550, a late 250, no listener)"
+check_effect swallow 1 "retry:14 retry:18" "it completed after the provider refused, so the refund was never made" \
+    "a job that swallows the provider's errors fails 14 and 18 (16, a refusal for good, may be completed), saying it completed after the provider refused"
+check_effect smtp-swallow 1 "hold:14" "the provider refused it for now (SMTP 451), yet the job completed the operation" \
+    "the same through SMTP: a 451 swallowed fails case 14"
+check_effect no-timeout 1 "hold:15" "with no answer and the job never gave up: no client timeout" \
+    "a call without a client timeout fails case 15, saying how long it hung"
+check_effect release-on-timeout 1 "hold:15" "the job released the claim after a call that may have reached the provider" \
+    "a job that releases its claim after a timeout fails case 15: the next delivery makes the refund again"
+check_effect retry-forever 1 "retry:16" "the job retried a permanent refusal:" \
+    "a job that retries a refusal for good fails case 16, naming the requests"
+check_effect no-key 1 "retry:1" "named none of the run's keys" \
+    "a request that names no key fails the case: the run cannot tell whose refund it was"
+check_effect shared-client 1 "retry:19" "beyond the policy" \
+    "a job that shares its client's key header between keys fails the storm (19) only: one key's refunds counted under another's"
+if grep -q "lost 1 refund" "$out/effect-shared-client.log"; then
+    ok "the storm names the key that lost its refund"
+else
+    not_ok "$out/effect-shared-client.log" "shared-client: the storm does not name a lost refund"
+fi
+job=$out/effect.job
+make_job "$job" "effect=ftp"
+line=$(grep -n '^effect =' "$job" | cut -d: -f1)
+bad_input "an effect that is neither http nor smtp" \
+    "idempotency-matrix: $job line $line: effect \"ftp\" is not http or smtp (the run's own endpoint your job sends its effect to)" --job "$job"
+make_job "$job" "effect=http"
+line=$(grep -n '^effects =' "$job" | cut -d: -f1)
+eline=$(grep -n '^effect =' "$job" | cut -d: -f1)
+bad_input "effect beside an effects command" \
+    "idempotency-matrix: $job line $line: give effect or effects, not both: with effect = http the run's endpoint counts the effects (effect is on line $eline)" --job "$job"
+make_job "$job" "effects=-" "effect=smtp" "policies=lookup"
+bad_input "the lookup policy with effect = smtp" \
+    "idempotency-matrix: the policy lookup needs a provider to look the operation up at; the run's SMTP endpoint has none ($job: effect = smtp): leave lookup out, or use effect = http, whose endpoint answers a GET" --job "$job"
+
+# ---------------------------------------------------------------------
+# 12. a batch handler (worker.py --batch 10, batch = yes): case 20
+# ---------------------------------------------------------------------
+batch_run() {   # batch_run NAME WORKER-ARGS
+    local name=$1 args=$2 job=$out/batch-$1.job
+    make_job "$job" "worker=/usr/bin/python3 worker.py $args" "batch=yes" "lease=1.5" "timeout=10"
+    "$runner" --job "$job" --policy retry --cases 1,20 --json "$out/batch-$name.json" >"$out/batch-$name.log" 2>&1
+    echo $? >"$out/batch-$name.rc"
+}
+batch_run good "--batch 10" &
+batch_run drop "--batch 10 --broken batch-drop" &
+wait
+rc=$(cat "$out/batch-good.rc")
+if ((rc == 0)) && grep -q "^✓  20 .*completed #1, completed #1, completed #2 .*run, run, ID002, completed, run, released, run" "$out/batch-good.log" &&
+    grep -q "The 4 messages were enqueued while no worker ran; one worker (pid [0-9]*) took them" "$out/batch-good.log"; then
+    ok "batch = yes: case 20 judges each key of one receive on its own (run; completed and ID002; released, then run)"
+else
+    not_ok "$out/batch-good.log" "batch = yes, a good batch handler: expected exit 0 and case 20 as the table gives; got exit $rc"
+fi
+rc=$(cat "$out/batch-drop.rc")
+got=$(failing_cases "$out/batch-drop.json" 2>&1)
+if ((rc == 1)) && [[ $got == "retry:20" ]]; then
+    ok "a batch handler that drops the whole receive for one key's ID002 fails case 20 (the other keys lost)"
+else
+    not_ok "$out/batch-drop.log" "batch-drop: expected exit 1, failing 'retry:20'; got exit $rc, failing '$got'"
+fi
+job=$out/batch.job
+make_job "$job" "batch=sometimes"
+line=$(grep -n '^batch' "$job" | cut -d: -f1)
+bad_input "a batch that is neither yes nor no" \
+    "idempotency-matrix: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
+
+# ---------------------------------------------------------------------
+# 13. a diagnosis: which helper ran; another database; a claim error
 # ---------------------------------------------------------------------
 run_db=$("${psql[@]}" -c 'SELECT current_database()')
 helper_version=$("$python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import pg_idempotency; print(pg_idempotency.__version__)' "$root/helpers/python")
@@ -744,3 +897,4 @@ fi
 
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))
+

@@ -33,12 +33,46 @@ The broken variants, for the runner's own test (they must fail):
                             effect
 SIGNOFF_TEST_BROKEN=... does the same as --broken.
 
+With effect = http or smtp in the job file the runner exports
+IDEMPOTENCY_SIGNOFF_HTTP (a base URL) or IDEMPOTENCY_SIGNOFF_SMTP
+(host:port): the effect is then a POST there (the key in the path and an
+Idempotency-Key header; a GET of the same path is the lookup policy's
+question) or a mail (the key in its subject), with a client timeout of
+three leases. A refusal for now (503, 451, connection refused) is a known
+failure: the claim is released and the message dropped (the runner's next
+enqueue is the retry); a refusal for good (422, 550) completes the
+operation with the refusal as its result; no answer (the timeout) raises,
+which leaves the claim to its lease. Broken variants of that:
+  --broken swallow-errors      a failed call is logged and the job reports
+                               success (completes)
+  --broken no-timeout          the call has no client timeout
+  --broken release-on-timeout  a timeout is taken for a known failure
+                               (the claim released: the effect may have
+                               been made)
+  --broken retry-forever       a refusal for good is retried like one for
+                               now (released, and the message put back,
+                               due 0.3 s later)
+  --broken no-key              the POST names no key (path, header and body
+                               without it): the run cannot count it
+  --broken shared-client       the Idempotency-Key header is set once per
+                               process, by the first key (a client shared
+                               between keys): later keys' refunds are
+                               sent under it (only the storm has one
+                               worker take several keys)
+
 --key MODE: the operation key the job claims under, made from the
 message's key (the run's): format:TEMPLATE (e.g. format:refund:{key}),
 hash (the first 16 hex digits of sha256("refund:" + key)), or message-id
 (the message's own file name: another for every delivery, the mistake of
 keying a job by Sidekiq's jid or SQS's MessageId). The effects stay
 counted under the run's key.
+
+--batch N: a batch handler: up to N messages taken at once (one
+receive), claimed in one call (claim_batch; on ID002 each key alone), then
+each handled as above (the job file says batch = yes: case 20). Its
+broken variant, --broken batch-drop, drops the whole receive when
+claim_batch refuses it (one key's other arguments): every other key of
+the receive is lost.
 
 --transactional: the job's effect is a row of the table
 SIGNOFF_TEST_TX_TABLE (default public.signoff_tx_effects), written in the
@@ -50,12 +84,17 @@ claim on its own first (the row and the completion in a second
 transaction): the run's case 8 must fail it."""
 import argparse
 import hashlib
+import json
 import logging
 import os
 import signal
+import smtplib
+import socket
 import sys
 import time
 import traceback
+import urllib.error
+import urllib.request
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "helpers", "python"))
@@ -94,6 +133,80 @@ def found(spool, key):
         return False
 
 
+class RefusedForNow(Exception):
+    """the provider refused (503, 451) or could not be reached: certainly not made"""
+
+
+class RefusedForGood(Exception):
+    """the provider refused for good (422, 550)"""
+
+
+SHARED_HEADERS = {"Content-Type": "application/json"}    # --broken shared-client
+
+
+def provider():
+    return os.environ.get("IDEMPOTENCY_SIGNOFF_HTTP"), os.environ.get("IDEMPOTENCY_SIGNOFF_SMTP")
+
+
+def send(key, attempt, lease, broken):
+    """the job's effect at the run's endpoint; raises RefusedForNow,
+    RefusedForGood, or (no answer within the client timeout) TimeoutError"""
+    http, smtp = provider()
+    timeout = None if broken == "no-timeout" else 3 * lease
+    try:
+        if http and broken == "shared-client":
+            SHARED_HEADERS.setdefault("Idempotency-Key", key)
+            req = urllib.request.Request(f"{http}/refunds", data=b"{}", method="POST", headers=SHARED_HEADERS)
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                r.read()
+            return
+        if http:
+            named = broken != "no-key"
+            body = json.dumps({"key": key if named else "?", "attempt": attempt}).encode()
+            req = urllib.request.Request(f"{http}/refunds" + (f"/{key}" if named else ""), data=body,
+                                         method="POST",
+                                         headers={"Idempotency-Key": key if named else "none",
+                                                  "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                r.read()
+            return
+        host, _, port = smtp.rpartition(":")
+        with smtplib.SMTP(host, int(port), timeout=timeout) as s:
+            s.sendmail("shop@example.test", ["buyer@example.test"],
+                       f"Subject: refund {key}\r\n\r\nattempt {attempt}\r\n")
+    except urllib.error.HTTPError as err:
+        if err.code == 503:
+            raise RefusedForNow(f"HTTP {err.code}") from err
+        raise RefusedForGood(f"HTTP {err.code}") from err
+    except (smtplib.SMTPDataError, smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as err:
+        code = getattr(err, "smtp_code", 451)
+        if 400 <= code < 500:
+            raise RefusedForNow(f"SMTP {code}") from err
+        raise RefusedForGood(f"SMTP {code}") from err
+    except urllib.error.URLError as err:
+        if isinstance(err.reason, ConnectionRefusedError):
+            raise RefusedForNow("connection refused") from err
+        if isinstance(err.reason, (socket.timeout, TimeoutError)):
+            raise TimeoutError(str(err.reason)) from err
+        raise
+    except ConnectionRefusedError as err:
+        raise RefusedForNow("connection refused") from err
+    except socket.timeout as err:
+        raise TimeoutError(str(err)) from err
+
+
+def looked_up(key, lease):
+    """the lookup policy at the provider: GET answers 200 when the effect was made"""
+    http, _ = provider()
+    try:
+        with urllib.request.urlopen(f"{http}/refunds/{key}", timeout=3 * lease) as r:
+            return r.status == 200
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return False
+        raise
+
+
 def operation_key(run_key, path, key_mode):
     """the key the job claims under: the run's, a format of it, a hash of
     it, or (wrong) the message's own id, which changes per delivery"""
@@ -107,7 +220,8 @@ def operation_key(run_key, path, key_mode):
     return "msg-" + os.path.basename(path)      # message-id
 
 
-def handle(spool, path, message, lease, broken, key_mode=None):
+def handle(spool, path, message, lease, broken, key_mode=None, c=None):
+    """one message; c: its claim, made already (a batch's), else claimed here"""
     run_key = message["key"]
     key = operation_key(run_key, path, key_mode)
     fp = idem.fingerprint(message["args"])
@@ -124,7 +238,10 @@ def handle(spool, path, message, lease, broken, key_mode=None):
         os.unlink(path)
 
     try:
-        c = idem.claim(JOB, key, fp)
+        if c is None:
+            c = idem.claim(JOB, key, fp)
+        elif isinstance(c, psycopg.Error):
+            raise c
     except psycopg.Error as err:
         if idem.is_busy(err):       # claim() reported the point judged
             return again(lease)
@@ -155,7 +272,11 @@ def handle(spool, path, message, lease, broken, key_mode=None):
             idem.signoff_point("handled", JOB, key, c, heartbeat=True)
             effect(spool, run_key, c.attempt)
             return done()
-        if c.verdict == "verify" and found(spool, run_key):
+        if any(provider()):
+            value = provider_effect(key, run_key, c, lease, broken, message, spool)
+            if value is None:
+                return done()
+        elif c.verdict == "verify" and found(spool, run_key):
             value = {"found": True}
         else:
             effect(spool, run_key, c.attempt)
@@ -175,6 +296,76 @@ def handle(spool, path, message, lease, broken, key_mode=None):
             raise
         log.info("%s: attempt %s taken over (ID003)", key, c.attempt)
     return done()
+
+
+def provider_effect(key, run_key, c, lease, broken, message, spool):
+    """the effect at the run's endpoint: the completion's value, or None
+    when the claim was released (a known failure: the message is dropped)"""
+    if c.verdict == "verify" and provider()[0] and looked_up(run_key, lease):
+        return {"found": True}
+    try:
+        send(run_key, c.attempt, lease, broken)
+        return {"pid": os.getpid(), "attempt": c.attempt}
+    except RefusedForNow as err:
+        if broken == "swallow-errors":
+            log.warning("%s: the provider refused (%s); reported as sent", key, err)
+            return {"sent": True}
+        idem.release(JOB, key, c.attempt)
+        log.info("%s: refused for now (%s): released attempt %s", key, err, c.attempt)
+        return None
+    except RefusedForGood as err:
+        if broken == "swallow-errors":
+            return {"sent": True}
+        if broken == "retry-forever":
+            idem.release(JOB, key, c.attempt)
+            dirqueue.put(spool, {k: v for k, v in message.items() if k != "not_before"}, 0.3)
+            log.info("%s: refused (%s): released, again in 0.3 s", key, err)
+            return None
+        log.info("%s: refused for good (%s): completed with the refusal", key, err)
+        return {"refused": str(err)}
+    except TimeoutError as err:
+        if broken == "swallow-errors":
+            return {"sent": True}
+        if broken == "release-on-timeout":
+            idem.release(JOB, key, c.attempt)
+            log.info("%s: no answer (%s): released attempt %s", key, err, c.attempt)
+            return None
+        raise
+
+
+def handle_batch(spool, taken, lease, broken, key_mode):
+    """--batch: the messages of one receive, claimed in one call
+    (claim_batch), then each handled on its own. claim_batch refuses the
+    whole call for one key's other fingerprint (ID002) or class 22: then
+    each key is claimed alone, every claim still before any handler runs"""
+    keys = [operation_key(m["key"], path, key_mode) for path, m in taken]
+    fps = [idem.fingerprint(m["args"]) for _, m in taken]
+    log.info("a receive of %d: %s", len(taken), ", ".join(keys))
+    try:
+        claims = idem.claim_batch(JOB, keys, fps)
+    except psycopg.Error as err:
+        if not (err.sqlstate == "ID002" or (err.sqlstate or "").startswith("22")):
+            raise
+        if broken == "batch-drop":
+            # the whole receive dropped for one key's refusal: every other key lost
+            log.info("claim_batch refused the receive (%s): all %d dropped", err.sqlstate, len(taken))
+            for path, _ in taken:
+                os.unlink(path)
+            return
+        log.info("claim_batch refused the receive (%s): each key alone", err.sqlstate)
+        claims = []
+        for k, fp in zip(keys, fps):
+            try:
+                claims.append(idem.claim(JOB, k, fp))
+            except psycopg.Error as one:
+                claims.append(one)
+    for (path, message), c in zip(taken, claims):
+        try:
+            handle(spool, path, message, lease, broken, key_mode, c=c)
+        except Exception:   # noqa: BLE001 -- one key's failure is its own
+            log.error("%s failed:\n%s", message.get("key"), traceback.format_exc())
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 TX_CLAIM_SQL = ("SELECT verdict::text, attempt, result::text "
@@ -221,9 +412,13 @@ def handle_tx(conn, path, message, broken):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy"),
+    parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy",
+                                             "swallow-errors", "no-timeout", "release-on-timeout",
+                                             "retry-forever", "no-key", "shared-client", "batch-drop"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
     parser.add_argument("--transactional", action="store_true")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="take up to N messages at once and claim them in one call")
     parser.add_argument("--key", dest="key_mode", default=None,
                         help="format:TEMPLATE (with {key}), hash, or message-id: the operation key")
     args = parser.parse_args()
@@ -244,6 +439,15 @@ def main():
         taken = dirqueue.take(spool, mine)
         if taken is None:
             time.sleep(0.02)
+            continue
+        if args.batch > 1:
+            batch = [taken]
+            while len(batch) < args.batch:
+                more = dirqueue.take(spool, mine)
+                if more is None:
+                    break
+                batch.append(more)
+            handle_batch(spool, batch, lease, broken, args.key_mode)
             continue
         try:
             if conn is not None:
