@@ -628,7 +628,8 @@ main(int argc, char **argv)
 		int			k;
 
 		for (k = 0; k < n_case_table; k++)
-			list_append(ids, sizeof(ids), case_table[k].id);
+			if (case_table[k].runs_in & RUN_REFERENCE)
+				list_append(ids, sizeof(ids), case_table[k].id);
 		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: %s)\n",
 				cases ? cases : "", ids);
 		return 2;
