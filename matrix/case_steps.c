@@ -1501,7 +1501,7 @@ drain(signoff_state *s, policy_result *pr)
 	int			c,
 				k;
 
-	if (s->unmappable || s->not_armed || pr->ncases == 0)
+	if (s->unmappable || s->not_armed || s->stopped[0] || s->claim_failed || pr->ncases == 0)
 		return;
 	memset(&notes, 0, sizeof(notes));
 	sb_init(&notes.notes);
@@ -1766,6 +1766,20 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			{
 				cr->ran = true;
 				case_fail(cr, "%s", err);
+				case_finish(cr);
+				continue;
+			}
+			if (s->stopped[0])
+			{
+				/* a worker on another database (hello.c): said once */
+				if (!s->stop_said)
+				{
+					cr->ran = true;
+					case_fail(cr, "%s", s->stopped);
+					s->stop_said = true;
+				}
+				else
+					case_note(cr, "Not run: the run stopped in an earlier case (see it), and every case would fail alike.");
 				case_finish(cr);
 				continue;
 			}

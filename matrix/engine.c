@@ -171,6 +171,7 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 		unsetenv("IDEMPOTENCY_SIGNOFF_RUN");
 		unsetenv("IDEMPOTENCY_SIGNOFF_HTTP");
 		unsetenv("IDEMPOTENCY_SIGNOFF_SMTP");
+		unsetenv("IDEMPOTENCY_SIGNOFF_HELLO");
 		for (; env && *env; env++)
 			putenv(*env);
 		if (chdir(s->job->dir) != 0)
@@ -525,6 +526,8 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	x->has_result = false;
 	x->result[0] = '\0';
 	x->backend_pid = 0;
+	x->message[0] = '\0';
+	memset(&x->hello, 0, sizeof(x->hello));
 	if (*p++ != '{')
 		goto bad;
 	p = skip_ws(p);
@@ -602,6 +605,10 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 			x->has_result = true;
 			copy_str(x->result, sizeof(x->result), sval);
 		}
+		else if (strcmp(name, "message") == 0 && is_str)
+			copy_str(x->message, sizeof(x->message), sval);
+		else
+			hello_field(&x->hello, name, sval, is_str, is_null, num);
 		p = skip_ws(p);
 		if (*p == ',')
 		{
@@ -617,10 +624,12 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 		snprintf(why, wsz, "protocol version %d, not 1", x->v);
 		return false;
 	}
+	if (strcmp(x->point, "hello") == 0 && x->pid > 0)
+		return true;			/* the optional point: no key, no job type */
 	if (strcmp(x->point, "claimed") != 0 && strcmp(x->point, "judged") != 0 &&
 		strcmp(x->point, "handled") != 0)
 	{
-		snprintf(why, wsz, "no point claimed, judged or handled (\"%s\")", x->point);
+		snprintf(why, wsz, "no point claimed, judged, handled or hello (\"%s\")", x->point);
 		return false;
 	}
 	if (x->key[0] == '\0' || x->job_type[0] == '\0' || x->pid <= 0)
@@ -875,6 +884,13 @@ arrived(signoff_state *s, exch *x)
 		exch_free(s, x);		/* no answer: the helper raises */
 		return;
 	}
+	if (strcmp(x->point, "hello") == 0)
+	{
+		/* who the worker is, and its database (hello.c) */
+		hello_record(s, x->pid, &x->hello);
+		answer(s, x, "continue");
+		return;
+	}
 	if (strcmp(x->job_type, s->job_type) != 0)
 	{
 		/* another job type of the same worker: not the run's business */
@@ -957,6 +973,8 @@ arrived(signoff_state *s, exch *x)
 		answer(s, x, "continue");
 		return;
 	}
+	if (judged)
+		claim_error_seen(s, x);	/* an error fails the case at once (hello.c) */
 	for (i = 0; i < (int) (sizeof(s->arms) / sizeof(s->arms[0])); i++)
 		if (s->arms[i].on && s->arms[i].key == ki && strcmp(s->arms[i].point, x->point) == 0)
 		{
@@ -1067,7 +1085,7 @@ pump(signoff_state *s, int ms)
  * The environment of the run's processes
  * --------------------------------------------------------------------- */
 
-#define N_ENV 8
+#define N_ENV 9
 
 typedef struct run_env
 {
@@ -1097,7 +1115,11 @@ make_env(signoff_state *s, bool worker, run_env *e)
 	else if (s->job->effect == EFFECT_SMTP)
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_SMTP=%s", s->effect_addr);
 	if (worker)
+	{
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
+		/* this runner answers the point hello (an older one refused it) */
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_HELLO=1");
+	}
 	for (i = 0; i < n; i++)
 		e->env[i] = e->var[i];
 	e->env[n] = NULL;
@@ -1471,6 +1493,8 @@ wait_for(signoff_state *s, wait_pred pred, const void *arg, bool need_worker, do
 			return WAIT_INTERRUPTED;
 		if (s->unmappable)
 			return WAIT_UNMAPPED;
+		if (run_stopped(s))
+			return WAIT_STOPPED;
 		if (need_worker && !any_worker_alive(s))
 		{
 			pump(s, 0);
@@ -1502,6 +1526,8 @@ wait_failed(signoff_state *s, wres r, const char *what)
 		probe_key(s);			/* the case failed naming the key already */
 		return;
 	}
+	if (r == WAIT_STOPPED)
+		return;					/* the case failed saying why already */
 	if (r == WAIT_NO_WORKER)
 		case_fail(s->cr, "no worker reached %s: every worker of the case ended", what);
 	else if (points == 0)

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "matrix.h"
+#include "hello.h"
 
 #define KEYSZ 160
 #define MAX_PROCS 256			/* process groups of a whole run */
@@ -91,6 +92,8 @@ typedef struct exch
 	bool		has_result;
 	char		result[512];	/* optional: the stored result, at judged */
 	long		backend_pid;	/* optional: the server process of its transaction */
+	char		message[300];	/* optional: the claim's error, at judged (error) */
+	hello_info	hello;			/* the point hello's fields */
 	int			delivery;		/* index into deliveries, or -1 */
 	int			ki;				/* the case's key it maps to, or -1 */
 } exch;
@@ -145,6 +148,9 @@ struct signoff_state
 	arm			arms[8];
 	bool		not_armed;		/* a case found no worker reaching its point */
 	char		record_early[CELL]; /* the record, read before the case's end */
+	char		stopped[700];	/* why the run stops (hello.c: another database); "" */
+	bool		stop_said;		/* a case failed with it */
+	const case_result *claim_failed;	/* the case a claim error failed at once */
 
 	exch	   *x[MAX_EXCH];
 	int			nx;
@@ -159,7 +165,8 @@ typedef enum
 	WAIT_TIMEOUT,
 	WAIT_INTERRUPTED,
 	WAIT_NO_WORKER,
-	WAIT_UNMAPPED				/* a worker claims under keys the run cannot map */
+	WAIT_UNMAPPED,				/* a worker claims under keys the run cannot map */
+	WAIT_STOPPED				/* the case or the run failed already (hello.c) */
 } wres;
 
 typedef bool (*wait_pred) (signoff_state *s, const void *arg);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "matrix.h"
+#include "hello.h"
 
 #define C_RESET	"\033[0m"
 #define C_BOLD	"\033[1m"
@@ -353,6 +354,16 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 	}
 	printf("\nlease %s, %.1f s in all\n", ctx->lease_sql, ctx->seconds);
 	if (ctx->job)
+	{
+		/* which helpers ran, as the workers said at the point hello (hello.c) */
+		sbuf		hb;
+
+		sb_init(&hb);
+		hello_text(&hb);
+		printf("helpers: %s\n", sb_str(&hb));
+		sb_free(&hb);
+	}
+	if (ctx->job)
 		printf("\nThis report shows what the runner observed of job type %s on %s with the settings above; "
 			   "it is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.\n"
 			   "Policy chosen: ______________  Signed off by: ______________________  Date: ____________\n\n",
@@ -643,6 +654,15 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 			ctx->prefix, ctx->keep ? ": no, --keep" : "");
 		SET("keys", "operation keys", "signoff-%s-<policy>-<case>-<n>", ctx->run_id);
 		SET("runner", "runner", "idempotency-matrix %s", MATRIX_VERSION);
+		{
+			/* what the workers' helpers said at the point hello (hello.c) */
+			sbuf		hb;
+
+			sb_init(&hb);
+			hello_text(&hb);
+			SET("helpers", "helpers", "%s", sb_str(&hb));
+			sb_free(&hb);
+		}
 		SET("run_time", "run time", "%.1f s", ctx->seconds);
 		return n;
 	}
@@ -863,6 +883,9 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		sb_printf(&j, ",\n    \"effects_source\": \"%s\",\n    \"lease_seconds\": %g,\n    \"timeout_seconds\": %g,\n    \"run\": ",
 				  job->effects_source, job->lease_s, job->timeout_s);
 		json_string(&j, ctx->run_id);
+		sb_puts(&j, ",\n    \"helpers\": ");
+		hello_json(&j);
+		sb_printf(&j, ",\n    \"helper_workers\": %d", hello_workers());
 		sb_puts(&j, ",\n    \"signed_off_by\": null,\n    \"date\": null");
 	}
 	sb_printf(&j, "\n  },\n  \"lease_seconds\": %g,\n  \"policies\": [", ctx->lease_s);

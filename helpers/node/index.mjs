@@ -52,8 +52,11 @@
 // before the handler; 'fail' = KnownFailure) and `handled` (handler
 // returned, heartbeat stopped, before the completion) until the runner
 // answers or kills the process, and report every other answer of the claim
-// at `judged` (its verdict; busy for 55P03/57014, error for ID002/class 22)
-// before the message is acknowledged, postponed or failed. Unset: no
+// at `judged` (its verdict; busy for 55P03/57014, error with its SQLSTATE and
+// message for any other error of the claim) before the message is
+// acknowledged, postponed or failed; with IDEMPOTENCY_SIGNOFF_HELLO=1 (a
+// runner that answers it) the process's first point is `hello` (the helper,
+// Node.js, sqs-consumer and the pool's database), once. Unset: no
 // connection. signoff(), signoffPoint(), parseJobTypes() and parseLease()
 // are the same for a hand-written worker.
 //
@@ -67,7 +70,7 @@ export { KnownFailure, claimErrorHeals, connectionLost, fingerprintOf, isBusy, w
          workerId } from './lib/common.mjs';
 export { claim, claimBatch, complete, completeBatch, extendLease, Heartbeat, release,
          releaseBatch } from './lib/plain.mjs';
-export { signoff, signoffAnswer, signoffMessage, signoffPoint, parseJobTypes, parseLease, SignoffError,
-         SIGNOFF_VERSION } from './lib/signoff.mjs';
+export { signoff, signoffAnswer, signoffHelloMessage, signoffMessage, signoffPoint, parseJobTypes, parseLease,
+         SignoffError, SIGNOFF_VERSION } from './lib/signoff.mjs';
 export { idempotent } from './lib/single.mjs';
 export { idempotentBatch } from './lib/batch.mjs';

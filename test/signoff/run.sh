@@ -52,7 +52,7 @@
 #      git's commit; --junit writes JUnit XML; --verify REPORT exits 0 while
 #      nothing changed and 1 naming a changed, added or removed code file or
 #      a changed job file; a missing report: exit 2; code that matches no
-#      file: exit 2, one sentence.
+#      file: exit 2, one sentence;
 #  11. faults at the effect (effect = http, smtp: the runner's endpoint;
 #      http.job, smtp.job): the good job's cases 14-19 hold under every
 #      policy (the endpoint's counts per policy checked in the JSON), SMTP's
@@ -63,7 +63,14 @@
 #      storm); effect = ftp, effect beside effects, lookup with smtp: exit 2;
 #  12. a batch handler (worker.py --batch 10, batch = yes): case 20 holds;
 #      --broken batch-drop (the receive dropped for one key's ID002) fails
-#      it; batch = sometimes: exit 2.
+#      it; batch = sometimes: exit 2;
+#  13. a diagnosis: the good run's reports name the helper that ran
+#      (pg_idempotency, its version, CPython's, no queue library, the
+#      database; the point hello of every worker); a worker on a second
+#      database fails case 1 within seconds with the one sentence naming both
+#      databases, case 2 not run; a worker whose role has no grant fails
+#      case 1 at once with "the claim failed: 42501 permission denied for
+#      schema idempotency", instead of the timeout.
 # Steps 11 and 12 start first and run beside the others (a spool directory
 # of their own); they are judged at the end.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
@@ -109,10 +116,14 @@ not_ok() {   # not_ok LOG|"" TEXT
 }
 
 dbs=()
+roles=()
 finish() {
-    local db
+    local db role
     for db in "${dbs[@]}"; do
         "${psql[@]}" -d postgres -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1
+    done
+    for role in "${roles[@]}"; do
+        "${psql[@]}" -d postgres -c "DROP ROLE IF EXISTS $role" >/dev/null 2>&1
     done
     if ((failed == 0)); then
         rm -rf "$out"
@@ -841,6 +852,74 @@ make_job "$job" "batch=sometimes"
 line=$(grep -n '^batch' "$job" | cut -d: -f1)
 bad_input "a batch that is neither yes nor no" \
     "idempotency-matrix: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
+
+# ---------------------------------------------------------------------
+# 13. a diagnosis: which helper ran; another database; a claim error
+# ---------------------------------------------------------------------
+run_db=$("${psql[@]}" -c 'SELECT current_database()')
+helper_version=$("$python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import pg_idempotency; print(pg_idempotency.__version__)' "$root/helpers/python")
+py_version=$("$python" -c 'import platform; print(platform.python_version())')
+if "$python" - "$out/good.json" "$helper_version" "$py_version" "$run_db" >"$out/hello.check" 2>&1 <<'EOF2'
+import json, sys
+r = json.load(open(sys.argv[1]))
+version, py, db = sys.argv[2:5]
+s = r["signoff"]
+assert s["helpers"] == [{"helper": "pg_idempotency", "helper_version": version, "runtime": "CPython",
+                         "runtime_version": py, "queue_library": None, "queue_library_version": None,
+                         "database": db, "workers": s["helper_workers"]}], s["helpers"]
+assert s["helper_workers"] >= 52, s["helper_workers"]   # a worker or more per case, each said hello
+assert r["settings"]["helpers"].startswith(f"pg_idempotency {version} (CPython {py}, no queue library, database {db}) in "), r["settings"]["helpers"]
+print(f"# {s['helper_workers']} workers said hello")
+EOF2
+then
+    cat "$out/hello.check"
+    ok "the good run's JSON report names the helper that ran: pg_idempotency $helper_version, CPython $py_version, no queue library, database $run_db, every worker"
+else
+    not_ok "$out/hello.check" "the good run's JSON report: signoff.helpers"
+fi
+if grep -qE "^helpers: pg_idempotency $helper_version \(CPython $py_version, no queue library, database $run_db\) in [0-9]+ worker processes$" "$out/good.log" &&
+    grep -q "<dt>helpers</dt>" "$out/good.html" && grep -qF "pg_idempotency $helper_version (CPython $py_version, no queue library, database $run_db)" "$out/good.html"; then
+    ok "the text and HTML reports name the helper, the runtime and the database"
+else
+    not_ok "$out/good.log" "the text or HTML report does not name the helper (helpers: ...)"
+fi
+other=signoff_test_other_$$
+dbs+=("$other")
+"${psql[@]}" -d postgres -c "CREATE DATABASE $other" >/dev/null &&
+    "${psql[@]}" -d "$other" -c "CREATE EXTENSION idempotency" >/dev/null ||
+    not_ok "" "cannot create the database $other"
+job=$out/otherdb.job
+log=$out/otherdb.log
+make_job "$job" "worker=env PGDATABASE=$other /usr/bin/python3 worker.py" "policies=hold" "lease=1.5"
+start=$SECONDS
+"$runner" --job "$job" --dsn "dbname=$run_db" --cases 1,2 --json "$out/otherdb.json" >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+sentence="FAILED: the worker \\(pid [0-9]+\\) uses the database \"$other\", but the run reads \"$run_db\" \(--dsn\), so no claim of the worker's can reach the run: start the worker on the run's database \(the runner gives it as IDEMPOTENCY_SIGNOFF_DSN\)"
+if ((rc == 1)) && ((secs < 15)) && [[ $(grep -c 'FAILED' "$log") == 1 ]] && grep -qE "^    $sentence$" "$log" &&
+    grep -q 'Not run: the run stopped in an earlier case' "$log" && ! grep -q 'not installed or not armed' "$log" &&
+    [[ $(failing_cases "$out/otherdb.json") == "hold:1 hold:2" ]]; then
+    ok "a worker on another database: case 1 fails in $secs s with one sentence naming $other and $run_db, case 2 not run"
+else
+    not_ok "$log" "a worker on another database: expected exit 1 within 15 s, the one sentence, case 2 not run; got exit $rc in $secs s"
+fi
+nogrant=signoff_test_nogrant_$$
+roles+=("$nogrant")
+"${psql[@]}" -c "CREATE ROLE $nogrant LOGIN" >/dev/null || not_ok "" "cannot create the role $nogrant"
+job=$out/nogrant.job
+log=$out/nogrant.log
+make_job "$job" "worker=env PGUSER=$nogrant /usr/bin/python3 worker.py" "policies=hold" "lease=1.5"
+start=$SECONDS
+"$runner" --job "$job" --cases 1 >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+if ((rc == 1)) && ((secs < 15)) &&
+    grep -qE '^    FAILED: the claim failed: 42501 permission denied for schema idempotency \(worker pid [0-9]+, key signoff-[0-9a-f]+-hold-1-1\)$' "$log" &&
+    [[ $(grep -c 'FAILED' "$log") == 1 ]] && ! grep -q 'no worker reached' "$log"; then
+    ok "a worker whose role has no grant: case 1 fails in $secs s naming 42501 and the message, not after the timeout"
+else
+    not_ok "$log" "a worker without the grant: expected exit 1 within 15 s and 'the claim failed: 42501 ...'; got exit $rc in $secs s"
+fi
 
 echo "signoff: $passed passed, $failed failed"
 ((failed == 0 && passed > 0))

@@ -18,6 +18,8 @@ It takes one message at a time and runs the protocol:
                    message is put back, due after the lease; completed,
                    held, skipped: dropped
       ID002, class 22: (judged, verdict error, reported by claim()) dropped
+      any other error: (judged, verdict error, with its message, reported
+                   by claim()) the message again in 1 s
 
 SIGTERM: the message in hand is finished, then the process exits.
 
@@ -377,6 +379,8 @@ def handle_tx(conn, path, message, broken):
     jt = idem.signoff_job_type(JOB)
     table = os.environ.get("SIGNOFF_TEST_TX_TABLE", "public.signoff_tx_effects")
     worker = f"tx/{os.getpid()}"
+    idem.signoff_hello(conn)    # the point hello, with this connection's database (once)
+    c = None                    # the claim, once it answered
     try:
         if broken == "commit-first":
             with conn.transaction():    # the claim committed on its own: wrong
@@ -396,8 +400,10 @@ def handle_tx(conn, path, message, broken):
                              (jt, key, c.attempt, '{"row": true}'))
                 log.info("%s: %s #%s completed with its row", key, c.verdict, c.attempt)
     except psycopg.Error as err:
-        if err.sqlstate and (err.sqlstate == "ID002" or err.sqlstate.startswith("22")):
-            idem.signoff_point("judged", JOB, key, verdict="error", sqlstate=err.sqlstate)
+        if c is None:   # the claim's error is judged (docs/signoff-protocol.md), as claim() does
+            idem.signoff_point("judged", JOB, key, verdict="busy" if idem.is_busy(err) else "error",
+                               sqlstate=err.sqlstate, message=idem.error_message(err))
+        if c is None and err.sqlstate and (err.sqlstate == "ID002" or err.sqlstate.startswith("22")):
             log.info("%s: refused (%s): %s", key, err.sqlstate, err)
         else:
             raise

@@ -4,7 +4,8 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import { BUSY, CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, KnownFailure, claimOn, connectionLost,
-         fingerprintOf, judgedVerdictOf, releaseDelay, sleep, timings, withReconnect } from './common.mjs';
+         errorMessage, fingerprintOf, judgedVerdictOf, releaseDelay, sqlstateOf, sleep, timings,
+         withReconnect } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 const MAX_KEYS = 1000;        // claim_operations' limit per call
@@ -68,16 +69,15 @@ export function idempotentBatch(handler, opts) {
   // the line of a sign-off point (lib/signoff.mjs)
   const signoffFields = (it, jobType) => ({ job_type: jobType, key: it.key, attempt: it.claim.attempt,
                                             verdict: it.claim.verdict, heartbeat: true });
-  // the line of the point `judged` of a key that is not worked on, or null
-  // when its claim's error is not reported (a lost connection, ...)
+  // the line of the point `judged` of a key that is not worked on: its
+  // verdict, or busy / error (with the SQLSTATE and message) for its claim's error
   const judgedFields = (it, jobType) => {
     if (!it.error) {
       return { job_type: jobType, key: it.key, attempt: it.claim.attempt, verdict: it.claim.verdict,
                heartbeat: false };
     }
-    const verdict = judgedVerdictOf(it.error);
-    return verdict && { job_type: jobType, key: it.key, attempt: null, verdict, sqlstate: it.error.code,
-                        heartbeat: false };
+    return { job_type: jobType, key: it.key, attempt: null, verdict: judgedVerdictOf(it.error),
+             sqlstate: sqlstateOf(it.error), message: errorMessage(it.error), heartbeat: false };
   };
 
   // one claim_operation per message (the fallback); it.claim or it.error
@@ -141,8 +141,13 @@ export function idempotentBatch(handler, opts) {
       rows.forEach((r, i) => { items[i].claim = r; });
     } catch (err) {
       if (connectionLost(err)) {
-        // the connection, twice: nothing is known; every message comes back
-        // after its visibility timeout
+        // the connection, for longer than the reconnect bound: nothing is
+        // known; every message comes back after its visibility timeout
+        // (each key judged error first, when armed)
+        if (so.armed) {
+          await so.hello(pool, 'sqs-consumer');
+          await Promise.all(items.map((it) => so.point('judged', judgedFields({ ...it, error: err }, jobType))));
+        }
         for (const it of items) {
           notify({ ...it.seen, verdict: 'claim error', attempt: null, sqlstate: err.code ?? 'connection',
                    action: 'raise' });
@@ -154,6 +159,7 @@ export function idempotentBatch(handler, opts) {
                     'one claim_operation per message');
       await claimEach(items, jobType, reconnectFor);
     }
+    if (so.armed) await so.hello(pool, 'sqs-consumer');   // the process's first point: who it is (once)
 
     // ---- the keys to work on: run / verify; one heartbeat for all their
     // claims, from here until the last handler returned (it keeps them young

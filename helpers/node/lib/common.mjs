@@ -30,12 +30,16 @@ export const claimErrorHeals = (err) => !(err?.code === 'ID002' || /^22/.test(er
 export const workerId = () => `${hostname()}/pid-${process.pid}`;
 
 // the sign-off verdict of a claim that threw (the point `judged`,
-// docs/signoff-protocol.md): 'busy' for its bound (BUSY), 'error' for an
-// error it will not heal from (ID002: the key with another fingerprint;
-// class 22: bad input), else null (a lost connection, anything else: not
-// reported)
-export const judgedVerdictOf = (err) =>
-  (BUSY.includes(err?.code) ? 'busy' : err?.code === 'ID002' || /^22/.test(err?.code ?? '') ? 'error' : null);
+// docs/signoff-protocol.md): 'busy' for its bound (BUSY), 'error' for any
+// other error (ID002, class 22, 42501, ID001, a connection lost for longer
+// than the reconnect bound, ...)
+export const judgedVerdictOf = (err) => (BUSY.includes(err?.code) ? 'busy' : 'error');
+
+// the error's message, one line (the point `judged`'s message)
+export const errorMessage = (err) => {
+  const text = String(err?.message ?? err ?? '').trim();
+  return text ? text.split('\n')[0].trim() : (err?.constructor?.name ?? 'Error');
+};
 
 // an error of the connection (lost, closed, refused), not of the statement:
 // no SQLSTATE at all, class 08 (PgBouncer's own errors are 08P01, and it
@@ -46,6 +50,9 @@ export const judgedVerdictOf = (err) =>
 const isDatabaseError = (err) => err instanceof pg.DatabaseError ||
   (err?.constructor?.name === 'DatabaseError' && typeof err.severity === 'string' &&
    /^[0-9A-Z]{5}$/.test(err.code ?? ''));
+// the error's SQLSTATE, or null when it is not the server's (ENOENT,
+// ECONNREFUSED, a closed connection: their `code` is no SQLSTATE)
+export const sqlstateOf = (err) => (isDatabaseError(err) ? err.code : null);
 export const connectionLost = (err) => !isDatabaseError(err) ||
   /^08/.test(err.code ?? '') || ['57P01', '57P02', '57P03'].includes(err.code);
 

@@ -17,8 +17,8 @@
 // whose connection was lost is sent again (the claim with its delivery
 // token) for up to `reconnectFor` seconds (withReconnect).
 import { randomUUID } from 'node:crypto';
-import { CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, claimOn, judgedVerdictOf, sleep, withReconnect,
-         workerId } from './common.mjs';
+import { CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, claimErrorHeals, claimOn, errorMessage, isBusy,
+         judgedVerdictOf, sleep, sqlstateOf, withReconnect, workerId } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 let processSignoff = null;
@@ -39,7 +39,8 @@ const claimOf = (row, delivery) => ({
   runs: row.verdict === 'run' || row.verdict === 'verify',
 });
 
-// the sign-off point `judged` of a claim that runs nothing (or threw busy / error)
+// the sign-off point `judged` of a claim that runs nothing (or threw: busy,
+// or error with its SQLSTATE and message)
 async function judged(so, jobType, key, claimed, err) {
   if (!so.armed) return;
   if (claimed) {
@@ -47,9 +48,8 @@ async function judged(so, jobType, key, claimed, err) {
                                heartbeat: false });
     return;
   }
-  const verdict = judgedVerdictOf(err);
-  if (verdict) await so.point('judged', { job_type: jobType, key, attempt: null, verdict, sqlstate: err.code,
-                                          heartbeat: false });
+  await so.point('judged', { job_type: jobType, key, attempt: null, verdict: judgedVerdictOf(err),
+                             sqlstate: sqlstateOf(err), message: errorMessage(err), heartbeat: false });
 }
 
 /**
@@ -60,7 +60,9 @@ async function judged(so, jobType, key, claimed, err) {
  * transaction's uncommitted claim of the key (0: in_progress at once; N > 0:
  * under lock_timeout, 55P03 after N s). Rejects with pg's error: ID002 and
  * class 22 are the caller's bugs (claimErrorHeals(err) is false); isBusy(err):
- * as in_progress; anything else may heal.
+ * as in_progress; anything else may heal. Armed, every answer that runs
+ * nothing and every error (with its SQLSTATE and message) is reported at
+ * `judged`, after the process's point hello (once, with the pool's database).
  */
 export async function claim(pool, jobType, key, { fingerprint = null, worker = workerId(), delivery = randomUUID(),
                                                   wait = 0, reconnectFor, onLost } = {}) {
@@ -71,9 +73,11 @@ export async function claim(pool, jobType, key, { fingerprint = null, worker = w
   try {
     ({ rows: [row] } = await withReconnect(pool, (c) => claimOn(c, CLAIM_SQL, params, wait), { reconnectFor, onLost }));
   } catch (err) {
+    if (so.armed) await so.hello(pool);
     await judged(so, runs, String(key), null, err);
     throw err;
   }
+  if (so.armed) await so.hello(pool);
   const claimed = claimOf(row, delivery);
   if (!claimed.runs) await judged(so, runs, String(key), claimed);
   return claimed;
@@ -160,7 +164,9 @@ function parallel(what, keys, ...lists) {
  * given. The server answers or refuses the call as a whole: ID002, class 22 or
  * the bound (55P03, 57014) reject and record nothing (claim those keys one by
  * one to find the bad one, as idempotentBatch does). Every key answered
- * anything but run or verify is reported at `judged`.
+ * anything but run or verify is reported at `judged`; so is every key, with
+ * the verdict error, when the call fails otherwise (42501, ID001, a lost
+ * connection).
  */
 export async function claimBatch(pool, jobType, keys, { fingerprints = null, worker = workerId(), deliveries = null,
                                                         wait = 0, reconnectFor, onLost } = {}) {
@@ -170,7 +176,18 @@ export async function claimBatch(pool, jobType, keys, { fingerprints = null, wor
   const so = processSignoffSettings();
   const runs = so.jobType(jobType);
   const params = [runs, keys, fingerprints, worker, deliveries, wait > 0];
-  const { rows } = await withReconnect(pool, (c) => claimOn(c, CLAIMS_SQL, params, wait), { reconnectFor, onLost });
+  let rows;
+  try {
+    ({ rows } = await withReconnect(pool, (c) => claimOn(c, CLAIMS_SQL, params, wait), { reconnectFor, onLost }));
+  } catch (err) {
+    if (so.armed) await so.hello(pool);
+    if (!isBusy(err) && claimErrorHeals(err)) {
+      // an error no key alone causes (a grant, a job type, the connection): every key's
+      for (const k of keys) await judged(so, runs, k, null, err);
+    }
+    throw err;
+  }
+  if (so.armed) await so.hello(pool);
   if (rows.length !== keys.length || rows.some((r, i) => r.operation_key !== keys[i])) {
     throw new Error(`claim_operations answered ${rows.length} rows for ${keys.length} keys, ` +
                     'not one per key in their order');

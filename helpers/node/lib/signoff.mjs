@@ -20,6 +20,7 @@
 // Unarmed (IDEMPOTENCY_SIGNOFF unset or empty): point() resolves 'continue'
 // and connects nowhere (the wrappers call it only when so.armed); the map
 // and the lease apply all the same (as in the Python and Ruby helpers).
+import { readFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 
 export const SIGNOFF_VERSION = 1;
@@ -84,21 +85,41 @@ export function parseLease(text) {
 
 // the answers each point may get
 const ANSWERS = { claimed: ['continue', 'fail'], judged: ['continue'], handled: ['continue'] };
+// and the optional point hello's
+const ANY_ANSWERS = { ...ANSWERS, hello: ['continue'] };
 const unknownPoint = (point) =>
   new Error(`sign-off: unknown point ${quoted(point)} (expected claimed, judged or handled)`);
 
 /**
  * The line (JSON and '\n') sent to the runner at `point`; job_type as sent
- * (the run's); `sqlstate` only with the verdict 'busy' or 'error'; `pid` this
+ * (the run's); `sqlstate` only with the verdict 'busy' or 'error'; `message`
+ * (the error's) only with the verdict 'error', when given; `pid` this
  * process's unless given. Throws for an unknown point.
  */
 export function signoffMessage(point, { job_type, key, attempt = null, verdict = null, heartbeat = false,
-                                        sqlstate = null }, pid = process.pid) {
+                                        sqlstate = null, message = null }, pid = process.pid) {
   if (!Object.hasOwn(ANSWERS, point)) throw unknownPoint(point);
   const fields = { v: SIGNOFF_VERSION, point, job_type, key: String(key), attempt, verdict, pid,
                    heartbeat: Boolean(heartbeat) };
-  if (verdict === 'busy' || verdict === 'error') fields.sqlstate = sqlstate;
+  if (verdict === 'busy' || verdict === 'error') fields.sqlstate = sqlstate ?? null;
+  if (verdict === 'error' && message !== null && message !== undefined) fields.message = String(message);
   return JSON.stringify(fields) + '\n';
+}
+
+/**
+ * The line (JSON and '\n') of the point hello: who this worker is and the
+ * database its claims go to (null where unknown; a queue library's version
+ * only with the library).
+ */
+export function signoffHelloMessage({ helper, helper_version, runtime, runtime_version, queue_library = null,
+                                      queue_library_version = null, database = null, server_port = null,
+                                      system_identifier = null }, pid = process.pid) {
+  return JSON.stringify({
+    v: SIGNOFF_VERSION, point: 'hello', pid, helper, helper_version, runtime, runtime_version,
+    queue_library: queue_library ?? null,
+    queue_library_version: queue_library == null ? null : queue_library_version ?? null,
+    database: database ?? null, server_port: server_port ?? null, system_identifier: system_identifier ?? null,
+  }) + '\n';
 }
 
 /**
@@ -112,8 +133,8 @@ export function signoffAnswer(point, received, where = null) {
   const nl = received.indexOf('\n');
   if (nl < 0) throw new SignoffError(`${lead}the runner closed the connection without an answer line`);
   const line = received.slice(0, nl);
-  if (!ANSWERS[point].includes(line)) {
-    throw new SignoffError(`${lead}unexpected answer ${quoted(line)} (expected ${ANSWERS[point].join(' or ')})`);
+  if (!ANY_ANSWERS[point].includes(line)) {
+    throw new SignoffError(`${lead}unexpected answer ${quoted(line)} (expected ${ANY_ANSWERS[point].join(' or ')})`);
   }
   return line;
 }
@@ -131,7 +152,11 @@ export function signoffAnswer(point, received, where = null) {
 export function signoffPoint(socket, point, fields) {
   if (!Object.hasOwn(ANSWERS, point)) return Promise.reject(unknownPoint(point));
   const line = signoffMessage(point, fields);
-  const at = `sign-off runner at ${socket}, point ${point} of ${fields.job_type}/${fields.key}`;
+  return exchange(socket, point, line, `sign-off runner at ${socket}, point ${point} of ${fields.job_type}/${fields.key}`);
+}
+
+// one exchange: connect, write the line, read the answer line
+function exchange(socket, point, line, at) {
   return new Promise((resolve, reject) => {
     let received = '';
     let settled = false;
@@ -164,7 +189,11 @@ export function signoffPoint(socket, point, fields) {
 
 /**
  * The sign-off settings of the environment `env` (read once, here):
- * { armed, socket, jobType(t), lease(), point(point, fields) }.
+ * { armed, socket, helloArmed, jobType(t), lease(), hello(db, queueLibrary),
+ * point(point, fields) }. hello(db) is the point hello, once per process
+ * (db: the pool or client whose database is reported; null: unknown), when
+ * helloArmed (IDEMPOTENCY_SIGNOFF and the runner's IDEMPOTENCY_SIGNOFF_HELLO=1);
+ * point() says hello first if the process has not.
  * IDEMPOTENCY_SIGNOFF arms the points; IDEMPOTENCY_SIGNOFF_JOB_TYPES and
  * IDEMPOTENCY_SIGNOFF_LEASE apply whether or not it is set. A malformed map
  * makes jobType() throw, a lease that is not a positive number makes lease()
@@ -182,9 +211,13 @@ export function signoff(env = process.env) {
   };
   const map = settle(parseJobTypes, env.IDEMPOTENCY_SIGNOFF_JOB_TYPES, new Map());
   const lease = settle(parseLease, env.IDEMPOTENCY_SIGNOFF_LEASE, null);
+  const helloArmed = Boolean(socket) && env.IDEMPOTENCY_SIGNOFF_HELLO === '1';
+  const hello = (db, queueLibrary = null) => (helloArmed ? sayHello(socket, db, queueLibrary) : Promise.resolve());
   return Object.freeze({
     armed: Boolean(socket),
     socket,
+    helloArmed,
+    hello,
     jobType(t) {
       if (map.error) throw new SignoffError(map.error);
       return map.value.get(t) ?? t;
@@ -193,6 +226,60 @@ export function signoff(env = process.env) {
       if (lease.error) throw new SignoffError(lease.error);
       return lease.value;
     },
-    point: socket ? (point, fields) => signoffPoint(socket, point, fields) : async () => 'continue',
+    point: socket ? async (point, fields) => {
+      if (!Object.hasOwn(ANSWERS, point)) throw unknownPoint(point);
+      await hello(null);
+      return signoffPoint(socket, point, fields);
+    } : async () => 'continue',
   });
+}
+
+// -- the point hello (docs/signoff-protocol.md) --------------------------------
+export const DATABASE_SQL = 'SELECT pg_catalog.current_database() AS database, ' +
+  'pg_catalog.inet_server_port() AS server_port, ' +
+  '(SELECT system_identifier::text FROM pg_catalog.pg_control_system()) AS system_identifier';
+const VERSION = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
+let helloPid = null;   // the process that said hello
+
+/** forget that this process said hello (for tests) */
+export function forgetHello() {
+  helloPid = null;
+}
+
+// the database of db (a pg.Pool or Client): { database, server_port,
+// system_identifier }, or nulls when there is none or it cannot answer
+async function databaseOf(db) {
+  if (!db) return {};
+  try {
+    const { rows: [r] } = await db.query(DATABASE_SQL);
+    return { database: r.database, server_port: r.server_port, system_identifier: r.system_identifier };
+  } catch {
+    return {};
+  }
+}
+
+// the version of the queue library `name` as installed beside this package, or null
+function versionOf(name) {
+  try {
+    let dir = new URL('.', import.meta.resolve(name));
+    for (let i = 0; i < 6; i++) {
+      try {
+        const pkg = JSON.parse(readFileSync(new URL('package.json', dir), 'utf8'));
+        if (pkg.name === name) return pkg.version ?? null;
+      } catch { /* not here: one directory up */ }
+      dir = new URL('..', dir);
+    }
+  } catch { /* not installed */ }
+  return null;
+}
+
+async function sayHello(socket, db, queueLibrary) {
+  if (helloPid === process.pid) return;
+  helloPid = process.pid;
+  const line = signoffHelloMessage({
+    helper: 'pg-idempotency', helper_version: VERSION, runtime: 'node', runtime_version: process.versions.node,
+    queue_library: queueLibrary, queue_library_version: queueLibrary ? versionOf(queueLibrary) : null,
+    ...(await databaseOf(db)),
+  });
+  await exchange(socket, 'hello', line, `sign-off runner at ${socket}, point hello`);
 }

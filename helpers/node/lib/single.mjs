@@ -3,8 +3,8 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
-import { BUSY, CLAIM_SQL, KnownFailure, claimOn, fingerprintOf, judgedVerdictOf, releaseDelay, sleep, timings,
-         withReconnect } from './common.mjs';
+import { BUSY, CLAIM_SQL, KnownFailure, claimOn, errorMessage, fingerprintOf, judgedVerdictOf, releaseDelay, sleep,
+         sqlstateOf, timings, withReconnect } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 
@@ -83,11 +83,10 @@ export function idempotent(handler, opts) {
         },
         reconnectFor }));
     } catch (err) {
-      const verdict = judgedVerdictOf(err);   // busy, error, or not reported (null)
-      if (verdict) {
-        await judged({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code },
-                     { attempt: null, verdict, sqlstate: err.code });
-      }
+      if (so.armed) await so.hello(pool, 'sqs-consumer');
+      await judged({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code },
+                   { attempt: null, verdict: judgedVerdictOf(err), sqlstate: sqlstateOf(err),
+                     message: errorMessage(err) });
       if (BUSY.includes(err.code)) {
         // the claim hit its bound (claimWait's lock_timeout, or with wait =>
         // false a lock met between its check and its write): as in_progress
@@ -103,6 +102,7 @@ export function idempotent(handler, opts) {
                action: 'raise' });
       throw err;
     }
+    if (so.armed) await so.hello(pool, 'sqs-consumer');   // the process's first point: who it is (once)
     const event = { ...seen, verdict: claim.verdict, attempt: claim.attempt };
 
     if (claim.verdict !== 'run' && claim.verdict !== 'verify') {

@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { parseJobTypes, parseLease, signoff, signoffAnswer, signoffMessage, SignoffError,
+import { parseJobTypes, parseLease, signoff, signoffAnswer, signoffHelloMessage, signoffMessage, SignoffError,
          SIGNOFF_VERSION } from 'pg-idempotency';
 
 const CASES = JSON.parse(readFileSync(new URL('../../conformance/signoff.json', import.meta.url), 'utf8'));
@@ -51,6 +51,22 @@ for (const c of CASES.lease) {
     }
     assert.equal(parseLease(text), c.lease);
     assert.equal(so.lease(), c.lease);
+  });
+}
+
+for (const c of CASES.hello_armed) {
+  test(`hello_armed: ${c.name}`, () => {
+    assert.equal(signoff(c.env).helloArmed, c.hello);
+  });
+}
+
+for (const c of CASES.hellos) {
+  test(`hellos: ${c.name}`, () => {
+    const { pid, ...fields } = c.input;
+    const line = signoffHelloMessage(fields, pid);
+    assert.ok(line.endsWith('\n') && line.split('\n').length === 2, line);
+    assert.deepEqual(JSON.parse(line), c.line);
+    assert.deepEqual(Object.keys(JSON.parse(line)), Object.keys(c.line));   // the fields in the documented order
   });
 }
 

@@ -7,13 +7,14 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { claim, claimBatch, claimErrorHeals, complete, completeBatch, extendLease, Heartbeat, isBusy, release,
          releaseBatch, withReconnect, workerId } from 'pg-idempotency';
 import { forgetSignoffSettings } from '../lib/plain.mjs';
+import { DATABASE_SQL, forgetHello } from '../lib/signoff.mjs';
 import { defaultReconnectFor, timings } from '../lib/common.mjs';
 
 const LEASE = 1;   // seconds
@@ -244,7 +245,8 @@ test('armed: claim and claimBatch report judged under the run\'s job type; a run
     const base = { v: 1, point: 'judged', job_type: runs, pid: process.pid, heartbeat: false };
     assert.deepEqual(lines, [
       { ...base, key: 'J-1', attempt: 1, verdict: 'in_progress' },
-      { ...base, key: 'J-1', attempt: null, verdict: 'error', sqlstate: 'ID002' },
+      { ...base, key: 'J-1', attempt: null, verdict: 'error', sqlstate: 'ID002',
+        message: `operation "J-1" of job type "${runs}" was claimed with a different fingerprint` },
       { ...base, key: 'J-1', attempt: 1, verdict: 'in_progress' }]);
   } finally {
     for (const k of ['IDEMPOTENCY_SIGNOFF', 'IDEMPOTENCY_SIGNOFF_JOB_TYPES']) {
@@ -254,4 +256,95 @@ test('armed: claim and claimBatch report judged under the run\'s job type; a run
     await new Promise((r) => server.close(r));
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+// a runner that answers continue to every line (kept in `lines`), with the
+// variables `env` set for the test's process; fn(lines) runs armed
+async function armed(env, fn) {
+  const dir = mkdtempSync(join(tmpdir(), 'plain-'));
+  const lines = [];
+  const server = createServer((conn) => {
+    let buf = '';
+    conn.setEncoding('utf8');
+    conn.on('data', (d) => {
+      buf += d;
+      if (buf.includes('\n')) { lines.push(JSON.parse(buf)); conn.end('continue\n'); }
+    });
+  });
+  await new Promise((r) => server.listen(join(dir, 'r.sock'), r));
+  const all = { IDEMPOTENCY_SIGNOFF: join(dir, 'r.sock'), ...env };
+  const saved = Object.fromEntries(Object.keys(all).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, all);
+  forgetSignoffSettings();
+  forgetHello();
+  try {
+    await fn(lines);
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k]; else process.env[k] = v;
+    }
+    forgetSignoffSettings();
+    forgetHello();
+    await new Promise((r) => server.close(r));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('armed: every claim error is judged, verdict error, with its SQLSTATE and message (42501, the batch per key, ID001, a lost connection)', async () => {
+  const t = await jobType('hold');
+  const role = `node_unit_nogrant_${process.pid}`;
+  await admin.query(`DROP ROLE IF EXISTS ${role}`);
+  await admin.query(`CREATE ROLE ${role} LOGIN`);
+  const nogrant = new pg.Pool({ max: 1, user: role });
+  const lost = new pg.Pool({ max: 1, host: '/nonexistent-socket-dir', port: 1 });
+  try {
+    await armed({}, async (lines) => {
+      await assert.rejects(claim(nogrant, t, 'E-1', { fingerprint: 'fp' }), (e) => e.code === '42501');
+      await assert.rejects(claimBatch(nogrant, t, ['E-2', 'E-3']), (e) => e.code === '42501');
+      await assert.rejects(claim(pool, 'node_unit_no_such_type', 'E-4', { fingerprint: 'fp' }),
+                           (e) => e.code === 'ID001');
+      await assert.rejects(claim(lost, t, 'E-5', { fingerprint: 'fp', reconnectFor: 0 }), (e) => !(e instanceof pg.DatabaseError));
+      const denied = 'permission denied for schema idempotency';
+      assert.deepEqual(lines.slice(0, 4).map((l) => [l.point, l.key, l.verdict, l.attempt, l.sqlstate, l.message]), [
+        ['judged', 'E-1', 'error', null, '42501', denied],
+        ['judged', 'E-2', 'error', null, '42501', denied],
+        ['judged', 'E-3', 'error', null, '42501', denied],
+        ['judged', 'E-4', 'error', null, 'ID001', 'job type "node_unit_no_such_type" is not registered']]);
+      const [point, key, verdict, sqlstate] = [lines[4].point, lines[4].key, lines[4].verdict, lines[4].sqlstate];
+      assert.deepEqual([point, key, verdict, sqlstate], ['judged', 'E-5', 'error', null]);
+      assert.match(lines[4].message, /nonexistent-socket-dir|ENOENT|connect/);
+      assert.ok(!lines[4].message.includes('\n'));
+      assert.equal(lines.length, 5);
+    });
+  } finally {
+    await nogrant.end();
+    await lost.end();
+    await admin.query(`DROP ROLE IF EXISTS ${role}`);
+  }
+});
+
+test('armed with IDEMPOTENCY_SIGNOFF_HELLO=1: the point hello first, once per process, with the pool\'s database', async () => {
+  const t = await jobType('hold');
+  await armed({ IDEMPOTENCY_SIGNOFF_HELLO: '1' }, async (lines) => {
+    const c = await claim(pool, t, 'H-1', { fingerprint: 'fp' });
+    assert.equal(c.verdict, 'run');
+    assert.equal((await claim(pool, t, 'H-1', { fingerprint: 'fp' })).verdict, 'in_progress');
+    const { rows: [db] } = await admin.query(DATABASE_SQL);
+    assert.deepEqual(lines.map((l) => l.point), ['hello', 'judged']);
+    assert.deepEqual(lines[0], {
+      v: 1, point: 'hello', pid: process.pid, helper: 'pg-idempotency',
+      helper_version: JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version,
+      runtime: 'node', runtime_version: process.versions.node, queue_library: null, queue_library_version: null,
+      database: db.database, server_port: db.server_port, system_identifier: db.system_identifier });
+    assert.match(db.system_identifier, /^\d+$/);
+  });
+});
+
+test('armed without IDEMPOTENCY_SIGNOFF_HELLO (an older runner, which would refuse it): no hello', async () => {
+  const t = await jobType('hold');
+  await armed({}, async (lines) => {
+    await claim(pool, t, 'H-2', { fingerprint: 'fp' });
+    assert.equal((await claim(pool, t, 'H-2', { fingerprint: 'fp' })).verdict, 'in_progress');
+    assert.deepEqual(lines.map((l) => l.point), ['judged']);
+  });
 });

@@ -525,7 +525,9 @@ test('judged (single): completed, in_progress, ID002 reported once each, before 
     for (const [k, fields, verdicts] of [
       ['J-done', { attempt: 1, verdict: 'completed' }, ['completed:ack']],
       ['J-busy', { attempt: 1, verdict: 'in_progress' }, ['in_progress:retry']],
-      ['J-bad', { attempt: null, verdict: 'error', sqlstate: 'ID002' }, ['claim error:raise']],
+      ['J-bad', { attempt: null, verdict: 'error', sqlstate: 'ID002',
+                  message: `operation "J-bad" of job type "${t.run}" was claimed with a different fingerprint` },
+       ['claim error:raise']],
     ]) {
       const sent = w.sqs.sent.length;
       let over = false;
@@ -569,7 +571,8 @@ test('judged (batch): one line per key not worked on, at the same time, the hear
     const judged = await runner.when((l) => l.point === 'judged', 3);   // all three open together
     const sorted = (lines) => [...lines].sort((a, b) => a.key.localeCompare(b.key));
     assert.deepEqual(sorted(judged), [
-      { ...JUDGED, job_type: t.run, key: 'BJ-bad', attempt: null, verdict: 'error', sqlstate: 'ID002' },
+      { ...JUDGED, job_type: t.run, key: 'BJ-bad', attempt: null, verdict: 'error', sqlstate: 'ID002',
+        message: `operation "BJ-bad" of job type "${t.run}" was claimed with a different fingerprint` },
       { ...JUDGED, job_type: t.run, key: 'BJ-busy', attempt: 1, verdict: 'in_progress' },
       { ...JUDGED, job_type: t.run, key: 'BJ-done', attempt: 1, verdict: 'completed' }]);
     assert.equal(callsOf(w.log, 'claim_operations').length, 1);

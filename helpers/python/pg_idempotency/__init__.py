@@ -62,8 +62,10 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -78,10 +80,10 @@ __all__ = [
     "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "Outcome", "SERVER_GONE",
     "SIGNOFF_VERSION", "SignoffError",
     "claim", "claim_batch", "claim_error_heals", "complete", "complete_batch", "connection",
-    "connection_lost", "discard", "extend_lease", "fingerprint", "is_busy", "new_delivery",
+    "connection_lost", "discard", "error_message", "extend_lease", "fingerprint", "is_busy", "new_delivery",
     "parse_job_types", "parse_lease", "release", "release_batch", "signoff_answer",
-    "signoff_job_type", "signoff_lease", "signoff_message", "signoff_point", "with_reconnect",
-    "worker_id",
+    "signoff_hello", "signoff_hello_armed", "signoff_hello_message", "signoff_job_type",
+    "signoff_lease", "signoff_message", "signoff_point", "with_reconnect", "worker_id",
 ]
 
 # deprecated names (docs/helpers.md): they still work, with a
@@ -173,6 +175,15 @@ def is_busy(err):
     return getattr(err, "sqlstate", None) in BUSY
 
 
+def error_message(err):
+    """the error's primary message, one line (the sign-off point judged's
+    message): the server's, else the first line of the client's text"""
+    diag = getattr(err, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    text = primary or str(err) or type(err).__name__
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
 def new_delivery():
     """a delivery token: one per handler invocation, never stored in the
     message (a redelivered copy of the message is another delivery)"""
@@ -245,15 +256,21 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
     by signoff_job_type (here, in complete, release and extend_lease).
 
     An answer that runs nothing (completed, in_progress, held, skipped; the
-    bound; ID002 and class 22) is the sign-off point "judged" (nothing
-    unless IDEMPOTENCY_SIGNOFF is set), reported here, before the caller
-    acknowledges, postpones or fails the message."""
+    bound: verdict busy; any error, a connection lost for longer than
+    reconnect_for included: verdict error, with its SQLSTATE and message)
+    is the sign-off point "judged" (nothing unless IDEMPOTENCY_SIGNOFF is
+    set), reported here, before the caller acknowledges, postpones or fails
+    the message; the first claim of an armed process also reports the point
+    hello (signoff_hello) on the claim's connection."""
     yours = job_type
     job_type = signoff_job_type(job_type)   # before anything is sent
     delivery = delivery or new_delivery()
     params = (job_type, key, fingerprint, worker_id() if worker is None else worker, delivery)
 
+    used = []   # the connection the claim went to, for the sign-off point hello
+
     def call(conn):
+        used[:] = [conn]
         if wait and wait > 0:
             with conn.transaction():
                 conn.execute("SELECT set_config('lock_timeout', %s, true)",
@@ -265,10 +282,11 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
         verdict, attempt, result = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for,
                                                   on_lost=on_lost)
     except psycopg.Error as err:
-        if is_busy(err) or not claim_error_heals(err):
-            signoff_point("judged", yours, key, verdict="busy" if is_busy(err) else "error",
-                          sqlstate=err.sqlstate)
+        signoff_hello(used[0] if used else None)
+        signoff_point("judged", yours, key, verdict="busy" if is_busy(err) else "error",
+                      sqlstate=err.sqlstate, message=error_message(err))
         raise
+    signoff_hello(used[0] if used else None)
     claimed = Claim(verdict, attempt, result, delivery)
     if not claimed.runs:
         signoff_point("judged", yours, key, claimed)
@@ -331,7 +349,8 @@ def claim_batch(job_type, keys, fingerprints=None, worker=None, *, deliveries=No
     psycopg.Error and record nothing; claim those keys one by one with
     claim() to find the bad one (as the Node.js idempotentBatch does). Every
     key answered anything but run or verify is reported at the sign-off point
-    "judged", as claim() does."""
+    "judged", as claim() does; so is every key, with the verdict error, when
+    the call fails otherwise (42501, ID001, a lost connection)."""
     keys = [str(k) for k in keys]
     yours = job_type
     job_type = signoff_job_type(job_type)   # before anything is sent
@@ -341,7 +360,10 @@ def claim_batch(job_type, keys, fingerprints=None, worker=None, *, deliveries=No
         raise ValueError("claim_batch: fingerprints and deliveries must be parallel to keys")
     params = (job_type, keys, fingerprints, worker_id() if worker is None else worker, deliveries)
 
+    used = []
+
     def call(conn):
+        used[:] = [conn]
         if wait and wait > 0:
             with conn.transaction():
                 conn.execute("SELECT set_config('lock_timeout', %s, true)",
@@ -349,7 +371,18 @@ def claim_batch(job_type, keys, fingerprints=None, worker=None, *, deliveries=No
                 return conn.execute(CLAIMS_SQL, params + (True,)).fetchall()
         return conn.execute(CLAIMS_SQL, params + (False,)).fetchall()
 
-    rows = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
+    try:
+        rows = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
+    except psycopg.Error as err:
+        signoff_hello(used[0] if used else None)
+        if not (is_busy(err) or not claim_error_heals(err)):
+            # an error no key alone causes (a grant, a job type, the connection):
+            # every key's, as claim() would report it
+            for key in keys:
+                signoff_point("judged", yours, key, verdict="error", sqlstate=err.sqlstate,
+                              message=error_message(err))
+        raise
+    signoff_hello(used[0] if used else None)
     if [r[0] for r in rows] != keys:
         raise RuntimeError(f"claim_operations answered {len(rows)} rows for {len(keys)} keys, "
                            "not one per key in their order")
@@ -459,6 +492,7 @@ class Heartbeat:
 SIGNOFF_VERSION = 1   # the version of docs/signoff-protocol.md spoken here
 # the answers each point may get
 SIGNOFF_ANSWERS = {"claimed": ("continue", "fail"), "judged": ("continue",), "handled": ("continue",)}
+_ANSWERS = {**SIGNOFF_ANSWERS, "hello": ("continue",)}   # and the optional point hello
 
 
 class SignoffError(RuntimeError):
@@ -512,8 +546,10 @@ def parse_lease(text):
 
 
 # (the runner's socket or None, {your job type: the run's}, the map's error
-# or None, the run's lease in seconds or None, the lease's error or None)
+# or None, the run's lease in seconds or None, the lease's error or None,
+# whether the runner answers the point hello)
 _signoff = None
+_hello_pid = None   # the process that sent its hello
 
 
 def _settle(parse, text, none):
@@ -531,7 +567,8 @@ def _signoff_settings():
     if _signoff is None:
         _signoff = (os.environ.get("IDEMPOTENCY_SIGNOFF") or None,
                     *_settle(parse_job_types, os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES"), {}),
-                    *_settle(parse_lease, os.environ.get("IDEMPOTENCY_SIGNOFF_LEASE"), None))
+                    *_settle(parse_lease, os.environ.get("IDEMPOTENCY_SIGNOFF_LEASE"), None),
+                    os.environ.get("IDEMPOTENCY_SIGNOFF_HELLO") == "1")
     return _signoff
 
 
@@ -558,18 +595,21 @@ def signoff_job_type(job_type):
 
 
 def signoff_message(point, job_type, key, *, attempt=None, verdict=None, heartbeat=False,
-                    sqlstate=None, pid=None):
+                    sqlstate=None, pid=None, message=None):
     """the line (JSON and a newline) sent to the runner at `point`;
     job_type as sent (the run's); sqlstate only with the verdict busy or
-    error; pid: this process's unless given. ValueError for an unknown point."""
+    error; message (the error's) only with the verdict error, when given;
+    pid: this process's unless given. ValueError for an unknown point."""
     if point not in SIGNOFF_ANSWERS:
         raise ValueError(f"sign-off: unknown point {_quoted(str(point))} (expected claimed, judged or handled)")
-    message = {"v": SIGNOFF_VERSION, "point": point, "job_type": job_type, "key": str(key),
-               "attempt": attempt, "verdict": verdict, "pid": os.getpid() if pid is None else pid,
-               "heartbeat": bool(heartbeat)}
+    line = {"v": SIGNOFF_VERSION, "point": point, "job_type": job_type, "key": str(key),
+            "attempt": attempt, "verdict": verdict, "pid": os.getpid() if pid is None else pid,
+            "heartbeat": bool(heartbeat)}
     if verdict in ("busy", "error"):
-        message["sqlstate"] = sqlstate
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
+        line["sqlstate"] = sqlstate
+    if verdict == "error" and message is not None:
+        line["message"] = str(message)
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def signoff_answer(point, received, where=None):
@@ -581,13 +621,14 @@ def signoff_answer(point, received, where=None):
     line, newline, _ = received.partition("\n")
     if not newline:
         raise SignoffError(f"{lead}the runner closed the connection without an answer line")
-    if line not in SIGNOFF_ANSWERS[point]:
+    if line not in _ANSWERS[point]:
         raise SignoffError(f"{lead}unexpected answer {_quoted(line)} "
-                           f"(expected {' or '.join(SIGNOFF_ANSWERS[point])})")
+                           f"(expected {' or '.join(_ANSWERS[point])})")
     return line
 
 
-def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=None, sqlstate=None):
+def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=None, sqlstate=None,
+                  message=None):
     """The sign-off point `point` of a claim of (job_type, key):
 
       "claimed"  claim (a Claim) got run or verify: after the claim
@@ -596,7 +637,8 @@ def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=
       "judged"   any other answer, before the message is acknowledged,
                  postponed or failed: a Claim (completed, in_progress, held,
                  skipped), or claim=None with verdict="busy" (55P03, 57014)
-                 or verdict="error" (ID002, class 22) and its sqlstate;
+                 or verdict="error" (any other error) and its sqlstate and
+                 message;
       "handled"  after the handler returned and the heartbeat stopped,
                  before complete().
 
@@ -615,11 +657,16 @@ def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=
     if path is None:
         return "continue"
     job_type = signoff_job_type(job_type)
+    signoff_hello()   # the process's first exchange: who it is (once)
     line = signoff_message(point, job_type, key,
                            attempt=claim.attempt if claim is not None else None,
                            verdict=claim.verdict if claim is not None else verdict,
-                           heartbeat=heartbeat, sqlstate=sqlstate)
-    where = f"sign-off runner at {path}, point {point} of {job_type}/{key}"
+                           heartbeat=heartbeat, sqlstate=sqlstate, message=message)
+    return _exchange(path, point, line, f"sign-off runner at {path}, point {point} of {job_type}/{key}")
+
+
+def _exchange(path, point, line, where):
+    """one exchange: connect, send the line, read the answer line"""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as runner:
             runner.settimeout(None)   # the runner answers when it decides to
@@ -630,3 +677,74 @@ def signoff_point(point, job_type, key, claim=None, *, heartbeat=False, verdict=
     except OSError as err:
         raise SignoffError(f"{where}: {err}") from err
     return signoff_answer(point, received.decode("utf-8", "replace"), where)
+
+
+# -- the point hello (docs/signoff-protocol.md) ---------------------------------
+DATABASE_SQL = ("SELECT pg_catalog.current_database(), pg_catalog.inet_server_port(), "
+                "(SELECT system_identifier::text FROM pg_catalog.pg_control_system())")
+
+
+def signoff_hello_armed():
+    """the point hello is sent: IDEMPOTENCY_SIGNOFF is set and the runner
+    exported IDEMPOTENCY_SIGNOFF_HELLO=1 (it answers the point; an older
+    runner, which does not, would refuse it)"""
+    settings = _signoff_settings()
+    return settings[0] is not None and settings[5]
+
+
+def signoff_hello_message(*, helper, helper_version, runtime, runtime_version, queue_library=None,
+                          queue_library_version=None, database=None, server_port=None,
+                          system_identifier=None, pid=None):
+    """the line (JSON and a newline) of the point hello: who this worker is
+    and the database its claims go to (null where unknown)"""
+    line = {"v": SIGNOFF_VERSION, "point": "hello", "pid": os.getpid() if pid is None else pid,
+            "helper": helper, "helper_version": helper_version, "runtime": runtime,
+            "runtime_version": runtime_version, "queue_library": queue_library,
+            "queue_library_version": queue_library_version if queue_library is not None else None,
+            "database": database, "server_port": server_port, "system_identifier": system_identifier}
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _queue_library():
+    """(name, version) of the queue library this process runs under, or (None, None)"""
+    celery = sys.modules.get("celery")
+    if celery is not None:
+        return "celery", str(getattr(celery, "__version__", None) or "") or None
+    return None, None
+
+
+def _database_of(conn):
+    """(current_database(), inet_server_port(), system identifier) of conn,
+    or Nones when there is none or it cannot answer"""
+    if conn is None:
+        conn = _db["conn"] if _db["pid"] == os.getpid() else None
+    if conn is None or conn.closed:
+        return None, None, None
+    try:
+        return tuple(conn.execute(DATABASE_SQL).fetchone())
+    except psycopg.Error:
+        return None, None, None
+
+
+def signoff_hello(conn=None):
+    """The point hello, once per process, before its first claimed or
+    judged point: the helper, the runtime, the queue library and the
+    database of conn (else of the process's connection, if one is open;
+    else null). claim() and claim_batch() call it with the claim's
+    connection; a worker that claims on a connection of its own calls it
+    with that connection before its first point. Nothing unless
+    signoff_hello_armed(); the runner answers continue. SignoffError as at
+    any point."""
+    global _hello_pid
+    if _hello_pid == os.getpid() or not signoff_hello_armed():
+        return
+    _hello_pid = os.getpid()
+    queue, queue_version = _queue_library()
+    database, port, sysid = _database_of(conn)
+    line = signoff_hello_message(helper="pg_idempotency", helper_version=__version__,
+                                 runtime=platform.python_implementation(),
+                                 runtime_version=platform.python_version(), queue_library=queue,
+                                 queue_library_version=queue_version, database=database,
+                                 server_port=port, system_identifier=sysid)
+    path = _signoff_settings()[0]
+    _exchange(path, "hello", line, f"sign-off runner at {path}, point hello")

@@ -95,9 +95,12 @@ def unarmed(monkeypatch):
     monkeypatch.delenv("IDEMPOTENCY_SIGNOFF", raising=False)
     monkeypatch.delenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", raising=False)
     monkeypatch.delenv("IDEMPOTENCY_SIGNOFF_LEASE", raising=False)
+    monkeypatch.delenv("IDEMPOTENCY_SIGNOFF_HELLO", raising=False)
     pg_idempotency._signoff = None
+    pg_idempotency._hello_pid = None
     yield
     pg_idempotency._signoff = None
+    pg_idempotency._hello_pid = None
 
 
 class FakeRunner:
@@ -139,9 +142,12 @@ class FakeRunner:
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
-    def arm(self, job_types=None, socket_path=None, lease=None):
-        """the variables a runner starts the worker with (in this process)"""
+    def arm(self, job_types=None, socket_path=None, lease=None, hello=False):
+        """the variables a runner starts the worker with (in this process);
+        hello: a runner that answers the point hello"""
         self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF", socket_path or self.path)
+        if hello:
+            self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_HELLO", "1")
         if job_types is not None:
             self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", job_types)
         if lease is not None:

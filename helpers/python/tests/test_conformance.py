@@ -11,7 +11,8 @@ import pg_idempotency as idem
 
 CASES = json.loads((pathlib.Path(__file__).resolve().parents[2] / "conformance" / "signoff.json")
                    .read_text(encoding="utf-8"))
-VARIABLES = ("IDEMPOTENCY_SIGNOFF", "IDEMPOTENCY_SIGNOFF_JOB_TYPES", "IDEMPOTENCY_SIGNOFF_LEASE")
+VARIABLES = ("IDEMPOTENCY_SIGNOFF", "IDEMPOTENCY_SIGNOFF_JOB_TYPES", "IDEMPOTENCY_SIGNOFF_LEASE",
+             "IDEMPOTENCY_SIGNOFF_HELLO")
 
 
 def by_name(section):
@@ -77,6 +78,21 @@ def test_messages(case):
     line = idem.signoff_message(point, job_type, key, **given)
     assert line.endswith("\n") and line.count("\n") == 1
     assert json.loads(line) == case["line"]
+
+
+@by_name("hello_armed")
+def test_hello_armed(case, monkeypatch):
+    environment(monkeypatch, case["env"])
+    assert idem.signoff_hello_armed() is case["hello"]
+
+
+@by_name("hellos")
+def test_hellos(case):
+    given = dict(case["input"])
+    line = idem.signoff_hello_message(**given)
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert json.loads(line) == case["line"]
+    assert list(json.loads(line)) == list(case["line"])   # the fields in the documented order
 
 
 @by_name("answers")

@@ -107,8 +107,105 @@ def test_claim_reports_judged(types, runner, admin):
     assert runner.lines == [
         {**base, "key": "K-j", "verdict": "in_progress", "attempt": 1},
         {**base, "key": "K-j", "verdict": "completed", "attempt": 1},
-        {**base, "key": "K-j", "verdict": "error", "attempt": None, "sqlstate": "ID002"},
+        {**base, "key": "K-j", "verdict": "error", "attempt": None, "sqlstate": "ID002",
+         "message": f'operation "K-j" of job type "{runs}" was claimed with a different fingerprint'},
         {**base, "key": "K-busy", "verdict": "busy", "attempt": None, "sqlstate": "55P03"}]
+
+
+@pytest.fixture
+def no_grant_role(admin):
+    """a login role with no grant on the extension's schema"""
+    role = f"py_unit_nogrant_{os.getpid()}"
+    admin.execute(f"DROP ROLE IF EXISTS {role}")
+    admin.execute(f"CREATE ROLE {role} LOGIN")
+    yield role
+    idem.discard(idem._db["conn"])
+    admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_claim_errors_reach_the_runner(types, runner, no_grant_role):
+    """every claim error is judged, verdict error, with its SQLSTATE and
+    message: a role without the grant (42501), an unknown job type (ID001),
+    a connection that does not come back within reconnect_for (no SQLSTATE);
+    the batch claim reports each of its keys"""
+    t = types.make("hold", LEASE)
+    runner.arm()
+    with pytest.raises(psycopg.Error) as e:
+        idem.claim(t, "K-grant", "fp", dsn=f"user={no_grant_role}")
+    assert e.value.sqlstate == "42501"
+    idem.discard(idem._db["conn"])
+    with pytest.raises(psycopg.Error) as e:
+        idem.claim_batch(t, ["K-b1", "K-b2"], dsn=f"user={no_grant_role}")
+    assert e.value.sqlstate == "42501"
+    idem.discard(idem._db["conn"])
+    with pytest.raises(psycopg.Error) as e:
+        idem.claim("py_unit_no_such_type", "K-type", "fp")
+    assert e.value.sqlstate == "ID001"
+    idem.discard(idem._db["conn"])
+    with pytest.raises(psycopg.OperationalError):
+        idem.claim(t, "K-lost", "fp", dsn="host=/nonexistent-socket-dir port=1", reconnect_for=0)
+    denied = "permission denied for schema idempotency"
+    assert [(m["point"], m["key"], m["verdict"], m["attempt"], m["sqlstate"], m["message"])
+            for m in runner.lines[:4]] == [
+        ("judged", "K-grant", "error", None, "42501", denied),
+        ("judged", "K-b1", "error", None, "42501", denied),
+        ("judged", "K-b2", "error", None, "42501", denied),
+        ("judged", "K-type", "error", None, "ID001", 'job type "py_unit_no_such_type" is not registered')]
+    lost = runner.lines[4]
+    assert (lost["key"], lost["verdict"], lost["sqlstate"]) == ("K-lost", "error", None)
+    assert lost["message"].startswith("connection") and "\n" not in lost["message"], lost
+    assert len(runner.lines) == 5
+
+
+def test_hello_once_per_process(types, runner, admin):
+    """with IDEMPOTENCY_SIGNOFF_HELLO=1 the first exchange of the process is
+    the point hello: the helper, the runtime, no queue library (none is
+    loaded here unless celery's tests ran: then celery and its version),
+    and the database of the claim's connection"""
+    import platform
+    import sys
+    t = types.make("hold", LEASE)
+    runner.arm(hello=True)
+    c = idem.claim(t, "K-hello")
+    assert idem.signoff_point("claimed", t, "K-hello", c) == "continue"
+    assert idem.claim(t, "K-hello").verdict == "in_progress"
+    assert runner.points() == ["hello", "claimed", "judged"]
+    db, port, sysid = admin.execute(idem.DATABASE_SQL).fetchone()
+    celery = sys.modules.get("celery")
+    assert runner.lines[0] == {
+        "v": 1, "point": "hello", "pid": os.getpid(), "helper": "pg_idempotency",
+        "helper_version": idem.__version__, "runtime": platform.python_implementation(),
+        "runtime_version": platform.python_version(),
+        "queue_library": "celery" if celery else None,
+        "queue_library_version": celery.__version__ if celery else None,
+        "database": db, "server_port": port, "system_identifier": sysid}
+    assert db == "postgres" or db, db
+    assert sysid.isdigit(), sysid
+
+
+def test_hello_only_for_a_runner_that_asks(types, runner):
+    """an older runner exports no IDEMPOTENCY_SIGNOFF_HELLO and would refuse
+    the point: no hello; nor for a value other than 1"""
+    t = types.make("hold", LEASE)
+    runner.arm()
+    c = idem.claim(t, "K-nohello")
+    idem.signoff_point("claimed", t, "K-nohello", c)
+    assert runner.points() == ["claimed"]
+    runner.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_HELLO", "yes")
+    idem._signoff = None
+    idem.signoff_point("claimed", t, "K-nohello", c)
+    assert runner.points() == ["claimed", "claimed"]
+
+
+def test_hello_at_a_plain_point(types, runner, admin):
+    """a worker that claims on a connection of its own reaches a point
+    first: hello comes before it, its database from the process's connection
+    when there is one, else null"""
+    t = types.make("hold", LEASE)
+    runner.arm(hello=True)
+    assert idem.signoff_point("judged", t, "K-plain", verdict="busy", sqlstate="55P03") == "continue"
+    assert runner.points() == ["hello", "judged"]
+    assert (runner.lines[0]["database"], runner.lines[0]["system_identifier"]) == (None, None)
 
 
 def test_fail_at_claimed_is_returned(types, runner):

@@ -138,6 +138,13 @@ module PgIdempotency
     !(code && (code == "ID002" || code.start_with?("22")))
   end
 
+  # the error's primary message, one line (the point judged's message)
+  def self.error_message(err)
+    primary = err.respond_to?(:result) && err.result&.error_field(PG::Result::PG_DIAG_MESSAGE_PRIMARY)
+    text = (primary || err.message.to_s).strip
+    text.empty? ? err.class.name : text.lines.first.strip
+  end
+
   # the claim's worker column: host/pid-N
   def self.worker_id = "#{Socket.gethostname}/pid-#{Process.pid}"
 
@@ -272,24 +279,28 @@ module PgIdempotency
   # its bound, ID002 for the key with another fingerprint, ...
   #
   # An answer that runs nothing (completed, in_progress, held, skipped; the
-  # bound; ID002 and class 22) is the sign-off point :judged, reported here
-  # (nothing unless IDEMPOTENCY_SIGNOFF is set), before the caller
-  # acknowledges, postpones or fails the job.
+  # bound: verdict busy; any error, a connection lost for longer than
+  # reconnect_for included: verdict error, with its SQLSTATE and message) is
+  # the sign-off point :judged, reported here (nothing unless
+  # IDEMPOTENCY_SIGNOFF is set), before the caller acknowledges, postpones or
+  # fails the job; the first claim of an armed process also reports the
+  # point hello (signoff_hello) on the claim's connection.
   def self.claim(conn, job_type, key, fingerprint: nil, worker: nil, delivery: SecureRandom.uuid,
                  wait: 0, reconnect_for: nil, on_lost: nil, within: nil, on_reconnect: nil)
     reconnect_for, on_lost = reconnect_options(reconnect_for, on_lost, within, on_reconnect, RECONNECT_FOR)
     yours = job_type
     job_type = signoff_job_type(job_type)
     params = [job_type, key.to_s, fingerprint, worker || worker_id, delivery]
+    used = []   # the connection the claim went to, for the point hello
     begin
-      row = bounded(conn, CLAIM_SQL, params, wait, reconnect_for, on_lost).first
+      row = bounded(conn, CLAIM_SQL, params, wait, reconnect_for, on_lost, used).first
     rescue PG::Error => e
-      code = sqlstate(e)
-      if busy?(e) || code == "ID002" || code&.start_with?("22")
-        signoff_point(:judged, yours, key, attempt: nil, sqlstate: code, verdict: busy?(e) ? "busy" : "error")
-      end
+      signoff_hello(used.last)
+      signoff_point(:judged, yours, key, attempt: nil, sqlstate: sqlstate(e), verdict: busy?(e) ? "busy" : "error",
+                                         message: error_message(e))
       raise
     end
+    signoff_hello(used.last)
     claim = Claim.new(verdict: row["verdict"], attempt: row["attempt"].to_i, result: row["result"], delivery: delivery)
     signoff_point(:judged, yours, key, attempt: claim.attempt, verdict: claim.verdict) unless claim.run?
     claim
@@ -297,9 +308,10 @@ module PgIdempotency
 
   # sql with params and wait => wait > 0; with wait > 0 in a transaction of
   # its own under SET LOCAL lock_timeout; with_reconnect
-  def self.bounded(conn, sql, params, wait, reconnect_for, on_lost)
+  def self.bounded(conn, sql, params, wait, reconnect_for, on_lost, used = [])
     wait = wait.to_f
     conn.with_reconnect(reconnect_for: reconnect_for, on_lost: on_lost) do |c|
+      used.replace([c])
       if wait.positive?
         c.transaction do
           c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
@@ -365,7 +377,9 @@ module PgIdempotency
   # connection is lost. The server answers or refuses the call as a whole:
   # ID002, class 22 or the bound (55P03, 57014) raise PG::Error and record
   # nothing (claim those keys one by one to find the bad one). Every key
-  # answered anything but run or verify is reported at :judged, as claim does.
+  # answered anything but run or verify is reported at :judged, as claim does;
+  # so is every key, with the verdict error, when the call fails otherwise
+  # (42501, ID001, a lost connection).
   def self.claim_batch(conn, job_type, keys, fingerprints: nil, worker: nil, deliveries: nil, wait: 0,
                        reconnect_for: RECONNECT_FOR, on_lost: nil)
     keys = keys.map(&:to_s)
@@ -376,7 +390,21 @@ module PgIdempotency
     yours = job_type
     params = [signoff_job_type(job_type), ARRAY.encode(keys), fingerprints && ARRAY.encode(fingerprints),
               worker || worker_id, ARRAY.encode(deliveries)]
-    rows = bounded(conn, CLAIMS_SQL, params, wait, reconnect_for, on_lost).to_a
+    used = []
+    begin
+      rows = bounded(conn, CLAIMS_SQL, params, wait, reconnect_for, on_lost, used).to_a
+    rescue PG::Error => e
+      signoff_hello(used.last)
+      if claim_error_heals?(e) && !busy?(e)
+        # an error no key alone causes (a grant, a job type, the connection): every key's
+        keys.each do |key|
+          signoff_point(:judged, yours, key, attempt: nil, verdict: "error", sqlstate: sqlstate(e),
+                                             message: error_message(e))
+        end
+      end
+      raise
+    end
+    signoff_hello(used.last)
     unless rows.map { |r| r["operation_key"] } == keys
       raise PG::Error, "claim_operations answered #{rows.size} rows for #{keys.size} keys, not one per key in their order"
     end
@@ -484,18 +512,20 @@ module PgIdempotency
   def self.signoff_lease = parse_lease(ENV["IDEMPOTENCY_SIGNOFF_LEASE"])
 
   # the line (JSON and "\n") sent to the runner at `point`; job_type as sent
-  # (the run's); sqlstate only with the verdict busy or error; pid this
-  # process's unless given. ArgumentError for an unknown point.
+  # (the run's); sqlstate only with the verdict busy or error; message (the
+  # error's) only with the verdict error, when given; pid this process's
+  # unless given. ArgumentError for an unknown point.
   def self.signoff_message(point, job_type, key, attempt: nil, verdict: nil, heartbeat: false, sqlstate: nil,
-                           pid: Process.pid)
+                           pid: Process.pid, message: nil)
     point = point.to_s
     unless SIGNOFF_POINTS.include?(point)
       raise ArgumentError, "sign-off: unknown point #{JSON.generate(point)} (expected claimed, judged or handled)"
     end
-    message = { "v" => SIGNOFF_VERSION, "point" => point, "job_type" => job_type, "key" => key.to_s,
-                "attempt" => attempt, "verdict" => verdict, "pid" => pid, "heartbeat" => heartbeat ? true : false }
-    message["sqlstate"] = sqlstate if %w[busy error].include?(verdict.to_s)
-    "#{JSON.generate(message)}\n"
+    line = { "v" => SIGNOFF_VERSION, "point" => point, "job_type" => job_type, "key" => key.to_s,
+             "attempt" => attempt, "verdict" => verdict, "pid" => pid, "heartbeat" => heartbeat ? true : false }
+    line["sqlstate"] = sqlstate if %w[busy error].include?(verdict.to_s)
+    line["message"] = message.to_s if verdict.to_s == "error" && !message.nil?
+    "#{JSON.generate(line)}\n"
   end
 
   # The runner's answer at `point` from what was read (up to the first
@@ -506,7 +536,7 @@ module PgIdempotency
     lead = where ? "#{where}: " : ""
     line, newline, = (received || "").partition("\n")
     raise SignoffError, "#{lead}the runner closed the connection without an answer line" if newline.empty?
-    allowed = SIGNOFF_ANSWERS.fetch(point.to_s)
+    allowed = (point.to_s == "hello" ? %w[continue] : SIGNOFF_ANSWERS.fetch(point.to_s))
     unless allowed.include?(line)
       raise SignoffError, "#{lead}unexpected answer #{JSON.generate(line)} (expected #{allowed.join(' or ')})"
     end
@@ -527,8 +557,10 @@ module PgIdempotency
   # Point :judged (continue only) reports any other answer of the claim
   # before the job is acknowledged, postponed or failed: verdict completed,
   # in_progress, held or skipped (with its attempt), or "busy" (55P03,
-  # 57014) or "error" (ID002, class 22) with attempt nil and the sqlstate.
-  def self.signoff_point(point, job_type, key, attempt:, verdict:, heartbeat: false, sqlstate: nil)
+  # 57014) or "error" (any other error) with attempt nil, the sqlstate and
+  # the message. The first point of an armed process is preceded by the
+  # point hello (signoff_hello), once.
+  def self.signoff_point(point, job_type, key, attempt:, verdict:, heartbeat: false, sqlstate: nil, message: nil)
     point = point.to_s
     unless SIGNOFF_POINTS.include?(point)
       raise ArgumentError, "sign-off: unknown point #{JSON.generate(point)} (expected claimed, judged or handled)"
@@ -536,9 +568,14 @@ module PgIdempotency
     path = ENV["IDEMPOTENCY_SIGNOFF"]
     return :continue if path.nil? || path.empty?
     job_type = signoff_job_type(job_type)
+    signoff_hello
     line = signoff_message(point, job_type, key, attempt: attempt, verdict: verdict, heartbeat: heartbeat,
-                                                 sqlstate: sqlstate)
-    where = "sign-off runner at #{path}, point #{point} of #{job_type}/#{key}"
+                                                 sqlstate: sqlstate, message: message)
+    signoff_exchange(path, point, line, "sign-off runner at #{path}, point #{point} of #{job_type}/#{key}")
+  end
+
+  # one exchange: connect, send the line, read the answer line
+  def self.signoff_exchange(path, point, line, where)
     begin
       received = UNIXSocket.open(path) do |s|
         s.write(line)
@@ -548,5 +585,60 @@ module PgIdempotency
       raise SignoffError, "#{where}: #{e.message}"
     end
     signoff_answer(point, received&.force_encoding(Encoding::UTF_8)&.scrub, where)
+  end
+
+  # -- the point hello (docs/signoff-protocol.md) ------------------------------
+  DATABASE_SQL = "SELECT pg_catalog.current_database(), pg_catalog.inet_server_port(), " \
+                 "(SELECT system_identifier::text FROM pg_catalog.pg_control_system())"
+
+  # the point hello is sent: IDEMPOTENCY_SIGNOFF is set and the runner
+  # exported IDEMPOTENCY_SIGNOFF_HELLO=1 (it answers the point; an older
+  # runner, which does not, would refuse it)
+  def self.signoff_hello?
+    path = ENV["IDEMPOTENCY_SIGNOFF"]
+    !(path.nil? || path.empty?) && ENV["IDEMPOTENCY_SIGNOFF_HELLO"] == "1"
+  end
+
+  # the line (JSON and "\n") of the point hello: who this worker is and the
+  # database its claims go to (nil where unknown)
+  def self.signoff_hello_message(helper:, helper_version:, runtime:, runtime_version:, queue_library: nil,
+                                 queue_library_version: nil, database: nil, server_port: nil,
+                                 system_identifier: nil, pid: Process.pid)
+    line = { "v" => SIGNOFF_VERSION, "point" => "hello", "pid" => pid, "helper" => helper,
+             "helper_version" => helper_version, "runtime" => runtime, "runtime_version" => runtime_version,
+             "queue_library" => queue_library,
+             "queue_library_version" => queue_library.nil? ? nil : queue_library_version,
+             "database" => database, "server_port" => server_port, "system_identifier" => system_identifier }
+    "#{JSON.generate(line)}\n"
+  end
+
+  @hello_pid = nil
+
+  # The point hello, once per process, before its first point: the helper,
+  # the runtime, Sidekiq's version when it is loaded, and the database of
+  # pg (a PG::Connection, e.g. the claim's; nil: null). claim and
+  # claim_batch call it with the claim's connection; a worker that claims on
+  # a connection of its own calls it with that connection first. Nothing
+  # unless signoff_hello?; the runner answers continue. SignoffError as at
+  # any point.
+  def self.signoff_hello(pg = nil)
+    return if @hello_pid == Process.pid || !signoff_hello?
+    @hello_pid = Process.pid
+    database, port, sysid = nil
+    if pg && !pg.finished? && pg.status == PG::CONNECTION_OK
+      begin
+        row = pg.exec(DATABASE_SQL).values.first
+        database, port, sysid = row[0], row[1]&.to_i, row[2]
+      rescue PG::Error
+        database = port = sysid = nil
+      end
+    end
+    sidekiq = defined?(::Sidekiq::VERSION) ? ::Sidekiq::VERSION : nil
+    line = signoff_hello_message(helper: "pg-idempotency", helper_version: VERSION, runtime: RUBY_ENGINE,
+                                 runtime_version: RUBY_VERSION, queue_library: sidekiq && "sidekiq",
+                                 queue_library_version: sidekiq, database: database, server_port: port,
+                                 system_identifier: sysid)
+    path = ENV["IDEMPOTENCY_SIGNOFF"]
+    signoff_exchange(path, "hello", line, "sign-off runner at #{path}, point hello")
   end
 end

@@ -8,7 +8,8 @@ require "pg_idempotency"
 
 class TestConformance < Minitest::Test
   CASES = JSON.parse(File.read(File.expand_path("../../conformance/signoff.json", __dir__), encoding: "UTF-8"))
-  VARIABLES = %w[IDEMPOTENCY_SIGNOFF IDEMPOTENCY_SIGNOFF_JOB_TYPES IDEMPOTENCY_SIGNOFF_LEASE].freeze
+  VARIABLES = %w[IDEMPOTENCY_SIGNOFF IDEMPOTENCY_SIGNOFF_JOB_TYPES IDEMPOTENCY_SIGNOFF_LEASE
+                 IDEMPOTENCY_SIGNOFF_HELLO].freeze
 
   def setup
     @saved = VARIABLES.to_h { |v| [v, ENV[v]] }
@@ -76,6 +77,18 @@ class TestConformance < Minitest::Test
       assert line.end_with?("\n") && line.count("\n") == 1, line
       assert_equal c["line"], JSON.parse(line)
     end
+  end
+
+  each_case("hello_armed") do |c|
+    environment(c["env"])
+    assert_equal c["hello"], PgIdempotency.signoff_hello?
+  end
+
+  each_case("hellos") do |c|
+    line = PgIdempotency.signoff_hello_message(**c["input"].transform_keys(&:to_sym))
+    assert line.end_with?("\n") && line.count("\n") == 1, line
+    assert_equal c["line"], JSON.parse(line)
+    assert_equal c["line"].keys, JSON.parse(line).keys   # the fields in the documented order
   end
 
   each_case("answers") do |c|

@@ -83,12 +83,14 @@ class SignoffTest < Minitest::Test
 
   def prefix = "signoff_unit"
 
-  VARS = %w[IDEMPOTENCY_SIGNOFF IDEMPOTENCY_SIGNOFF_JOB_TYPES IDEMPOTENCY_SIGNOFF_LEASE].freeze
+  VARS = %w[IDEMPOTENCY_SIGNOFF IDEMPOTENCY_SIGNOFF_JOB_TYPES IDEMPOTENCY_SIGNOFF_LEASE
+            IDEMPOTENCY_SIGNOFF_HELLO].freeze
 
   def setup
     super
     @saved = VARS.to_h { |v| [v, ENV.delete(v)] }
     @runner = nil
+    PgIdempotency.instance_variable_set(:@hello_pid, nil)
     Thread.current[:idempotency_pg] = Thread.current[:idempotency_pg_beat] = nil
   end
 
@@ -332,12 +334,86 @@ class SignoffTest < Minitest::Test
     base = { "v" => 1, "point" => "judged", "job_type" => runs, "pid" => Process.pid, "heartbeat" => false }
     assert_equal [base.merge("key" => "S13", "attempt" => 1, "verdict" => "in_progress"),
                   base.merge("key" => "S13", "attempt" => 1, "verdict" => "completed"),
-                  base.merge("key" => "S13", "attempt" => nil, "verdict" => "error", "sqlstate" => "ID002"),
+                  base.merge("key" => "S13", "attempt" => nil, "verdict" => "error", "sqlstate" => "ID002",
+                             "message" => "operation \"S13\" of job type \"#{runs}\" was claimed with a different fingerprint"),
                   base.merge("key" => "S14", "attempt" => nil, "verdict" => "busy", "sqlstate" => "55P03")],
                  r.messages
   ensure
     stuck&.exec("ROLLBACK")
     stuck&.close
+    db&.close
+  end
+
+  # every claim error is judged, verdict error, with its SQLSTATE and
+  # message: a role without the grant (42501; the batch: each key), an
+  # unknown job type (ID001), a connection that does not come back within
+  # reconnect_for (no SQLSTATE)
+  def test_claim_errors_reach_the_runner
+    type = job_type("hold")
+    role = "rb_unit_nogrant_#{Process.pid}"
+    @admin.exec("DROP ROLE IF EXISTS #{role}")
+    @admin.exec("CREATE ROLE #{role} LOGIN")
+    r = runner { |_m| "continue" }
+    nogrant = PgIdempotency::Connection.new("user=#{role}")
+    err = assert_raises(PG::Error) { PgIdempotency.claim(nogrant, type, "S20", fingerprint: "fp") }
+    assert_equal "42501", PgIdempotency.sqlstate(err)
+    err = assert_raises(PG::Error) { PgIdempotency.claim_batch(nogrant, type, %w[S21 S22]) }
+    assert_equal "42501", PgIdempotency.sqlstate(err)
+    db = PgIdempotency::Connection.new
+    err = assert_raises(PG::Error) { PgIdempotency.claim(db, "rb_unit_no_such_type", "S23", fingerprint: "fp") }
+    assert_equal "ID001", PgIdempotency.sqlstate(err)
+    lost = PgIdempotency::Connection.new("host=/nonexistent-socket-dir port=1")
+    assert_raises(PG::Error) { PgIdempotency.claim(lost, type, "S24", fingerprint: "fp", reconnect_for: 0) }
+    denied = "permission denied for schema idempotency"
+    got = r.messages.map { |m| [m["point"], m["key"], m["verdict"], m["attempt"], m["sqlstate"], m["message"]] }
+    assert_equal [["judged", "S20", "error", nil, "42501", denied],
+                  ["judged", "S21", "error", nil, "42501", denied],
+                  ["judged", "S22", "error", nil, "42501", denied],
+                  ["judged", "S23", "error", nil, "ID001", "job type \"rb_unit_no_such_type\" is not registered"]],
+                 got[0, 4]
+    assert_equal ["judged", "S24", "error", nil, nil], got[4][0, 5]
+    assert_match(/nonexistent-socket-dir|connection/, got[4][5])
+    refute_includes got[4][5], "\n"
+    assert_equal 5, got.size
+  ensure
+    nogrant&.close
+    db&.close
+    @admin.exec("DROP ROLE IF EXISTS #{role}") if role
+  end
+
+  # with IDEMPOTENCY_SIGNOFF_HELLO=1 the process's first exchange is the
+  # point hello: the helper, the runtime, Sidekiq (loaded by these tests)
+  # and the database of the claim's connection; once per process
+  def test_hello_once_per_process
+    type = job_type("hold")
+    r = runner { |_m| "continue" }
+    ENV["IDEMPOTENCY_SIGNOFF_HELLO"] = "1"
+    db = PgIdempotency::Connection.new
+    c = PgIdempotency.claim(db, type, "S30", fingerprint: "fp")
+    PgIdempotency.signoff_point(:claimed, type, "S30", attempt: c.attempt, verdict: c.verdict)
+    assert_equal "in_progress", PgIdempotency.claim(db, type, "S30", fingerprint: "fp").verdict
+    assert_equal %w[hello claimed judged], r.messages.map { |m| m["point"] }
+    database, port, sysid = @admin.exec(PgIdempotency::DATABASE_SQL).values.first
+    assert_equal({ "v" => 1, "point" => "hello", "pid" => Process.pid, "helper" => "pg-idempotency",
+                   "helper_version" => PgIdempotency::VERSION, "runtime" => RUBY_ENGINE,
+                   "runtime_version" => RUBY_VERSION, "queue_library" => "sidekiq",
+                   "queue_library_version" => Sidekiq::VERSION, "database" => database,
+                   "server_port" => port&.to_i, "system_identifier" => sysid }, r.messages.first)
+    assert_match(/\A\d+\z/, sysid)
+  ensure
+    db&.close
+  end
+
+  # an older runner exports no IDEMPOTENCY_SIGNOFF_HELLO (and would refuse
+  # the point): no hello
+  def test_no_hello_for_a_runner_that_does_not_ask
+    type = job_type("hold")
+    r = runner { |_m| "continue" }
+    db = PgIdempotency::Connection.new
+    c = PgIdempotency.claim(db, type, "S31", fingerprint: "fp")
+    PgIdempotency.signoff_point(:claimed, type, "S31", attempt: c.attempt, verdict: c.verdict)
+    assert_equal %w[claimed], r.messages.map { |m| m["point"] }
+  ensure
     db&.close
   end
 
