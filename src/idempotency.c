@@ -556,7 +556,7 @@ idem_end(IdemCall *call)
  * #8371, also in 14.0) never find it again for such plans, so every
  * execution added one more to memory that is kept as long as the backend:
  * about 37 kB per call on the worker holding the key, without bound
- * (issue 18; test/citus/memory.sh). A custom plan knows the key, so Citus
+ * (test/citus/memory.sh measures it per backend). A custom plan knows the key, so Citus
  * prunes to the shard while planning and caches nothing; the planning it
  * repeats is about what the generic plan's execution did anyway (see the
  * README, "Citus"). On one node nothing changes: the plan cache chooses.

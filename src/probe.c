@@ -497,10 +497,8 @@ fast_update_covers(const TargetRels *r, Relation rel)
 		return false;
 	if (constr != NULL && (constr->num_check > 0 || constr->has_generated_stored))
 		return false;
-#if PG_VERSION_NUM >= 180000
-	if (constr != NULL && constr->has_generated_virtual)
+	if (idem_has_generated_virtual(constr))
 		return false;
-#endif
 	if (rel->trigdesc != NULL)
 	{
 		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
