@@ -50,7 +50,7 @@ ISOLATION_OPTS = --inputdir=$(patsubst ./%,%,$(ext_srcdir)/test/isolation) --loa
 TAP_TESTS   = 1
 PROVE_TESTS = $(call src_files,test/t/*.pl)
 
-EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check tmp_check_iso log
+EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check tmp_check_iso log test/unit/test_protocol
 
 PG_CONFIG ?= pg_config
 
@@ -96,3 +96,17 @@ dist:
 ifeq ($(in_tree),yes)
 -include bench/bench.mk
 endif
+
+# The protocol's decisions (src/protocol.c, plain C) unit-tested without a
+# server: every policy x record state x call combination. Built with the
+# system compiler alone, no PostgreSQL header; UNIT_BIN puts the binary
+# elsewhere (scripts/test.d's hook builds it in a temporary directory).
+UNIT_BIN    ?= test/unit/test_protocol
+UNIT_CFLAGS ?= -std=c99 -pedantic -Wall -Wextra -Werror -O2
+.PHONY: unit
+unit: $(UNIT_BIN)
+	$(UNIT_BIN)
+
+$(UNIT_BIN): $(ext_srcdir)/test/unit/test_protocol.c $(ext_srcdir)/src/protocol.c $(ext_srcdir)/src/protocol.h
+	@mkdir -p $(dir $@)
+	$(CC) $(UNIT_CFLAGS) -I$(ext_srcdir)/src -o $@ $(ext_srcdir)/test/unit/test_protocol.c $(ext_srcdir)/src/protocol.c

@@ -125,6 +125,8 @@ resolve_operation(PG_FUNCTION_ARGS)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		OperationState state;
+		ClaimRecord rec = {0};
+		ResolveOutcome outcome;
 		Datum		values[8];
 		char		nulls[8];
 
@@ -133,9 +135,15 @@ resolve_operation(PG_FUNCTION_ARGS)
 			idem_too_many_tries("resolve", job_type, key);
 
 		idem_lookup(job_type, key, &state);
-		idem_require_record(&state, job_type, key);
-		if (!(state.status == OPERATION_SKIPPED ||
-			  (state.status == OPERATION_CLAIMED && now >= state.expires_at)))
+		idem_require_job_type(&state, job_type);
+		rec.found = state.found;
+		rec.status = state.status;
+		rec.now = now;
+		rec.expires_at = state.expires_at;
+		outcome = idem_decide_resolve(&rec);
+		if (outcome == RESOLVE_NOT_FOUND)
+			idem_require_record(&state, job_type, key);
+		if (outcome == RESOLVE_NOT_WAITING)
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_WRONG_STATE),
 					 errmsg("operation \"%s\" of job type \"%s\" is not waiting for a decision",

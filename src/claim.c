@@ -60,14 +60,118 @@ set_verdict(Verdict *v, const char *verdict, int32 attempt)
 	v->result_isnull = true;
 }
 
+/* ID002: the record was claimed with another fingerprint */
+pg_noreturn static void
+fingerprint_mismatch(const ClaimArgs *a, const OperationState *state)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEMPOTENCY_FINGERPRINT_MISMATCH),
+			 errmsg("operation \"%s\" of job type \"%s\" was claimed with a different fingerprint",
+					idem_text(a->key), idem_text(a->job_type)),
+			 errdetail("The record has fingerprint \"%s\"; this claim gives \"%s\".",
+					   idem_text(state->fingerprint), idem_text(a->fingerprint)),
+			 errhint("The same operation key was used for different data: derive the key from everything that makes the job distinct.")));
+}
+
+/*
+ * What one claim asks, for the protocol's decision (protocol.h): its
+ * delivery token's digests, made once per call, and whether it may wait.
+ */
+static void
+claim_request(const ClaimArgs *a, bool late, ClaimRequest *req)
+{
+	memset(req, 0, sizeof(*req));
+	req->has_delivery = a->delivery != NULL;
+	if (req->has_delivery)
+	{
+		req->run_digest = idem_delivery_digest(a->delivery, false);
+		req->verify_digest = idem_delivery_digest(a->delivery, true);
+	}
+	req->wait = a->wait;
+	req->late = late;
+}
+
+/* The record as the protocol's decision sees it, at `now` */
+static void
+claim_record(const ClaimArgs *a, const OperationState *state, TimestampTz now,
+			 ClaimRecord *rec)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->found = state->found;
+	if (!state->found)
+		return;
+	rec->status = state->status;
+	rec->attempt = state->attempt;
+	rec->now = now;
+	rec->expires_at = state->expires_at;
+	rec->fingerprint_differs = a->fingerprint != NULL && state->fingerprint != NULL &&
+		!idem_same_text(a->fingerprint, state->fingerprint);
+	rec->delivery_found = state->delivery_found;
+	rec->delivery = state->delivery;
+	rec->policy = state->policy;
+	rec->max_attempts = state->max_attempts;
+}
+
+/*
+ * Before a write that must not wait (act->check_busy: wait => false, or a
+ * batch's key met late): is another transaction's uncommitted claim of the
+ * key (an insert, a takeover or any change of the record) in the way? Then
+ * the verdict is in_progress at once, where the write would wait for that
+ * transaction to end.
+ */
+static bool
+busy(const IdemCall *call, const ClaimArgs *a, const ClaimAction *act, Verdict *v)
+{
+	int32		attempt = 1;
+
+	if (!act->check_busy ||
+		!idem_key_busy(&call->target, a->job_type, a->key, &attempt))
+		return false;
+	set_verdict(v, "in_progress", attempt);
+	return true;
+}
+
+/*
+ * Insert attempt 1. The INSERT selects the job type (and checks the
+ * caller's role); it waits for a concurrent uncommitted claim of the same
+ * key and does nothing if that one committed. False when it inserted
+ * nothing: the caller reads the record again, and that lookup says why.
+ */
+static bool
+insert(const IdemCall *call, const ClaimArgs *a, const ClaimRequest *req, TimestampTz now)
+{
+	Datum		values[7];
+	char		nulls[7];
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = PointerGetDatum(a->job_type);
+	values[1] = PointerGetDatum(a->key);
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = PointerGetDatum(a->worker);
+	values[4] = PointerGetDatum(a->fingerprint);
+	if (a->worker == NULL)
+		nulls[3] = 'n';
+	if (a->fingerprint == NULL)
+		nulls[4] = 'n';
+	values[5] = ObjectIdGetDatum(call->caller);
+	values[6] = req->has_delivery ? Int64GetDatum(req->run_digest) : (Datum) 0;
+	if (!req->has_delivery)
+		nulls[6] = 'n';
+	return idem_execute(call->target.kind == TARGET_CITUS ?
+						(call->deliveries ? ST_INSERT_VALUES_DELIVERY : ST_INSERT_VALUES) :
+						call->deliveries ? ST_INSERT_DELIVERY :
+						call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
+						values, nulls, 0) == 1;
+}
+
 /*
  * Take over a released record or a stale claim: attempt + 1, a new lease;
  * since 0.3 the digest of the delivery and of the verdict it gets.
- * False if the record changed since it was read (the caller re-reads).
+ * False if the record changed since it was read.
  */
 static bool
-take_over(const IdemCall *call, const ClaimArgs *a, const OperationState *state,
-		  TimestampTz now, bool verify)
+take_over(const IdemCall *call, const ClaimArgs *a, const ClaimRequest *req,
+		  const OperationState *state, TimestampTz now, bool verify)
 {
 	Datum		values[9];
 	char		nulls[9];
@@ -81,214 +185,115 @@ take_over(const IdemCall *call, const ClaimArgs *a, const OperationState *state,
 	values[5] = TimestampTzGetDatum(now);
 	values[6] = PointerGetDatum(a->worker);
 	values[7] = PointerGetDatum(a->fingerprint);
-	values[8] = a->delivery ? Int64GetDatum(idem_delivery_digest(a->delivery, verify)) : (Datum) 0;
+	values[8] = req->has_delivery ?
+		Int64GetDatum(verify ? req->verify_digest : req->run_digest) : (Datum) 0;
 	if (a->worker == NULL)
 		nulls[6] = 'n';
 	if (a->fingerprint == NULL)
 		nulls[7] = 'n';
-	if (a->delivery == NULL)
+	if (!req->has_delivery)
 		nulls[8] = 'n';
 	return idem_execute(call->deliveries ? ST_TAKEOVER_DELIVERY : ST_TAKEOVER,
 						values, nulls, 0) == 1;
 }
 
-/*
- * With wait => false: is another transaction's uncommitted claim of the key
- * (an insert, a takeover or any change of the record) in the way of the
- * write this claim is about to make? Then the verdict is in_progress at
- * once, where the write would wait for that transaction to end.
- */
+/* Skip a stale claim as read; false if the record changed since */
 static bool
-busy(const IdemCall *call, const ClaimArgs *a, Verdict *v, bool late)
+skip(const ClaimArgs *a, const OperationState *state, TimestampTz now)
 {
-	int32		attempt = 1;
+	Datum		values[5];
 
-	if ((a->wait && !late) ||
-		!idem_key_busy(&call->target, a->job_type, a->key, &attempt))
-		return false;
-	set_verdict(v, "in_progress", attempt);
-	return true;
+	values[0] = PointerGetDatum(a->job_type);
+	values[1] = PointerGetDatum(a->key);
+	values[2] = Int32GetDatum(state->attempt);
+	values[3] = TimestampTzGetDatum(state->heartbeat_at);
+	values[4] = TimestampTzGetDatum(now);
+	return idem_execute(ST_SKIP, values, NULL, 0) == 1;
 }
 
 /*
- * Decide the verdict for one claim; the state machine of the README's
- * "Verdicts" table. Runs inside an SPI connection.
+ * Apply the protocol's decision about one claim: the one place where a
+ * claim answers, writes or refuses. True when *v holds the verdict; false
+ * when a write found the record changed since it was read (the caller
+ * reads it again and decides again).
+ */
+static bool
+apply_claim(const IdemCall *call, const ClaimArgs *a, const ClaimRequest *req,
+			const OperationState *state, const ClaimAction *act, TimestampTz now,
+			Verdict *v)
+{
+	bool		wrote = false;
+
+	if (busy(call, a, act, v))
+		return true;
+	switch (act->step)
+	{
+		case CLAIM_MISMATCH:
+			fingerprint_mismatch(a, state);
+		case CLAIM_HOLD:
+			notify_held(a->job_type, a->key, act->attempt);
+			/* FALLTHROUGH */
+		case CLAIM_ANSWER:
+			set_verdict(v, idem_verdict_name(act->verdict), act->attempt);
+			if (act->with_result && !state->result_isnull)
+			{
+				v->result = SPI_datumTransfer(state->result, false, -1);
+				v->result_isnull = false;
+			}
+			return true;
+		case CLAIM_INSERT:
+			wrote = insert(call, a, req, now);
+			break;
+		case CLAIM_TAKE_OVER:
+			wrote = take_over(call, a, req, state, now, act->verify);
+			break;
+		case CLAIM_SKIP:
+			wrote = skip(a, state, now);
+			break;
+	}
+	if (wrote)
+		set_verdict(v, idem_verdict_name(act->verdict), act->attempt);
+	return wrote;
+}
+
+/*
+ * The verdict for one claim: read the record, let the protocol decide
+ * (idem_decide_claim(), the README's "Verdicts" table), apply; again while
+ * a write finds the record changed under it. Runs inside an SPI
+ * connection. `absent`: the probe saw no record; `late`: see
+ * flush_inserts().
  */
 static void
 claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool late)
 {
-	text	   *job_type = a->job_type;
-	text	   *key = a->key;
-	text	   *fingerprint = a->fingerprint;
-	text	   *worker = a->worker;
+	ClaimRequest req;
+	bool		done = false;
 	int			tries;
 
-	for (tries = 0;; tries++)
+	claim_request(a, late, &req);
+	for (tries = 0; !done; tries++)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		OperationState state;
+		ClaimRecord rec;
+		ClaimAction act;
 
 		if (tries >= IDEMPOTENCY_MAX_TRIES)
-			idem_too_many_tries("claim", job_type, key);
+			idem_too_many_tries("claim", a->job_type, a->key);
 
 		/*
-		 * The probe saw no record: insert at once. The INSERT selects the
-		 * job type (and checks the caller's role), so when it inserts
+		 * The probe saw no record: insert at once. When the INSERT inserts
 		 * nothing the lookup of the next round says why. (No probe runs
 		 * through Citus's planner: the lookup comes first there.)
 		 */
 		if (tries == 0 && absent && call->target.kind != TARGET_CITUS)
 			state.found = false;
 		else
-			idem_worker_lookup(call, job_type, key, &state);
+			idem_worker_lookup(call, a->job_type, a->key, &state);
 
-		if (!state.found)
-		{
-			Datum		values[7];
-			char		nulls[7];
-
-			if (busy(call, a, v, late))
-				return;
-			memset(nulls, ' ', sizeof(nulls));
-			values[0] = PointerGetDatum(job_type);
-			values[1] = PointerGetDatum(key);
-			values[2] = TimestampTzGetDatum(now);
-			values[3] = PointerGetDatum(worker);
-			values[4] = PointerGetDatum(fingerprint);
-			if (worker == NULL)
-				nulls[3] = 'n';
-			if (fingerprint == NULL)
-				nulls[4] = 'n';
-			values[5] = ObjectIdGetDatum(call->caller);
-			values[6] = a->delivery ?
-				Int64GetDatum(idem_delivery_digest(a->delivery, false)) : (Datum) 0;
-			if (a->delivery == NULL)
-				nulls[6] = 'n';
-
-			/*
-			 * Waits for a concurrent uncommitted claim of the same key; does
-			 * nothing if that one committed, and we read it again.
-			 */
-			if (idem_execute(call->target.kind == TARGET_CITUS ?
-							 (call->deliveries ? ST_INSERT_VALUES_DELIVERY : ST_INSERT_VALUES) :
-							 call->deliveries ? ST_INSERT_DELIVERY :
-							 call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
-							 values, nulls, 0) == 1)
-			{
-				set_verdict(v, "run", 1);
-				return;
-			}
-			continue;
-		}
-
-		if (fingerprint != NULL && state.fingerprint != NULL &&
-			!idem_same_text(fingerprint, state.fingerprint))
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEMPOTENCY_FINGERPRINT_MISMATCH),
-					 errmsg("operation \"%s\" of job type \"%s\" was claimed with a different fingerprint",
-							idem_text(key), idem_text(job_type)),
-					 errdetail("The record has fingerprint \"%s\"; this claim gives \"%s\".",
-							   idem_text(state.fingerprint), idem_text(fingerprint)),
-					 errhint("The same operation key was used for different data: derive the key from everything that makes the job distinct.")));
-
-		switch (state.status)
-		{
-			case OPERATION_COMPLETED:
-				set_verdict(v, "completed", state.attempt);
-				if (!state.result_isnull)
-				{
-					v->result = SPI_datumTransfer(state.result, false, -1);
-					v->result_isnull = false;
-				}
-				return;
-
-			case OPERATION_SKIPPED:
-				set_verdict(v, "skipped", state.attempt);
-				return;
-
-			case OPERATION_RELEASED:
-				if (busy(call, a, v, late))
-					return;
-				if (take_over(call, a, &state, now, false))
-				{
-					set_verdict(v, "run", state.attempt + 1);
-					return;
-				}
-				continue;
-
-			case OPERATION_CLAIMED:
-				break;
-		}
-
-		/* a claim: still inside its lease? */
-		if (now < state.expires_at)
-		{
-			/*
-			 * Our own claim, made by this very delivery (a retry after its
-			 * reply was lost): the verdict it got, nothing changed.
-			 */
-			if (a->delivery != NULL && state.delivery_found)
-			{
-				if (state.delivery == idem_delivery_digest(a->delivery, false))
-				{
-					set_verdict(v, "run", state.attempt);
-					return;
-				}
-				if (state.delivery == idem_delivery_digest(a->delivery, true))
-				{
-					set_verdict(v, "verify", state.attempt);
-					return;
-				}
-			}
-			set_verdict(v, "in_progress", state.attempt);
-			return;
-		}
-
-		/* stale: the job type's policy decides */
-		switch (state.policy)
-		{
-			case STALE_SKIP:
-				{
-					Datum		values[5];
-
-					if (busy(call, a, v, late))
-						return;
-
-					values[0] = PointerGetDatum(job_type);
-					values[1] = PointerGetDatum(key);
-					values[2] = Int32GetDatum(state.attempt);
-					values[3] = TimestampTzGetDatum(state.heartbeat_at);
-					values[4] = TimestampTzGetDatum(now);
-					if (idem_execute(ST_SKIP, values, NULL, 0) == 1)
-					{
-						set_verdict(v, "skipped", state.attempt);
-						return;
-					}
-					continue;
-				}
-
-			case STALE_RETRY:
-			case STALE_LOOKUP:
-				if (state.max_attempts == 0 || state.attempt < state.max_attempts)
-				{
-					if (busy(call, a, v, late))
-						return;
-					if (take_over(call, a, &state, now, state.policy == STALE_LOOKUP))
-					{
-						set_verdict(v, state.policy == STALE_RETRY ? "run" : "verify",
-									state.attempt + 1);
-						return;
-					}
-					continue;
-				}
-				/* out of attempts: a poison job waits for a person */
-				/* FALLTHROUGH */
-
-			case STALE_HOLD:
-				notify_held(job_type, key, state.attempt);
-				set_verdict(v, "held", state.attempt);
-				return;
-		}
+		claim_record(a, &state, now, &rec);
+		act = idem_decide_claim(&rec, &req);
+		done = apply_claim(call, a, &req, &state, &act, now, v);
 	}
 }
 
@@ -393,12 +398,21 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 	if (*npending == 0)
 		return;
 
-	/* wait => false: a key another transaction is inserting is in_progress */
+	/*
+	 * Each key's decision on no record: an insert; with wait => false, a
+	 * key another transaction is inserting is in_progress.
+	 */
 	for (i = 0; i < *npending; i++)
 	{
 		int			p = pending[i];
+		ClaimRecord absent = {0};
+		ClaimRequest req;
+		ClaimAction act;
 
-		if (!busy(call, &a[p], v[p], false))
+		claim_request(&a[p], false, &req);
+		act = idem_decide_claim(&absent, &req);
+		Assert(act.step == CLAIM_INSERT);
+		if (!busy(call, &a[p], &act, v[p]))
 			pending[n++] = p;
 	}
 	*npending = 0;

@@ -19,6 +19,7 @@
 
 #include "access/genam.h"
 #include "access/tableam.h"
+#include "access/tupdesc.h"
 #include "utils/regproc.h"
 
 /*
@@ -77,6 +78,21 @@ idem_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
 	return index_beginscan(heap, index, snapshot, NULL, nkeys, norderbys);
 #else
 	return index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+/*
+ * Virtual generated columns appeared in PostgreSQL 18 (stored ones are
+ * older): a table with one is not one the fast update covers.
+ */
+static inline bool
+idem_has_generated_virtual(const TupleConstr *constr)
+{
+#if PG_VERSION_NUM >= 180000
+	return constr != NULL && constr->has_generated_virtual;
+#else
+	(void) constr;
+	return false;
 #endif
 }
 

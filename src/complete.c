@@ -26,13 +26,10 @@ PG_FUNCTION_INFO_V1(complete_operation_0_2);
 PG_FUNCTION_INFO_V1(release_operation_0_2);
 PG_FUNCTION_INFO_V1(extend_lease_0_2);
 
-#define STATUS_BIT(s)	(1 << (s))
-#define CLAIMED_OR_SKIPPED	(STATUS_BIT(OPERATION_CLAIMED) | STATUS_BIT(OPERATION_SKIPPED))
-
 /*
  * What to do about a record in `status` that refuses the call (ID005): the
  * hint; and, for a released record, what the detail adds. Only statuses
- * outside `allowed` reach here, and every call allows claimed.
+ * the call does not accept reach here, and every call accepts claimed.
  */
 static const char *
 wrong_state_hint(OperationStatus status, const char **detail_extra)
@@ -67,15 +64,15 @@ raise_refusal(const IdemRefusal *r)
 }
 
 /*
- * The fenced update of `action` matched nothing: read the record and say
- * why. Returns REFUSAL_REPEAT when the call is a harmless repeat (the
- * record is already `done` under this attempt; done < 0: never),
- * REFUSAL_RETRY when the record is in one of the `allowed` states again (it
- * changed under us: the caller tries once more), and REFUSAL_REFUSED with
- * *r filled in when the record refuses the call: the attempt was
- * superseded (ID003), the record is in the wrong state (ID005) or has gone
- * (ID004). The caller raises that (the single calls) or reports it on the
- * key's row (the batch calls).
+ * The fenced update of sts->action matched nothing: read the record, let
+ * the protocol decide (idem_decide_fenced()) and say why. Returns
+ * REFUSAL_REPEAT when the call is a harmless repeat (the record is already
+ * in the state this call leaves it in, under this attempt), REFUSAL_RETRY
+ * when the record would take the update again (it changed under us: the
+ * caller tries once more), and REFUSAL_REFUSED with *r filled in when the
+ * record refuses the call: the attempt was superseded (ID003), the record
+ * is in the wrong state (ID005) or has gone (ID004). The caller raises that
+ * (the single calls) or reports it on the key's row (the batch calls).
  *
  * An attempt below the record's is superseded (ID003): a later claim gave
  * the operation a new attempt, after a takeover or after a release. An
@@ -85,57 +82,59 @@ raise_refusal(const IdemRefusal *r)
  * it (42501).
  */
 static RefusalKind
-explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
-				const char *action, int allowed, int done, IdemRefusal *r)
+explain_refusal(const IdemCall *call, FencedCall fc, const char *action,
+				text *job_type, text *key, int32 attempt, IdemRefusal *r)
 {
 	OperationState state;
+	FencedRecord rec;
 	const char *detail_extra;
-	const char *hint;
 
 	idem_worker_lookup(call, job_type, key, &state);
-	if (!state.found)
+	rec.found = state.found;
+	rec.status = state.status;
+	rec.attempt = state.attempt;
+	switch (idem_decide_fenced(fc, &rec, attempt))
 	{
-		r->sqlstate = ERRCODE_IDEMPOTENCY_OPERATION_NOT_FOUND;
-		r->message = psprintf("operation \"%s\" of job type \"%s\" has no record",
-							  idem_text(key), idem_text(job_type));
-		r->detail = "It was never claimed, or its record was purged after its job type's retention.";
-		r->hint = "Call idempotency.claim_operation() first and use the attempt it returns.";
-		return REFUSAL_REFUSED;
+		case FENCE_UPDATE:
+			return REFUSAL_RETRY;
+		case FENCE_REPEAT:
+			return REFUSAL_REPEAT;
+		case FENCE_NOT_FOUND:
+			r->sqlstate = ERRCODE_IDEMPOTENCY_OPERATION_NOT_FOUND;
+			r->message = psprintf("operation \"%s\" of job type \"%s\" has no record",
+								  idem_text(key), idem_text(job_type));
+			r->detail = "It was never claimed, or its record was purged after its job type's retention.";
+			r->hint = "Call idempotency.claim_operation() first and use the attempt it returns.";
+			return REFUSAL_REFUSED;
+		case FENCE_SUPERSEDED:
+			r->sqlstate = ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED;
+			r->message = psprintf("attempt %d of operation \"%s\" of job type \"%s\" was superseded",
+								  attempt, idem_text(key), idem_text(job_type));
+			r->detail = psprintf("A later claim started attempt %d, and the record is %s now: the operation was taken over after a lease ran out, or claimed again after it was released by its worker or by a person's 'retry' resolution.",
+								 state.attempt, idem_status_name(state.status));
+			r->hint = "Another worker owns this operation now: stop, and record nothing for this attempt.";
+			return REFUSAL_REFUSED;
+		case FENCE_NEVER_ISSUED:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("attempt %d of operation \"%s\" of job type \"%s\" was never issued",
+							attempt, idem_text(key), idem_text(job_type)),
+					 errdetail("The record's current attempt is %d, and no claim of it returned a higher one. The attempt belongs to another operation, or to a record that was purged after its retention and claimed anew.",
+							   state.attempt),
+					 errhint("Pass the attempt that claim_operation() returned for this job type and operation key.")));
+			break;
+		case FENCE_WRONG_STATE:
+			break;
 	}
 
-	if (attempt < state.attempt)
-	{
-		r->sqlstate = ERRCODE_IDEMPOTENCY_ATTEMPT_SUPERSEDED;
-		r->message = psprintf("attempt %d of operation \"%s\" of job type \"%s\" was superseded",
-							  attempt, idem_text(key), idem_text(job_type));
-		r->detail = psprintf("A later claim started attempt %d, and the record is %s now: the operation was taken over after a lease ran out, or claimed again after it was released by its worker or by a person's 'retry' resolution.",
-							 state.attempt, idem_status_name(state.status));
-		r->hint = "Another worker owns this operation now: stop, and record nothing for this attempt.";
-		return REFUSAL_REFUSED;
-	}
-	if (attempt > state.attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("attempt %d of operation \"%s\" of job type \"%s\" was never issued",
-						attempt, idem_text(key), idem_text(job_type)),
-				 errdetail("The record's current attempt is %d, and no claim of it returned a higher one. The attempt belongs to another operation, or to a record that was purged after its retention and claimed anew.",
-						   state.attempt),
-				 errhint("Pass the attempt that claim_operation() returned for this job type and operation key.")));
-
-	if ((int) state.status == done)
-		return REFUSAL_REPEAT;
-	if (allowed & STATUS_BIT(state.status))
-		return REFUSAL_RETRY;
-
-	hint = wrong_state_hint(state.status, &detail_extra);
+	r->hint = wrong_state_hint(state.status, &detail_extra);
 	r->sqlstate = ERRCODE_IDEMPOTENCY_WRONG_STATE;
 	r->message = psprintf("cannot %s operation \"%s\" of job type \"%s\": it is %s",
 						  action, idem_text(key), idem_text(job_type),
 						  idem_status_name(state.status));
 	r->detail = psprintf("Only a %s operation can be given this call.%s",
-						 allowed == CLAIMED_OR_SKIPPED ? "claimed or skipped" : "claimed",
+						 idem_fenced_accepts_skipped(fc) ? "claimed or skipped" : "claimed",
 						 detail_extra);
-	r->hint = hint;
 	return REFUSAL_REFUSED;
 }
 
@@ -149,14 +148,19 @@ explain_refusal(const IdemCall *call, text *job_type, text *key, int32 attempt,
  */
 typedef struct FencedStatements
 {
+	FencedCall	call;			/* which call, for the protocol's decision */
+	const char *action;			/* "cannot <action> operation ..." */
 	Statement	plain;
 	Statement	role_oid;
 	Statement	role_name;
 } FencedStatements;
 
-static const FencedStatements complete_statements = {ST_COMPLETE, ST_COMPLETE_ROLE, ST_COMPLETE_ROLE_NAME};
-static const FencedStatements release_statements = {ST_RELEASE, ST_RELEASE_ROLE, ST_RELEASE_ROLE_NAME};
-static const FencedStatements extend_statements = {ST_EXTEND, ST_EXTEND_ROLE, ST_EXTEND_ROLE_NAME};
+static const FencedStatements complete_statements =
+{FENCED_COMPLETE, "complete", ST_COMPLETE, ST_COMPLETE_ROLE, ST_COMPLETE_ROLE_NAME};
+static const FencedStatements release_statements =
+{FENCED_RELEASE, "release", ST_RELEASE, ST_RELEASE_ROLE, ST_RELEASE_ROLE_NAME};
+static const FencedStatements extend_statements =
+{FENCED_EXTEND, "extend the lease of", ST_EXTEND, ST_EXTEND_ROLE, ST_EXTEND_ROLE_NAME};
 
 /*
  * Run the fenced UPDATE of `sts` ($1 job type, $2 key, $3 attempt, $4 now,
@@ -172,9 +176,9 @@ static const FencedStatements extend_statements = {ST_EXTEND, ST_EXTEND_ROLE, ST
  */
 static RefusalKind
 fenced_update(const IdemCall *call, const FencedStatements *sts,
-			  const char *action, text *job_type, text *key,
+			  text *job_type, text *key,
 			  int32 attempt, Datum result, bool result_isnull,
-			  int allowed, int done, IdemRefusal *r)
+			  IdemRefusal *r)
 {
 	Statement	st = sts->plain;
 	Datum		caller = ObjectIdGetDatum(call->caller);
@@ -215,11 +219,11 @@ fenced_update(const IdemCall *call, const FencedStatements *sts,
 
 		if (idem_execute(st, values, nulls, 0) == 1)
 			return REFUSAL_NONE;
-		kind = explain_refusal(call, job_type, key, attempt, action, allowed, done, r);
+		kind = explain_refusal(call, sts->call, sts->action, job_type, key, attempt, r);
 		if (kind != REFUSAL_RETRY)
 			return kind;
 	}
-	idem_too_many_tries(action, job_type, key);
+	idem_too_many_tries(sts->action, job_type, key);
 }
 
 /*
@@ -258,9 +262,8 @@ idem_complete_one(bool worker_roles, bool single, text *job_type, text *key, int
 		return true;
 
 	idem_begin_worker(&call, "complete_operation()", worker_roles, &target);
-	kind = fenced_update(&call, &complete_statements, "complete",
-						 job_type, key, attempt, result, result_isnull,
-						 CLAIMED_OR_SKIPPED, OPERATION_COMPLETED, r);
+	kind = fenced_update(&call, &complete_statements,
+						 job_type, key, attempt, result, result_isnull, r);
 	if (kind == REFUSAL_REFUSED)
 		keep_refusal(r, cxt);
 	idem_end(&call);
@@ -280,9 +283,8 @@ idem_release_one(bool worker_roles, bool single, text *job_type, text *key, int3
 
 	idem_target(single ? key : NULL, &target);
 	idem_begin_worker(&call, "release_operation()", worker_roles, &target);
-	kind = fenced_update(&call, &release_statements, "release",
-						 job_type, key, attempt, (Datum) 0, true,
-						 CLAIMED_OR_SKIPPED, OPERATION_RELEASED, r);
+	kind = fenced_update(&call, &release_statements,
+						 job_type, key, attempt, (Datum) 0, true, r);
 	if (kind == REFUSAL_REFUSED)
 		keep_refusal(r, cxt);
 	idem_end(&call);
@@ -361,9 +363,8 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 	idem_target(key, &target);
 	idem_begin_worker(&call, "extend_lease()", worker_roles, &target);
 	/* there is no repeat of an extension: it either updates or is refused */
-	if (fenced_update(&call, &extend_statements, "extend the lease of",
-					  job_type, key, attempt, (Datum) 0, true,
-					  STATUS_BIT(OPERATION_CLAIMED), -1, &r) != REFUSAL_NONE)
+	if (fenced_update(&call, &extend_statements,
+					  job_type, key, attempt, (Datum) 0, true, &r) != REFUSAL_NONE)
 		raise_refusal(&r);
 	/* the new heartbeat plus the lease, as this transaction now sees them */
 	idem_lookup(job_type, key, &state);

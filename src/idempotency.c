@@ -48,6 +48,15 @@
  * raises 55P03 instead of a wait. Neither makes a verdict that guarantee 1
  * or 2 would not.
  *
+ * Decide, then act. What a call does with the record it read is decided in
+ * one place, protocol.c, by pure functions (no PostgreSQL header, no I/O)
+ * that return an action: claim (insert, answer, take over, skip, hold,
+ * refuse another fingerprint), the fenced calls (update, a repeat's no-op,
+ * ID003, ID004, ID005, 22023) and resolve. claim.c, complete.c, admin.c and
+ * the fast paths of probe.c read the record, ask, and apply the action;
+ * when a conditional write finds the record changed, they read it again
+ * and ask again. test/unit runs every combination without a server.
+ *
  * The attempt number is a fencing token: complete, release and extend name
  * the attempt their claim returned and match it in the same WHERE clause,
  * so a worker whose claim was taken over cannot record anything over the
@@ -547,7 +556,7 @@ idem_end(IdemCall *call)
  * #8371, also in 14.0) never find it again for such plans, so every
  * execution added one more to memory that is kept as long as the backend:
  * about 37 kB per call on the worker holding the key, without bound
- * (issue 18; test/citus/memory.sh). A custom plan knows the key, so Citus
+ * (test/citus/memory.sh measures it per backend). A custom plan knows the key, so Citus
  * prunes to the shard while planning and caches nothing; the planning it
  * repeats is about what the generic plan's execution did anyway (see the
  * README, "Citus"). On one node nothing changes: the plan cache chooses.

@@ -14,6 +14,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "protocol.h"
 
 /*
  * SQLSTATEs of our own, class "ID". Clients branch on them; the README's
@@ -41,22 +42,6 @@
 
 /* NOTIFY channel for claims that turned out stale and are held */
 #define IDEMPOTENCY_HELD_CHANNEL		"idempotency_held"
-
-typedef enum OperationStatus
-{
-	OPERATION_CLAIMED,
-	OPERATION_COMPLETED,
-	OPERATION_RELEASED,
-	OPERATION_SKIPPED
-} OperationStatus;
-
-typedef enum StalePolicy
-{
-	STALE_HOLD,
-	STALE_RETRY,
-	STALE_SKIP,
-	STALE_LOOKUP
-} StalePolicy;
 
 /* The prepared statements, see statements[] in idempotency.c */
 typedef enum Statement

@@ -497,10 +497,8 @@ fast_update_covers(const TargetRels *r, Relation rel)
 		return false;
 	if (constr != NULL && (constr->num_check > 0 || constr->has_generated_stored))
 		return false;
-#if PG_VERSION_NUM >= 180000
-	if (constr != NULL && constr->has_generated_virtual)
+	if (idem_has_generated_virtual(constr))
 		return false;
-#endif
 	if (rel->trigdesc != NULL)
 	{
 		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
@@ -567,6 +565,26 @@ end_record_lookup(Lookup *l, Snapshot snapshot, Relation rel)
 }
 
 /*
+ * A completed record: does the protocol answer the claim completed, with
+ * nothing to write? Only when the fingerprints do not differ; asked of
+ * idem_decide_claim() so that the probe cannot drift from the SPI path.
+ */
+static bool
+probe_answers_completed(bool fingerprint_differs)
+{
+	ClaimRecord rec = {0};
+	ClaimRequest req = {0};
+	ClaimAction act;
+
+	rec.found = true;
+	rec.status = OPERATION_COMPLETED;
+	rec.fingerprint_differs = fingerprint_differs;
+	req.wait = true;
+	act = idem_decide_claim(&rec, &req);
+	return act.step == CLAIM_ANSWER && act.verdict == VERDICT_COMPLETED;
+}
+
+/*
  * claim_operation()'s probe. PROBE_COMPLETED fills *attempt and *result (a
  * detoasted copy in the caller's memory context); PROBE_ABSENT: no record
  * is visible; PROBE_OTHER: anything else (another status, a different
@@ -596,7 +614,8 @@ idem_probe(const Target *t, Oid caller, bool worker_roles, text *job_type, text 
 
 		r = PROBE_OTHER;
 		if (DatumGetObjectId(status) == tr->completed &&
-			(fingerprint == NULL || isnull || idem_same_text(fingerprint, DatumGetTextPP(fp))) &&
+			probe_answers_completed(fingerprint != NULL && !isnull &&
+									!idem_same_text(fingerprint, DatumGetTextPP(fp))) &&
 			may_work(tr, caller, worker_roles, job_type, snapshot))
 		{
 			Datum		res;
@@ -677,14 +696,24 @@ idem_fast_complete(const Target *t, Oid caller, bool worker_roles, text *job_typ
 		bool		isnull;
 		Oid			status = DatumGetObjectId(slot_getattr(l.slot, tr->att_status, &isnull));
 		int32		current = DatumGetInt32(slot_getattr(l.slot, tr->att_attempt, &isnull));
+		FencedRecord rec;
+
+		/*
+		 * The protocol's decision on this record; the fast path knows the
+		 * OIDs of the statuses it reads, and any other is released.
+		 */
+		rec.found = true;
+		rec.attempt = current;
+		rec.status = status == tr->claimed ? OPERATION_CLAIMED :
+			status == tr->skipped ? OPERATION_SKIPPED :
+			status == tr->completed ? OPERATION_COMPLETED : OPERATION_RELEASED;
 
 		/*
 		 * A NULL result into a column a DBA made NOT NULL: the executor's
 		 * check (23502) is the SPI path's. (completed_at is never NULL
 		 * here; the columns not written keep what the record has.)
 		 */
-		if (current == attempt &&
-			(status == tr->claimed || status == tr->skipped) &&
+		if (idem_decide_fenced(FENCED_COMPLETE, &rec, attempt) == FENCE_UPDATE &&
 			!(result_isnull && TupleDescAttr(RelationGetDescr(rel), tr->att_result - 1)->attnotnull) &&
 			may_work(tr, caller, worker_roles, job_type, snapshot))
 		{

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The protocol's decisions, unit-tested without a server: `make unit` builds
+# test/unit/test_protocol.c with src/protocol.c (plain C, the system
+# compiler, no PostgreSQL header) in a temporary directory and runs it:
+# every policy x record state x call combination of claim, complete,
+# release, extend_lease and resolve. Under a second.
+set -euo pipefail
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/unit.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+make -s --no-print-directory unit UNIT_BIN="$tmp/test_protocol"
