@@ -30,6 +30,9 @@
  *	complete-first	the record was completed while the case expected the
  *			claim (or stale_claims() could never list it), and the
  *			handler had made no effect by its handled point
+ *	after-handled	a delivery that returned at its handled point without
+ *			an effect, the count higher when the case ended, no delivery
+ *			after it that ran: the effect came after the point
  *	new-key	a claim that ran under another key holding the case's key:
  *			a copy the job scheduled under a key of its own
  *	verdict	more effects than deliveries that ran through the claim when
@@ -117,6 +120,8 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 	int			blamed = -1;	/* a judged delivery the count grew after */
 	int			newkey = -1;
 	int			at_end;
+	int			made_in_case = 0;	/* of those, before the case ended */
+	int			bare = -1;		/* returned at handled without an effect */
 	const char *p;
 
 	if (nk == 0 || !cr->ran)
@@ -168,7 +173,13 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 			id002++;
 		if (d->runs && d->handled &&
 			!(strcmp(d->verdict, "verify") == 0 && d->eff_after >= 0 && d->eff_after == d->eff_before))
+		{
 			made++;
+			if (!d->stray)
+				made_in_case++;
+		}
+		if (d->runs && d->handled && d->eff_after >= 0 && d->eff_after == d->eff_before)
+			bare = i;			/* the last that returned without an effect */
 		if (!d->runs && no_run(d->verdict) && blamed < 0 && d->eff_before >= 0 &&
 			cr->obs_emails > d->eff_before)
 			blamed = i;
@@ -216,6 +227,27 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 		}
 	}
 
+	/*
+	 * after-handled: a delivery that returned at its handled point without
+	 * an effect, the count higher when the case ended and no delivery after
+	 * it that ran: its effect came after the point (after the completion,
+	 * or in a call the handler did not wait for)
+	 */
+	if (bare >= 0 && at_end > s->d[bare].eff_after)
+	{
+		for (i = bare + 1; i < s->nd; i++)
+			if (key_of(s, c, &s->d[i]) >= 0 && s->d[i].runs)
+				break;
+		if (i == s->nd)
+		{
+			snprintf(out, sz, "the handler of %s reached its handled point before its %s was made (%d "
+					 "counted there, %d when the case ended): the job completes (or returns) before the %s has landed, so "
+					 "a worker that dies in between loses it",
+					 s->d[bare].key, eff, s->d[bare].eff_after, at_end, eff);
+			return true;
+		}
+	}
+
 	/* new-key: a copy that claimed under a key of its own */
 	if (newkey >= 0)
 	{
@@ -226,24 +258,23 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 		return true;
 	}
 
-	if (cr->obs_emails < 0 || cr->obs_emails <= made)
-		return false;
-
 	/*
 	 * verdict: the count grew after a delivery the claim told to run
 	 * nothing, and before the case ended (an effect that came only in the
 	 * drain is a copy's, below)
 	 */
-	if (blamed >= 0 && at_end > made)
+	if (blamed >= 0 && at_end > made_in_case)
 	{
 		snprintf(out, sz, "a delivery of %s judged %s still made a %s (%d made, %d deliver%s ran through "
 				 "the claim): the job ignores the claim's verdict",
 				 s->case_keys[c][key_of(s, c, &s->d[blamed])], s->d[blamed].verdict, eff,
-				 cr->obs_emails, made, made == 1 ? "y" : "ies");
+				 at_end, made_in_case, made_in_case == 1 ? "y" : "ies");
 		return true;
 	}
 
 	/* unclaimed: more effects than claims that ran, no verdict to blame */
+	if (cr->obs_emails < 0 || cr->obs_emails <= made)
+		return false;
 	snprintf(out, sz, "%d %ss of %s were made where %d deliver%s ran through the claim%s, and no "
 			 "other delivery claimed it: the job makes the %s somewhere without the claim (a copy of "
 			 "itself it schedules that skips the claim)",
