@@ -15,9 +15,10 @@
 # filesystem transport) must pass every case under hold. The three mutations
 # that need the runner's effect = http (swallows provider errors, no client
 # timeout, retries a permanent refusal forever) are listed as pending, not
-# run. The three languages run at once: about 3 minutes on the 2-core
-# machine (182 s measured, the Python lane: 96 s of it the Celery
-# wrapper's 13 cases; a mutation 1-5 s, a plain correct variant 16-21 s).
+# run. The three languages run at once, the Celery wrapper in a lane of its
+# own: 2-3 minutes on the 2-core machine (124 s measured at a load average
+# of 11, the wrapper's 13 cases 123 s of it; 182 s with the wrapper in the
+# Python lane; a mutation 1-8 s, a plain correct variant 16-30 s).
 # Installs python3-psycopg, python3-celery, ruby and ruby-pg (root) when
 # missing; Node.js 22 as hook 80 gets it (examples/e2e/deps.sh), and
 # helpers/node's packages (npm ci there, from its lock file, once).

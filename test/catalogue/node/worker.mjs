@@ -94,6 +94,16 @@ async function refund(dir, runKey, opKey, attempt) {
   }
 }
 
+// the lookup policy's question (verdict verify): was the refund made? (the
+// provider's own record; here the effects file)
+function refunded(dir, runKey) {
+  try {
+    return fs.readFileSync(path.join(dir, 'effects'), 'utf8').split('\n').some((l) => l.split(' ')[0] === runKey);
+  } catch {
+    return false;
+  }
+}
+
 function operationKey(runKey, file) {
   if (MUTATION === 'message-id') return `msg-${path.basename(file)}`;
   if (KEY_MODE === 'prefix') return `refund:${runKey}`;
@@ -150,8 +160,9 @@ async function handle(pool, dir, file, message, lease) {
       return done();
     }
     try {
-      value = MUTATION === 'effect-before-claim' ? { refunded: 'before the claim' }
-        : await refund(dir, runKey, key, c.attempt);
+      if (MUTATION === 'effect-before-claim') value = { refunded: 'before the claim' };
+      else if (c.verdict === 'verify' && refunded(dir, runKey)) value = { found: true };   // lookup: look first
+      else value = await refund(dir, runKey, key, c.attempt);
     } catch (err) {
       if (err instanceof ProviderRefused) {       // refused for good: the operation ends
         value = { refused: err.message };

@@ -90,6 +90,16 @@ def refund(spool, run_key, op_key, attempt):
             raise                                # a timeout: the outcome is unknown
 
 
+def refunded(spool, run_key):
+    """the lookup policy's question (verdict verify): was the refund made?
+    (the provider's own record; here the effects file)"""
+    try:
+        with open(dirqueue.effects_file(spool)) as f:
+            return any(line.split(" ", 1)[0] == run_key for line in f)
+    except FileNotFoundError:
+        return False
+
+
 def operation_key(run_key, path):
     if MUTATION == "message-id":             # the message's own id: another per delivery
         return "msg-" + os.path.basename(path)
@@ -160,6 +170,8 @@ def handle(spool, path, message, lease):
         try:
             if MUTATION == "effect-before-claim":
                 value = {"refunded": "before the claim"}
+            elif c.verdict == "verify" and refunded(spool, run_key):   # lookup: look first
+                value = {"found": True}
             else:
                 value = refund(spool, run_key, key, c.attempt)
         except ProviderRefused as err:      # refused for good: the operation ends

@@ -100,6 +100,14 @@ def refund(spool, run_key, op_key, attempt)
   end
 end
 
+# the lookup policy's question (verdict verify): was the refund made? (the
+# provider's own record; here the effects file)
+def refunded?(spool, run_key)
+  File.foreach(File.join(spool, "effects")).any? { |l| l.split(" ", 2).first == run_key }
+rescue Errno::ENOENT
+  false
+end
+
 def operation_key(run_key, path)
   return "msg-#{File.basename(path)}" if MUTATION == "message-id"
   return "refund:#{run_key}" if KEY_MODE == "prefix"
@@ -157,7 +165,10 @@ def handle(conn, beat_conn, spool, path, message, lease)
       return done.call
     end
     begin
-      value = MUTATION == "effect-before-claim" ? { "refunded" => "before the claim" } : refund(spool, run_key, key, c.attempt)
+      value = if MUTATION == "effect-before-claim" then { "refunded" => "before the claim" }
+              elsif c.verify? && refunded?(spool, run_key) then { "found" => true }   # lookup: look first
+              else refund(spool, run_key, key, c.attempt)
+              end
     rescue ProviderRefused => e             # refused for good: the operation ends
       value = { "refused" => e.message }
     rescue PgIdempotency::KnownFailure => e # certainly not refunded: released, retried
