@@ -12,10 +12,11 @@
 # exit 1, exactly those cases failing, each with its diagnosis sentence;
 # the correct variants (the base, a prefixed key, a hashed key declared
 # with key_command; in Python also the wrapper, a Celery task on kombu's
-# filesystem transport) must pass every case under hold. The three mutations
-# that need the runner's effect = http (swallows provider errors, no client
-# timeout, retries a permanent refusal forever) are listed as pending, not
-# run. The three languages run at once, the Celery wrapper in a lane of its
+# filesystem transport) must pass every case under hold. With the job file
+# made for the run's own HTTP endpoint (effect = http): swallows provider
+# errors, no client timeout, retries a permanent refusal forever, each
+# failing its fault case with the runner's sentence, and the correct job
+# passing cases 14-18 under retry. The three languages run at once, the Celery wrapper in a lane of its
 # own: 2-3 minutes on the 2-core machine (124 s measured at a load average
 # of 11, the wrapper's 13 cases 123 s of it; 182 s with the wrapper in the
 # Python lane; a mutation 1-8 s, a plain correct variant 16-30 s).
