@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "diagnosis.h"
 #include "engine.h"
 
 /* ---------------------------------------------------------------------
@@ -1843,6 +1844,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 		}
 		if (!job->reference && job->drain_s > 0 && !matrix_interrupted)
 			drain(s, pr);
+		diagnose_policy(s, pr);
 		s->pr = NULL;
 		pr->seconds = now_seconds() - tp;
 		progress_clear(ctx);

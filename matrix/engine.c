@@ -909,9 +909,12 @@ arrived(signoff_state *s, exch *x)
 		d->runs = claimed;
 		d->stray = ki < 0;
 		x->delivery = (int) (d - s->d);
-		/* verify: the effects now and at handled tell found from not found */
-		if (claimed && ki >= 0 && strcmp(x->verdict, "verify") == 0 &&
-			strcmp(s->job->effects_source, "handled reports") != 0)
+		/*
+		 * verify: the effects now and at handled tell found from not found;
+		 * a user's job: every point's count, for the diagnosis (diagnosis.c)
+		 */
+		if (ki >= 0 && strcmp(s->job->effects_source, "handled reports") != 0 &&
+			((claimed && strcmp(x->verdict, "verify") == 0) || !s->job->reference))
 		{
 			int			n = effects_count(s, s->keys[ki], false);
 

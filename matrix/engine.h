@@ -55,8 +55,9 @@ typedef struct delivery
 	bool		failed;			/* answered fail at claimed */
 	char		mark[32];		/* the case's word for it: "slow", ... */
 	char		after[24];		/* an item after it: "released" */
-	int			eff_before;		/* verify: effects at claimed; -1 */
-	int			eff_after;		/* verify: effects at handled; -1 */
+	int			eff_before;		/* effects at claimed or judged (verify; a
+								 * user's job: each point); -1 */
+	int			eff_after;		/* effects at handled, where counted; -1 */
 	bool		stray;			/* not a key of the case it came in */
 	bool		has_result;		/* judged: the line gave the stored result */
 	char		result[512];

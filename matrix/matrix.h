@@ -15,6 +15,8 @@
  *	case_steps.c	the steps of each case, and the run over the policies
  *				and cases (signoff_run): a user's job (--job) or the
  *				reference job
+ *	diagnosis.c	what a failing case says the job did wrong, one sentence
+ *				from what the engine observed (diagnosis.h)
  *	engine.c	the engine: a job's worker processes, the protocol's socket,
  *				its commands, the waits, the kills at the protocol's
  *				points, what a case observed (engine.h, its own)

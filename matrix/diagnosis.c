@@ -1,0 +1,318 @@
+/*
+ * diagnosis.c
+ *		What a failing case of a sign-off run says the job did wrong: one
+ *		sentence, in the job's own words (the job file's effect_name),
+ *		derived from what the run observed.
+ *
+ * The cells and the notes say what was observed (effects 2, expected 1; a
+ * verdict ID002 where completed was expected); the sentence says what the
+ * job must have done to give that, so that its author knows where to
+ * look. It is the first note of the case, "Diagnosis: ...", and is written
+ * only where the observations point at one mistake; a case they do not
+ * explain gets none (its cells and notes still say what failed).
+ *
+ * What it reads, all in the run's state after the policy's cases and the
+ * drain (the final counts): each delivery of a case's keys, in the order
+ * its claimed or judged point arrived (its verdict, whether it reached
+ * handled or was killed, and the effects counted at its points: the engine
+ * counts them for a user's job with an effects command or query); claims
+ * under another key that holds the case's key (a copy under a key of its
+ * own); the case's record and notes. The rules, in the order they are
+ * tried:
+ *
+ *	key		the claim's key cannot be mapped: a message id (another key
+ *			per delivery) or a mapping the job file does not declare
+ *	before	the first delivery of a fresh key had made an effect when it
+ *			reached its claim: the effect comes before the claim
+ *	fingerprint	the same message again was refused with ID002 (case 11
+ *			expects one, for its other arguments): the arguments change
+ *			between deliveries
+ *	complete-first	the record was completed while the case expected the
+ *			claim (or stale_claims() could never list it), and the
+ *			handler had made no effect by its handled point
+ *	after-handled	a delivery that returned at its handled point without
+ *			an effect, the count higher when the case ended, no delivery
+ *			after it that ran: the effect came after the point
+ *	new-key	a claim that ran under another key holding the case's key:
+ *			a copy the job scheduled under a key of its own
+ *	verdict	more effects than deliveries that ran through the claim when
+ *			the case ended, and the count grew after a delivery judged
+ *			completed, in_progress, held or skipped: the job ignores the
+ *			verdict
+ *	unclaimed	more effects than deliveries that ran through the claim,
+ *			none judged to blame (or the extra came only in the drain):
+ *			something made the effect without a claim (a copy of itself
+ *			the job scheduled)
+ *
+ * The reference run is not diagnosed: its job is the runner's own.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "diagnosis.h"
+
+/* the job's effect, its plural */
+static const char *
+effect_of(const signoff_state *s)
+{
+	const char *e = s->job->value[JF_EFFECT_NAME];
+
+	return e && *e ? e : "effect";
+}
+
+static bool
+no_run(const char *v)
+{
+	return strcmp(v, "completed") == 0 || strcmp(v, "in_progress") == 0 ||
+		strcmp(v, "held") == 0 || strcmp(v, "skipped") == 0;
+}
+
+/* does key hold the run's key k at a boundary, and is not k itself? */
+static bool
+holds_key(const char *key, const char *k)
+{
+	size_t		m = strlen(k);
+	const char *p;
+
+	if (m == 0 || strcmp(key, k) == 0)
+		return false;
+	for (p = strstr(key, k); p; p = strstr(p + 1, k))
+	{
+		bool		left = p == key || !isalnum((unsigned char) p[-1]);
+		bool		right = !isalnum((unsigned char) p[m]);
+
+		if (left && right)
+			return true;
+	}
+	return false;
+}
+
+/* the case's key (0, 1) that delivery d was claimed under, or -1 */
+static int
+key_of(const signoff_state *s, int c, const delivery *d)
+{
+	int			k;
+
+	for (k = 0; k < s->case_nkeys[c]; k++)
+		if (strcmp(d->key, s->case_opkeys[c][k]) == 0)
+			return k;
+	return -1;
+}
+
+/*
+ * The sentence for case c of the policy (an index into pr's cases, the
+ * same as s->case_keys'), or false when the observations point at no one
+ * mistake.
+ */
+bool
+diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out, size_t sz)
+{
+	const case_result *cr = &pr->cases[c];
+	const char *eff = effect_of(s);
+	const char *notes = sb_str(&cr->notes);
+	int			nk = s->case_nkeys[c];
+	int			i,
+				k;
+	int			made = 0;		/* deliveries that ran through the claim */
+	int			id002 = 0;
+	int			first[2] = {-1, -1};
+	int			blamed = -1;	/* a judged delivery the count grew after */
+	int			newkey = -1;
+	int			at_end;
+	int			made_in_case = 0;	/* of those, before the case ended */
+	int			bare = -1;		/* returned at handled without an effect */
+	static const char *const judged_here[] = {"1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13"};
+	bool		mine = false;
+
+	/*
+	 * the cases of one delivery at a time; the faults at the effect, the
+	 * storm and the batch (14 and later) and case 8 say what went wrong
+	 * themselves
+	 */
+	for (i = 0; i < (int) (sizeof(judged_here) / sizeof(judged_here[0])); i++)
+		mine = mine || strcmp(cr->id, judged_here[i]) == 0;
+	if (nk == 0 || !cr->ran || !mine)
+		return false;
+
+	/* the count when the case ended (the drain may have changed obs_emails) */
+	at_end = cr->at_end >= 0 ? cr->at_end : cr->obs_emails;
+
+	/* key: the claims cannot be mapped to the run's keys */
+	if (strstr(notes, "it is a message id"))
+	{
+		snprintf(out, sz, "the %s job claims under the message's own id, another key for every delivery "
+				 "of one message, so no redelivery ever finds the claim and every delivery may make "
+				 "its own %s: claim under the operation's key (the run's key, or one made from it)",
+				 eff, eff);
+		return true;
+	}
+	if (strstr(notes, "which the run cannot map"))
+	{
+		snprintf(out, sz, "the %s job claims under a key made from the run's key in a way the job file "
+				 "does not declare, so the run cannot find its claims: declare it (key = a template "
+				 "with {key}, or key_command)", eff);
+		return true;
+	}
+
+	for (i = 0; i < s->nd; i++)
+	{
+		const delivery *d = &s->d[i];
+
+		k = key_of(s, c, d);
+		if (k < 0)
+		{
+			for (k = 0; k < nk; k++)
+				if (d->runs && newkey < 0 && holds_key(d->key, s->case_keys[c][k]) &&
+					strcmp(d->key, s->case_opkeys[c][k]) != 0)
+					newkey = i;
+			continue;
+		}
+		if (first[k] < 0)
+			first[k] = i;
+		if (!d->runs && strcmp(d->verdict, "error") == 0 && strcmp(d->sqlstate, "ID002") == 0)
+			id002++;
+		if (d->runs && d->handled &&
+			!(strcmp(d->verdict, "verify") == 0 && d->eff_after >= 0 && d->eff_after == d->eff_before))
+		{
+			made++;
+			if (!d->stray)
+				made_in_case++;
+		}
+		if (d->runs && d->handled && d->eff_after >= 0 && d->eff_after == d->eff_before)
+			bare = i;			/* the last that returned without an effect */
+		if (!d->runs && no_run(d->verdict) && blamed < 0 && d->eff_before >= 0 &&
+			cr->obs_emails > d->eff_before)
+			blamed = i;
+	}
+
+	/* before: a fresh key had an effect when its first delivery reached the claim */
+	for (k = 0; k < nk; k++)
+		if (first[k] >= 0 && s->d[first[k]].eff_before > 0)
+		{
+			snprintf(out, sz, "the first delivery of %s had already made a %s when it reached its claim "
+					 "(%d counted at its %s point): the job makes the %s before it claims the key, so "
+					 "the claim cannot stop a second one",
+					 s->case_keys[c][k], eff, s->d[first[k]].eff_before,
+					 s->d[first[k]].runs ? "claimed" : "judged", eff);
+			return true;
+		}
+
+	/* fingerprint: ID002 for the same message (case 11 sends other arguments once) */
+	if (id002 > (strcmp(cr->id, "11") == 0 ? 1 : 0))
+	{
+		snprintf(out, sz, "the same message of %s sent again was refused with ID002 (another "
+				 "fingerprint): the %s job's arguments differ between deliveries of one message (a "
+				 "time, a message id, a counter among them), so a redelivery is refused instead of "
+				 "answered from the record", s->case_keys[c][0], eff);
+		return true;
+	}
+
+	/* complete-first: completed while the claim was expected, no effect at handled */
+	if ((strstr(cr->obs_record, "completed") && strstr(cr->exp_record, "claimed")) ||
+		strstr(notes, "already, so stale_claims() will never list it"))
+	{
+		for (i = 0; i < s->nd; i++)
+		{
+			const delivery *d = &s->d[i];
+
+			if (key_of(s, c, d) >= 0 && d->runs && d->handled && strcmp(d->verdict, "run") == 0 &&
+				d->eff_after >= 0 && d->eff_after == d->eff_before)
+			{
+				snprintf(out, sz, "the operation of %s was completed before its %s was made (none at the "
+						 "handled point, the record already completed): the job completes before the %s, "
+						 "so a worker that dies in between loses the %s for good",
+						 d->key, eff, eff, eff);
+				return true;
+			}
+		}
+	}
+
+	/*
+	 * after-handled: a delivery that returned at its handled point without
+	 * an effect, the count higher when the case ended and no delivery after
+	 * it that ran: its effect came after the point (after the completion,
+	 * or in a call the handler did not wait for)
+	 */
+	if (bare >= 0 && at_end > s->d[bare].eff_after)
+	{
+		for (i = bare + 1; i < s->nd; i++)
+			if (key_of(s, c, &s->d[i]) >= 0 && s->d[i].runs)
+				break;
+		if (i == s->nd)
+		{
+			snprintf(out, sz, "the handler of %s reached its handled point before its %s was made (%d "
+					 "counted there, %d when the case ended): the job completes (or returns) before the %s has landed, so "
+					 "a worker that dies in between loses it",
+					 s->d[bare].key, eff, s->d[bare].eff_after, at_end, eff);
+			return true;
+		}
+	}
+
+	/* new-key: a copy that claimed under a key of its own */
+	if (newkey >= 0)
+	{
+		snprintf(out, sz, "a copy of the message claimed under the new key %s and made another %s: the "
+				 "job reschedules itself with a fresh message under a key the claim of %s does not "
+				 "know, so the copy runs unprotected",
+				 s->d[newkey].key, eff, s->case_keys[c][0]);
+		return true;
+	}
+
+	/*
+	 * verdict: the count grew after a delivery the claim told to run
+	 * nothing, and before the case ended (an effect that came only in the
+	 * drain is a copy's, below)
+	 */
+	if (blamed >= 0 && at_end > made_in_case)
+	{
+		snprintf(out, sz, "a delivery of %s judged %s still made a %s (%d made, %d deliver%s ran through "
+				 "the claim): the job ignores the claim's verdict",
+				 s->case_keys[c][key_of(s, c, &s->d[blamed])], s->d[blamed].verdict, eff,
+				 at_end, made_in_case, made_in_case == 1 ? "y" : "ies");
+		return true;
+	}
+
+	/* unclaimed: more effects than claims that ran, no verdict to blame */
+	if (cr->obs_emails < 0 || cr->obs_emails <= made)
+		return false;
+	snprintf(out, sz, "%d %ss of %s were made where %d deliver%s ran through the claim%s, and no "
+			 "other delivery claimed it: the job makes the %s somewhere without the claim (a copy of "
+			 "itself it schedules that skips the claim)",
+			 cr->obs_emails, eff, nk > 1 ? "the case's keys" : s->case_keys[c][0],
+			 made, made == 1 ? "y" : "ies", at_end < cr->obs_emails ? ", the last after the case had ended" : "",
+			 eff);
+	return true;
+}
+
+/*
+ * Each failing case of the policy gets its sentence as its first note,
+ * "Diagnosis: ...". Called once per policy, after its cases and the drain,
+ * before the policy is reported.
+ */
+void
+diagnose_policy(const signoff_state *s, policy_result *pr)
+{
+	int			c;
+
+	if (s->job->reference)
+		return;
+	for (c = 0; c < pr->ncases; c++)
+	{
+		case_result *cr = &pr->cases[c];
+		char		sentence[700];
+		sbuf		notes;
+
+		if (cr->pass || !diagnose_case(s, pr, c, sentence, sizeof(sentence)))
+			continue;
+		sb_init(&notes);
+		sb_printf(&notes, "Diagnosis: %s.", sentence);
+		if (cr->notes.len)
+		{
+			sb_puts(&notes, "\n");
+			sb_puts(&notes, sb_str(&cr->notes));
+		}
+		sb_free(&cr->notes);
+		cr->notes = notes;
+	}
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The catalogue of broken jobs (issue 28, "Proof: a catalogue of broken
+# jobs"): test/catalogue/run.sh runs test/catalogue/catalogue.txt through
+# the sign-off runner (idempotency-matrix --job). The same refund job in
+# each helper language (Python on pg_idempotency, Ruby on the
+# pg-idempotency gem, Node.js on its npm package; the plain functions, the
+# directory queue of test/signoff, no broker) and its one-change mutations:
+# ignores the verdict, the effect before the claim, the completion before
+# the effect, a copy it schedules of itself (without a claim, and under a
+# key of its own), a key from the message id, arguments that differ per
+# delivery. Each runs with only the policy and cases that catch it and must
+# exit 1, exactly those cases failing, each with its diagnosis sentence;
+# the correct variants (the base, a prefixed key, a hashed key declared
+# with key_command; in Python also the wrapper, a Celery task on kombu's
+# filesystem transport) must pass under hold (the base every case, the keys
+# 1, 2, 5, 6 and 9, the wrapper 1-13). With the job file
+# made for the run's own HTTP endpoint (effect = http): swallows provider
+# errors, no client timeout, retries a permanent refusal forever, each
+# failing its fault case with the runner's sentence, and the correct job
+# passing cases 14-18 under retry. The three languages run at once, the Celery wrapper in a lane of its
+# own: about 3 minutes on the 2-core machine (193 s measured, the Celery
+# wrapper's 13 cases 141 s of it; 385 s at a load average of 14 with the
+# correct variants on every case; a mutation 1-11 s, a fault at the effect
+# 6-33 s, the correct job's 14 cases under hold about 30 s).
+# Installs python3-psycopg, python3-celery, ruby and ruby-pg (root) when
+# missing; Node.js 22 as hook 80 gets it (examples/e2e/deps.sh), and
+# helpers/node's packages (npm ci there, from its lock file, once).
+set -euo pipefail
+source examples/e2e/deps.sh
+e2e_debs python3-psycopg python3-celery ruby ruby-pg
+e2e_node examples/sqs 22
+e2e_npm helpers/node
+exec test/catalogue/run.sh

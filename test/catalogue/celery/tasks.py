@@ -1,0 +1,53 @@
+"""tasks.py: the catalogue's refund job in Python on the wrapper instead of
+the plain functions (test/catalogue/README.md): a Celery task with
+pg_idempotency.celery's IdempotentTask, on kombu's filesystem transport (a
+broker that is a directory: no server), one directory per sign-off run
+under $SIGNOFF_TEST_DIR (else $TMPDIR). The effect is the same line in the
+same effects file as python/worker.py's, counted by ../signoff/effects.sh.
+
+    python3 -m celery -A tasks worker -P solo -c 1 --without-gossip --without-mingle
+    python3 enqueue.py KEY [--other]
+"""
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "..", "helpers", "python"))
+sys.path.insert(0, os.path.join(here, "..", "..", "signoff"))
+
+from celery import Celery  # noqa: E402
+
+import dirqueue  # noqa: E402
+from pg_idempotency.celery import IdempotentTask  # noqa: E402
+
+
+def broker_dir():
+    base = os.environ.get("SIGNOFF_TEST_DIR") or os.environ.get("TMPDIR") or "/tmp"
+    path = os.path.join(base, "celery-" + os.environ.get("IDEMPOTENCY_SIGNOFF_RUN", "none"))
+    os.makedirs(os.path.join(path, "processed"), exist_ok=True)
+    return path
+
+
+app = Celery("catalogue_refund", broker="filesystem://")
+app.conf.update(
+    broker_transport_options={"data_folder_in": broker_dir(), "data_folder_out": broker_dir(),
+                              "processed_folder": os.path.join(broker_dir(), "processed"),
+                              "polling_interval": 0.05},
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+
+
+@app.task(base=IdempotentTask, name="refund", key_arg="key", lease=300, job_type="catalogue_refund")
+def refund(key, variant):
+    spool = dirqueue.spool()
+    fd = os.open(dirqueue.effects_file(spool), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{key} celery {os.getpid()}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"refunded": True}

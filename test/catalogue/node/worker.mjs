@@ -1,0 +1,215 @@
+// worker.mjs: the catalogue's refund job in Node.js (test/catalogue/README.md):
+// one worker process on the directory queue of test/signoff/dirqueue.py (the
+// same files: a message is a JSON file taken by rename), written with
+// pg-idempotency's plain functions and sign-off points. The same job as
+// ../python/worker.py, mutation for mutation: CATALOGUE_MUTATION picks one
+// change of the correct job, CATALOGUE_KEY the operation key (run, prefix,
+// hash); with IDEMPOTENCY_SIGNOFF_HTTP the refund is a POST to the provider.
+//
+//   node node/worker.mjs     (helpers/node's packages installed: npm ci there)
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Heartbeat, KnownFailure, claim, claimErrorHeals, complete, fingerprintOf, isBusy, release,
+         signoff } from '../../../helpers/node/index.mjs';
+
+const helper = fileURLToPath(new URL('../../../helpers/node/index.mjs', import.meta.url));
+const pg = createRequire(helper)('pg');   // helpers/node's own pg
+
+const JOB = 'catalogue_refund';
+const MUTATION = process.env.CATALOGUE_MUTATION || 'correct';
+const KEY_MODE = process.env.CATALOGUE_KEY || 'run';
+const HTTP = process.env.IDEMPOTENCY_SIGNOFF_HTTP || null;
+const so = signoff();
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const log = (msg) => process.stderr.write(`${new Date().toISOString().slice(11, 23)} refund worker ${process.pid}: ${msg}\n`);
+
+class ProviderRefused extends Error {}
+
+function spool() {
+  const base = process.env.SIGNOFF_TEST_DIR || process.env.TMPDIR || '/tmp';
+  const run = process.env.IDEMPOTENCY_SIGNOFF_RUN;
+  if (!run) { log('IDEMPOTENCY_SIGNOFF_RUN is not set'); process.exit(2); }
+  const dir = path.join(base, `spool-${run}`);
+  for (const d of ['queue', 'tmp', 'processing', 'pids']) fs.mkdirSync(path.join(dir, d), { recursive: true });
+  return dir;
+}
+
+function put(dir, message, delay = 0) {
+  const { not_before: _, ...rest } = message;
+  const name = `${String(BigInt(Date.now()) * 1000000n).padStart(20, '0')}-${process.pid}-${randomBytes(4).toString('hex')}.msg`;
+  const tmp = path.join(dir, 'tmp', name);
+  const fd = fs.openSync(tmp, 'w');
+  fs.writeSync(fd, JSON.stringify({ ...rest, not_before: Date.now() / 1000 + delay }));
+  fs.fsyncSync(fd);
+  fs.closeSync(fd);
+  fs.renameSync(tmp, path.join(dir, 'queue', name));
+}
+
+function take(dir, mine) {
+  const now = Date.now() / 1000;
+  for (const name of fs.readdirSync(path.join(dir, 'queue')).sort()) {
+    const src = path.join(dir, 'queue', name);
+    let message;
+    try { message = JSON.parse(fs.readFileSync(src, 'utf8')); } catch { continue; }
+    if ((message.not_before ?? 0) > now) continue;
+    const dst = path.join(mine, name);
+    try { fs.renameSync(src, dst); } catch { continue; }
+    return [dst, message];
+  }
+  return null;
+}
+
+async function refund(dir, runKey, opKey, attempt) {
+  if (!HTTP) {
+    const fd = fs.openSync(path.join(dir, 'effects'), 'a', 0o644);
+    fs.writeSync(fd, `${runKey} ${attempt} ${process.pid}\n`);
+    fs.fsyncSync(fd);
+    fs.closeSync(fd);
+    return { refunded: true };
+  }
+  for (;;) {
+    let res;
+    try {
+      res = await fetch(`${HTTP}/refunds/${encodeURIComponent(opKey)}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': opKey },
+        body: '{"amount_cents": 1250}',
+        ...(MUTATION === 'no-timeout' ? {} : { signal: AbortSignal.timeout(5000) }),
+      });
+    } catch (err) {
+      if (MUTATION === 'swallow-errors') return { status: null };
+      if (err.cause?.code === 'ECONNREFUSED') throw new KnownFailure(`provider unreachable: ${err.cause.message}`);
+      throw err;                                   // a timeout: the outcome is unknown
+    }
+    if (res.ok) return { status: res.status };
+    if (MUTATION === 'retry-forever') { await sleep(200); continue; }   // every error transient
+    if (MUTATION === 'swallow-errors') { log(`${opKey}: provider answered ${res.status} (ignored)`); return { status: res.status }; }
+    if (res.status >= 400 && res.status < 500 && ![408, 429].includes(res.status)) {
+      throw new ProviderRefused(`provider answered ${res.status}`);
+    }
+    throw new KnownFailure(`provider answered ${res.status}`);
+  }
+}
+
+// the lookup policy's question (verdict verify): was the refund made? (the
+// provider's own record; here the effects file)
+function refunded(dir, runKey) {
+  try {
+    return fs.readFileSync(path.join(dir, 'effects'), 'utf8').split('\n').some((l) => l.split(' ')[0] === runKey);
+  } catch {
+    return false;
+  }
+}
+
+function operationKey(runKey, file) {
+  if (MUTATION === 'message-id') return `msg-${path.basename(file)}`;
+  if (KEY_MODE === 'prefix') return `refund:${runKey}`;
+  if (KEY_MODE === 'hash') return createHash('sha256').update(`refund:${runKey}`).digest('hex').slice(0, 16);
+  return runKey;
+}
+
+const sorted = (o) => Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+
+async function handle(pool, dir, file, message, lease) {
+  const runKey = message.key;
+  const args = { ...message.args };
+  if (MUTATION === 'args-differ') args.received_at = Date.now() / 1000;
+  if (message.copy === 'unclaimed') {          // the job's own follow-up: no claim at all
+    await refund(dir, runKey, runKey, 0);
+    fs.unlinkSync(file);
+    return;
+  }
+  const key = message.copy === 'new-key' ? `${runKey}:again` : operationKey(runKey, file);
+  const done = () => fs.unlinkSync(file);
+  const again = (delay) => { put(dir, message, delay); fs.unlinkSync(file); };
+
+  if (MUTATION === 'effect-before-claim') await refund(dir, runKey, key, 0);
+  let c;
+  try {
+    c = await claim(pool, JOB, key, { fingerprint: fingerprintOf(JSON.stringify(sorted(args))) });
+  } catch (err) {
+    if (isBusy(err)) return again(lease);
+    if (!claimErrorHeals(err)) { log(`${key}: refused (${err.code}): ${err.message}`); return done(); }
+    log(`${key}: claim failed, again in 1 s: ${err.message}`);
+    return again(1);
+  }
+  if (!c.runs) {                               // claim() reported the point judged
+    log(`${key}: ${c.verdict} #${c.attempt}`);
+    if (MUTATION === 'ignore-verdict') await refund(dir, runKey, key, c.attempt);
+    return c.verdict === 'in_progress' ? again(lease) : done();
+  }
+  const point = (p) => so.point(p, { job_type: so.jobType(JOB), key, attempt: c.attempt, verdict: c.verdict,
+                                     heartbeat: true });
+  const beat = new Heartbeat(pool, JOB, key, c.attempt, lease / 4).start();
+  let value;
+  try {
+    if (await point('claimed') === 'fail') {
+      await beat.stop();
+      await release(pool, JOB, key, c.attempt);
+      log(`${key}: known failure: released attempt ${c.attempt}`);
+      return done();
+    }
+    if (MUTATION === 'complete-first') {
+      await beat.stop();
+      await complete(pool, JOB, key, c.attempt, { pid: process.pid });
+      await point('handled');
+      await refund(dir, runKey, key, c.attempt);
+      return done();
+    }
+    try {
+      if (MUTATION === 'effect-before-claim') value = { refunded: 'before the claim' };
+      else if (c.verdict === 'verify' && refunded(dir, runKey)) value = { found: true };   // lookup: look first
+      else value = await refund(dir, runKey, key, c.attempt);
+    } catch (err) {
+      if (err instanceof ProviderRefused) {       // refused for good: the operation ends
+        value = { refused: err.message };
+      } else if (err instanceof KnownFailure) {   // certainly not refunded: released, retried
+        await beat.stop();
+        await release(pool, JOB, key, c.attempt);
+        log(`${key}: ${err.message}: released attempt ${c.attempt}, again in 1 s`);
+        return again(1);
+      } else {
+        throw err;
+      }
+    }
+  } finally {
+    await beat.stop();
+  }
+  await point('handled');
+  if (MUTATION === 'reschedule-unclaimed' && !message.copy) put(dir, { ...message, copy: 'unclaimed' }, 1);
+  if (MUTATION === 'reschedule-new-key' && !message.copy) put(dir, { ...message, copy: 'new-key' }, 1);
+  try {
+    await complete(pool, JOB, key, c.attempt, value);
+    log(`${key}: ${c.verdict} #${c.attempt} completed`);
+  } catch (err) {
+    if (err.code !== 'ID003') throw err;
+    log(`${key}: attempt ${c.attempt} taken over (ID003)`);
+  }
+  return done();
+}
+
+let stopping = false;
+process.on('SIGTERM', () => { stopping = true; });
+const dir = spool();
+const mine = path.join(dir, 'processing', String(process.pid));
+fs.mkdirSync(mine, { recursive: true });
+fs.writeFileSync(path.join(dir, 'pids', String(process.pid)), `${process.pid}\n`);
+const lease = so.lease() ?? 30;
+const pool = new pg.Pool({ max: 3, ...(process.env.IDEMPOTENCY_SIGNOFF_DSN ? { connectionString: process.env.IDEMPOTENCY_SIGNOFF_DSN } : {}) });
+pool.on('error', (err) => log(`pg pool: ${err.message}`));
+log(`started (mutation ${MUTATION}, key ${KEY_MODE}); lease ${lease} s`);
+while (!stopping) {
+  const taken = take(dir, mine);
+  if (taken === null) { await sleep(20); continue; }
+  try {
+    await handle(pool, dir, ...taken, lease);
+  } catch (err) {                              // a failed job: logged, its message dropped
+    log(`${taken[1].key} failed: ${err.stack ?? err}`);
+    if (fs.existsSync(taken[0])) fs.unlinkSync(taken[0]);
+  }
+}
+await pool.end().catch(() => {});
+log('stopped (SIGTERM)');

@@ -1,0 +1,220 @@
+# worker.rb: the catalogue's refund job in Ruby (test/catalogue/README.md):
+# one worker process on the directory queue of test/signoff/dirqueue.py
+# (the same files: a message is a JSON file taken by rename), written with
+# pg-idempotency's plain calls and sign-off points. The same job as
+# ../python/worker.py, mutation for mutation: CATALOGUE_MUTATION picks one
+# change of the correct job, CATALOGUE_KEY the operation key (run, prefix,
+# hash); with IDEMPOTENCY_SIGNOFF_HTTP the refund is a POST to the provider.
+#
+#   ruby -I ../../helpers/ruby/lib ruby/worker.rb
+require "digest"
+require "json"
+require "net/http"
+require "securerandom"
+require "pg_idempotency"
+
+JOB = "catalogue_refund"
+MUTATION = ENV.fetch("CATALOGUE_MUTATION", "").then { |m| m.empty? ? "correct" : m }
+KEY_MODE = ENV.fetch("CATALOGUE_KEY", "").then { |m| m.empty? ? "run" : m }
+HTTP = ENV["IDEMPOTENCY_SIGNOFF_HTTP"].then { |h| h.nil? || h.empty? ? nil : h }
+$stderr.sync = true
+
+class ProviderRefused < StandardError; end
+
+def log(msg) = warn("#{Time.now.utc.strftime('%H:%M:%S.%L')} refund worker #{Process.pid}: #{msg}")
+
+def spool
+  base = [ENV["SIGNOFF_TEST_DIR"], ENV["TMPDIR"], "/tmp"].find { |d| d && !d.empty? }
+  run = ENV["IDEMPOTENCY_SIGNOFF_RUN"] or abort("worker.rb: IDEMPOTENCY_SIGNOFF_RUN is not set")
+  path = File.join(base, "spool-#{run}")
+  %w[queue tmp processing pids].each { |d| Dir.mkdir(File.join(path, d)) rescue Errno::EEXIST }
+  path
+end
+
+def put(spool, message, delay = 0.0)
+  message = message.reject { |k, _| k == "not_before" }.merge("not_before" => Time.now.to_f + delay)
+  name = format("%020d-%d-%s.msg", Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond), Process.pid,
+                SecureRandom.hex(4))
+  tmp = File.join(spool, "tmp", name)
+  File.open(tmp, "w") { |f| f.write(JSON.generate(message)); f.flush; f.fsync }
+  File.rename(tmp, File.join(spool, "queue", name))
+end
+
+def take(spool, mine)
+  now = Time.now.to_f
+  Dir.children(File.join(spool, "queue")).sort.each do |name|
+    src = File.join(spool, "queue", name)
+    message = begin
+      JSON.parse(File.read(src))
+    rescue Errno::ENOENT, JSON::ParserError
+      next
+    end
+    next if message.fetch("not_before", 0) > now
+    dst = File.join(mine, name)
+    begin
+      File.rename(src, dst)
+    rescue Errno::ENOENT
+      next
+    end
+    return [dst, message]
+  end
+  nil
+end
+
+def refund(spool, run_key, op_key, attempt)
+  unless HTTP
+    File.open(File.join(spool, "effects"), File::WRONLY | File::APPEND | File::CREAT, 0o644) do |f|
+      f.write("#{run_key} #{attempt} #{Process.pid}\n")
+      f.fsync
+    end
+    return { "refunded" => true }
+  end
+  uri = URI("#{HTTP}/refunds/#{op_key}")
+  loop do
+    begin
+      http = Net::HTTP.new(uri.host, uri.port)
+      if MUTATION == "no-timeout"
+        http.read_timeout = nil
+      else
+        http.open_timeout = 5
+        http.read_timeout = 5
+      end
+      res = http.post(uri.path, '{"amount_cents": 1250}', "Content-Type" => "application/json",
+                                                           "Idempotency-Key" => op_key)
+    rescue Errno::ECONNREFUSED => e
+      return { "status" => nil } if MUTATION == "swallow-errors"
+      raise PgIdempotency::KnownFailure, "provider unreachable: #{e.message}"
+    end
+    return { "status" => res.code.to_i } if res.is_a?(Net::HTTPSuccess)
+    if MUTATION == "retry-forever"          # every error transient: again, forever
+      sleep 0.2
+      next
+    end
+    if MUTATION == "swallow-errors"         # logged, and reported as a success
+      log("#{op_key}: provider answered #{res.code} (ignored)")
+      return { "status" => res.code.to_i }
+    end
+    code = res.code.to_i
+    raise ProviderRefused, "provider answered #{code}" if code >= 400 && code < 500 && ![408, 429].include?(code)
+    raise PgIdempotency::KnownFailure, "provider answered #{code}"
+  end
+end
+
+# the lookup policy's question (verdict verify): was the refund made? (the
+# provider's own record; here the effects file)
+def refunded?(spool, run_key)
+  File.foreach(File.join(spool, "effects")).any? { |l| l.split(" ", 2).first == run_key }
+rescue Errno::ENOENT
+  false
+end
+
+def operation_key(run_key, path)
+  return "msg-#{File.basename(path)}" if MUTATION == "message-id"
+  return "refund:#{run_key}" if KEY_MODE == "prefix"
+  return Digest::SHA256.hexdigest("refund:#{run_key}")[0, 16] if KEY_MODE == "hash"
+  run_key
+end
+
+def fingerprint(args) = "sha256:#{Digest::SHA256.hexdigest(JSON.generate(args.sort.to_h))}"
+
+def handle(conn, beat_conn, spool, path, message, lease)
+  run_key = message["key"]
+  args = message["args"].dup
+  args["received_at"] = Time.now.to_f if MUTATION == "args-differ"
+  if message["copy"] == "unclaimed"         # the job's own follow-up: no claim at all
+    refund(spool, run_key, run_key, 0)
+    return File.unlink(path)
+  end
+  key = message["copy"] == "new-key" ? "#{run_key}:again" : operation_key(run_key, path)
+  done = -> { File.unlink(path) }
+  again = ->(delay) { put(spool, message, delay); File.unlink(path) }
+
+  refund(spool, run_key, key, 0) if MUTATION == "effect-before-claim"
+  begin
+    c = PgIdempotency.claim(conn, JOB, key, fingerprint: fingerprint(args))
+  rescue PG::Error => e
+    return again.call(lease) if PgIdempotency.busy?(e)
+    unless PgIdempotency.claim_error_heals?(e)
+      log("#{key}: refused (#{PgIdempotency.sqlstate(e)}): #{e.message.lines.first&.strip}")
+      return done.call
+    end
+    log("#{key}: claim failed, again in 1 s: #{e.message}")
+    return again.call(1.0)
+  end
+  unless c.run?                             # claim() reported the point judged
+    log("#{key}: #{c.verdict} ##{c.attempt}")
+    refund(spool, run_key, key, c.attempt) if MUTATION == "ignore-verdict"
+    return again.call(lease) if c.verdict == "in_progress"
+    return done.call
+  end
+
+  beat = PgIdempotency::Heartbeat.new(beat_conn, lease / 4) { |b| PgIdempotency.extend_lease(b, JOB, key, c.attempt) }
+  value = nil
+  begin
+    if PgIdempotency.signoff_point(:claimed, JOB, key, attempt: c.attempt, verdict: c.verdict, heartbeat: true) == :fail
+      beat.stop
+      PgIdempotency.release(conn, JOB, key, c.attempt)
+      log("#{key}: known failure: released attempt #{c.attempt}")
+      return done.call
+    end
+    if MUTATION == "complete-first"
+      beat.stop
+      PgIdempotency.complete(conn, JOB, key, c.attempt, { "pid" => Process.pid })
+      PgIdempotency.signoff_point(:handled, JOB, key, attempt: c.attempt, verdict: c.verdict, heartbeat: true)
+      refund(spool, run_key, key, c.attempt)
+      return done.call
+    end
+    begin
+      value = if MUTATION == "effect-before-claim" then { "refunded" => "before the claim" }
+              elsif c.verify? && refunded?(spool, run_key) then { "found" => true }   # lookup: look first
+              else refund(spool, run_key, key, c.attempt)
+              end
+    rescue ProviderRefused => e             # refused for good: the operation ends
+      value = { "refused" => e.message }
+    rescue PgIdempotency::KnownFailure => e # certainly not refunded: released, retried
+      beat.stop
+      PgIdempotency.release(conn, JOB, key, c.attempt)
+      log("#{key}: #{e.message}: released attempt #{c.attempt}, again in 1 s")
+      return again.call(1.0)
+    end
+  ensure
+    beat.stop
+  end
+  PgIdempotency.signoff_point(:handled, JOB, key, attempt: c.attempt, verdict: c.verdict, heartbeat: true)
+  put(spool, message.merge("copy" => "unclaimed"), 1.0) if MUTATION == "reschedule-unclaimed" && !message["copy"]
+  put(spool, message.merge("copy" => "new-key"), 1.0) if MUTATION == "reschedule-new-key" && !message["copy"]
+  begin
+    PgIdempotency.complete(conn, JOB, key, c.attempt, value)
+    log("#{key}: #{c.verdict} ##{c.attempt} completed")
+  rescue PG::Error => e
+    raise unless PgIdempotency.sqlstate(e) == "ID003"
+    log("#{key}: attempt #{c.attempt} taken over (ID003)")
+  end
+  done.call
+end
+
+stopping = false
+Signal.trap("TERM") { stopping = true }
+dir = spool
+mine = File.join(dir, "processing", Process.pid.to_s)
+Dir.mkdir(mine) rescue Errno::EEXIST
+File.write(File.join(dir, "pids", Process.pid.to_s), "#{Process.pid}\n")
+lease = PgIdempotency.signoff_lease || 30.0
+dsn = ENV["IDEMPOTENCY_SIGNOFF_DSN"].then { |d| d.nil? || d.empty? ? nil : d }   # nil: the PG* variables
+conn = PgIdempotency::Connection.new(dsn)
+beat_conn = PgIdempotency::Connection.new(dsn)
+log("started (mutation #{MUTATION}, key #{KEY_MODE}); lease #{lease} s")
+until stopping
+  taken = take(dir, mine)
+  if taken.nil?
+    sleep 0.02
+    next
+  end
+  begin
+    handle(conn, beat_conn, dir, *taken, lease)
+  rescue StandardError => e                 # a failed job: logged, its message dropped
+    log("#{taken[1]['key']} failed: #{e.class}: #{e.message}")
+    File.unlink(taken[0]) if File.exist?(taken[0])
+  end
+end
+log("stopped (SIGTERM)")
