@@ -832,6 +832,8 @@ probe_key(signoff_state *s)
 	s->unmappable = true;
 }
 
+static int	worker_of(signoff_state *s, long pid);
+
 static delivery *
 new_delivery(signoff_state *s, const exch *x)
 {
@@ -860,6 +862,19 @@ new_delivery(signoff_state *s, const exch *x)
 	d->eff_before = d->eff_after = -1;
 	d->ki = x->ki;
 	d->at = now_seconds();
+	{
+		/* how long a worker takes to start and take a message: the drain's slack */
+		int			w = worker_of(s, x->pid);
+
+		if (w >= 0 && procs[w].started > 0 && !procs[w].pointed)
+		{
+			double		took = d->at - procs[w].started;
+
+			procs[w].pointed = true;
+			if (took > s->startup_s && took < s->job->timeout_s)
+				s->startup_s = took;
+		}
+	}
 	return d;
 }
 
@@ -1381,6 +1396,7 @@ start_workers(signoff_state *s, int n)
 			case_fail(s->cr, "the worker command could not start: %s", pid < 0 ? why : "too many processes");
 			return false;
 		}
+		procs[idx].started = now_seconds();
 		s->workers[s->nworkers++] = idx;
 	}
 	return true;

@@ -38,6 +38,8 @@ typedef struct sproc
 	bool		killed;
 	bool		gone;			/* the whole group is gone */
 	int			status;			/* exit status, 128 + signal */
+	double		started;		/* a worker: now_seconds() at its start */
+	bool		pointed;		/* a worker: a point of its has arrived */
 } sproc;
 
 /* one delivery of a message: a claimed or a judged point */
@@ -143,6 +145,7 @@ struct signoff_state
 	int			case_nkeys[MAX_CASES];
 	int			late[MAX_CASES];	/* deliveries that came after the case */
 	double		last_delivery;	/* now_seconds() of the latest point */
+	double		startup_s;		/* the longest a worker took from its start to its first point */
 	int			enqueued[MAX_KEYS];
 	int			workers[MAX_CASE_WORKERS];	/* indexes into procs */
 	int			nworkers;

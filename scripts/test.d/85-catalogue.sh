@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scripts/test: background lane 3
 # The catalogue of broken jobs (issue 28, "Proof: a catalogue of broken
 # jobs"): test/catalogue/run.sh runs test/catalogue/catalogue.txt through
 # the sign-off runner (idempotency-matrix --job). The same refund job in
@@ -22,6 +23,9 @@
 # wrapper's 13 cases 141 s of it; 385 s at a load average of 14 with the
 # correct variants on every case; a mutation 1-11 s, a fault at the effect
 # 6-33 s, the correct job's 14 cases under hold about 30 s).
+# It runs in the background (lane 3, after hook 84), beside the host's
+# other hooks, on a throwaway cluster of its own (hook 83 restarts the
+# host's).
 # Installs python3-psycopg, python3-celery, ruby and ruby-pg (root) when
 # missing; Node.js 22 as hook 80 gets it (examples/e2e/deps.sh), and
 # helpers/node's packages (npm ci there, from its lock file, once).
@@ -30,4 +34,8 @@ source examples/e2e/deps.sh
 e2e_debs python3-psycopg python3-celery ruby ruby-pg
 e2e_node examples/sqs 22
 e2e_npm helpers/node
-exec test/catalogue/run.sh
+# the host's cluster is scripts/test's: forget it here, and make one's own
+unset CLUSTER_DIR PGDATA PGHOST PGPORT
+source scripts/cluster.sh
+cluster_start
+test/catalogue/run.sh
