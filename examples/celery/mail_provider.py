@@ -1,9 +1,13 @@
 """The mail provider, outside the database. With $SMTP_PORT set, send()
 sends a real email through SMTP to $SMTP_HOST (default 127.0.0.1), with the
 header X-Operation-Key: <key> (the job's operation key, which the sign-off
-run's SMTP sink counts by); the server's 250 to DATA means sent. An SMTP
-refusal (the sender, every recipient, or the message refused) raises
-Refused: nothing was sent. Without $SMTP_PORT it is a fake: every email is
+run's SMTP endpoint counts by); the server's 250 to DATA means sent. A
+refusal for now (a 4xx reply: 451, 421, ...) or no server listening raises
+Refused: nothing was sent, try again later. A refusal for good (a 5xx
+reply: 550 no such mailbox, ...) raises RefusedForGood: nothing was sent,
+and asking again changes nothing. No reply within $SMTP_TIMEOUT seconds
+(default 30) raises TimeoutError: the server may have taken the email, the
+caller cannot know. Without $SMTP_PORT it is a fake: every email is
 one line appended to $MAIL_LOG and fsync'd before send() returns, so an
 email that left cannot be rolled back. Either way it takes no reference
 and cannot be searched.
@@ -42,7 +46,13 @@ def _checkpoint(key, point):
 
 
 class Refused(Exception):
-    """The provider refused the request (say HTTP 429): nothing was sent."""
+    """The provider refused the request for now (say HTTP 429, SMTP 451) or
+    could not be reached: nothing was sent; a later try may succeed."""
+
+
+class RefusedForGood(Exception):
+    """The provider refused the request for good (SMTP 550): nothing was
+    sent, and sending again would be refused again."""
 
 
 def _taken(what, key):
@@ -78,11 +88,25 @@ def _smtp(to, subject, key):
     msg["X-Operation-Key"] = key
     msg.set_content(f"Thank you for your order {key}.\n")
     host = os.environ.get("SMTP_HOST") or "127.0.0.1"
+    # every connect, read and write; without it a server that takes the
+    # message and never answers holds the worker (and its claim) for ever
+    timeout = float(os.environ.get("SMTP_TIMEOUT") or 30)
     try:
-        with smtplib.SMTP(host, int(os.environ["SMTP_PORT"]), timeout=30) as smtp:
+        with smtplib.SMTP(host, int(os.environ["SMTP_PORT"]), timeout=timeout) as smtp:
             smtp.send_message(msg)
-    except (smtplib.SMTPSenderRefused, smtplib.SMTPRecipientsRefused, smtplib.SMTPDataError) as err:
+    except smtplib.SMTPRecipientsRefused as err:   # every recipient refused: {rcpt: (code, text)}
+        codes = [code for code, _ in err.recipients.values()]
+        if all(500 <= code < 600 for code in codes):
+            raise RefusedForGood(f"{host}: {err}: {to} not sent") from err
         raise Refused(f"{host}: {err}: {to} not sent") from err
+    except (smtplib.SMTPSenderRefused, smtplib.SMTPDataError) as err:
+        if 500 <= err.smtp_code < 600:   # 550: refused for good
+            raise RefusedForGood(f"{host}: {err}: {to} not sent") from err
+        raise Refused(f"{host}: {err}: {to} not sent") from err   # 4xx: try again later
+    except ConnectionRefusedError as err:   # nothing listens: nothing was sent
+        raise Refused(f"{host}: {err}: {to} not sent") from err
+    # anything else (TimeoutError: no reply in time, a connection reset
+    # after DATA) propagates: the email may have been sent
 
 
 def _log(to, subject, key):

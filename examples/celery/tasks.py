@@ -48,6 +48,12 @@ def send_confirmation(order, email):
         return mail_provider.send(email, f"Your order {order}", key=order)
     except mail_provider.Refused as err:   # certainly not sent: release, retry after a backoff
         raise KnownFailure(str(err)) from err
+    except mail_provider.RefusedForGood as err:
+        # certainly not sent, and never will be (say no such mailbox): the
+        # operation ends here, the refusal its result; retrying it would only
+        # ask again and again. Any other error (no reply in time: sent or
+        # not?) propagates and leaves the claim to its lease: the policy decides
+        return {"accepted": False, "refused": str(err)}
 
 
 def confirmation_args(order):

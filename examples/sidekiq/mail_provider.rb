@@ -3,10 +3,13 @@
 #
 # With $SMTP_PORT set: every email is sent through SMTP to $SMTP_HOST
 # (default 127.0.0.1):$SMTP_PORT with the header X-Operation-Key: <the job's
-# key>; the server's 250 means sent (the sign-off run's sink,
-# examples/e2e/sink.py, counts by that header). A 4xx or 5xx answer, or
-# a refused connection, is Refused: nothing was sent. Other errors (a lost
-# connection) leave it uncertain.
+# key>; the server's 250 means sent (the sign-off run's SMTP endpoint
+# counts by that header). A 4xx answer (451: try again later) or a refused
+# connection is Refused: nothing was sent, a later try may succeed. A 5xx
+# answer (550: no such mailbox) is RefusedForGood: nothing was sent, and a
+# retry would be refused again. No answer within $SMTP_TIMEOUT seconds
+# (default 30; Net::ReadTimeout) and other errors (a lost connection)
+# propagate: the email may have been sent.
 # Without it (the end-to-end test): every email is one line appended to
 # $MAIL_LOG and fsync'd before send returns, so an email that left cannot be
 # rolled back.
@@ -22,8 +25,12 @@ require "net/smtp"
 require "time"
 
 module MailProvider
-  # the provider refused the request (say HTTP 429): nothing was sent
+  # the provider refused the request for now (say HTTP 429, SMTP 451) or
+  # could not be reached: nothing was sent
   class Refused < StandardError; end
+  # the provider refused the request for good (SMTP 550): nothing was sent,
+  # and sending it again would be refused again
+  class RefusedForGood < StandardError; end
 
   def self.refused?(key)
     dir = ENV["E2E_DIR"] or return false
@@ -75,10 +82,15 @@ module MailProvider
 
       Thank you for your order #{key}.
     MAIL
-    Net::SMTP.start(ENV.fetch("SMTP_HOST", "127.0.0.1"), Integer(ENV["SMTP_PORT"]), helo: "localhost") do |smtp|
-      smtp.send_message(message, FROM, to)
-    end
-  rescue Net::SMTPServerBusy, Net::SMTPFatalError, Errno::ECONNREFUSED => e   # 4xx, 5xx, no server
+    smtp = Net::SMTP.new(ENV.fetch("SMTP_HOST", "127.0.0.1"), Integer(ENV["SMTP_PORT"]))
+    # every connect and read: without it a server that takes the message and
+    # never answers holds the worker (and its claim) for ever (Net::SMTP's
+    # own default read timeout, 60 s, is longer than most leases allow)
+    smtp.open_timeout = smtp.read_timeout = Float(ENV.fetch("SMTP_TIMEOUT", "30"))
+    smtp.start(helo: "localhost") { smtp.send_message(message, FROM, to) }
+  rescue Net::SMTPServerBusy, Errno::ECONNREFUSED => e   # 4xx, no server: try again later
     raise Refused, "SMTP: #{e.message.strip}: #{to} not sent"
+  rescue Net::SMTPFatalError, Net::SMTPSyntaxError => e  # 5xx: refused for good
+    raise RefusedForGood, "SMTP: #{e.message.strip}: #{to} not sent"
   end
 end

@@ -35,6 +35,12 @@ class SendConfirmation
     MailProvider.send_email(to: email, subject: "Your order #{order}", key: order)
   rescue MailProvider::Refused => e   # certainly not sent: release, retry after a backoff
     raise PgIdempotency::KnownFailure, e.message
+  rescue MailProvider::RefusedForGood => e
+    # certainly not sent, and never will be (say no such mailbox): the
+    # operation ends here, completed with the refusal as its result; a retry
+    # would only ask again. Any other error (no answer in time: sent or not?)
+    # propagates and leaves the claim to its lease: the policy decides
+    { "accepted" => false, "refused" => e.message }
   end
 end
 

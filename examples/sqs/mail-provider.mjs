@@ -1,10 +1,14 @@
 // mail-provider.mjs: the mail provider, outside the database. With
 // $SMTP_PORT set, every email is sent through SMTP to $SMTP_HOST (default
 // 127.0.0.1) with the header `X-Operation-Key: <the job's key>` (smtp.mjs);
-// the server's 250 to the message means sent (the sign-off run's sink,
-// examples/e2e/sink.py, counts them by that header). A failure before
-// the message's end was sent (a refused connection, a 4xx/5xx reply to the
-// envelope) is Refused: certainly not sent. Without $SMTP_PORT (the
+// the server's 250 to the message means sent (the sign-off run's SMTP
+// endpoint counts them by that header). A refusal for now (a 4xx reply,
+// 451: try again later) or a refused connection is Refused: certainly not
+// sent. A refusal for good (a 5xx reply, 550: no such mailbox) is
+// RefusedForGood: not sent, and a retry would be refused again. No reply
+// within $SMTP_TIMEOUT seconds (default 30) after the message, or a lost
+// connection, is an SmtpError with sent: null: the server may have taken
+// it. Without $SMTP_PORT (the
 // end-to-end test), every email is one line appended to $MAIL_LOG and
 // fsync'd before send() returns. Either way an email that "left" cannot be
 // rolled back, and like the seed's provider it takes no reference and
@@ -20,8 +24,13 @@
 import { promises as fsp } from 'node:fs';
 import { smtpSend } from './smtp.mjs';
 
-/** The provider refused the request (say HTTP 429): nothing was sent. */
+/** The provider refused the request for now (say HTTP 429, SMTP 451) or
+ * could not be reached: nothing was sent; a later try may succeed. */
 export class Refused extends Error {}
+
+/** The provider refused the request for good (SMTP 550): nothing was sent,
+ * and sending it again would be refused again. */
+export class RefusedForGood extends Error {}
 
 async function refused(key) {
   const dir = process.env.E2E_DIR;
@@ -62,8 +71,12 @@ export async function sendEmail({ to, subject, key }) {
         from: process.env.MAIL_FROM ?? 'shop@example.test', to,
         headers: { Subject: subject, 'X-Operation-Key': key },
         body: `Thank you for your order ${key}.\n`,
+        // every reply: without it a server that takes the message and never
+        // answers holds the worker (and its claim) for ever
+        timeoutMs: Number(process.env.SMTP_TIMEOUT || 30) * 1000,
       });
     } catch (err) {
+      if (err.sent === false && err.code >= 500) throw new RefusedForGood(err.message);
       if (err.sent === false) throw new Refused(err.message);
       throw err;   // the server may have taken it: uncertain
     }

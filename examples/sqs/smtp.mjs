@@ -6,18 +6,22 @@
 //   await smtpSend({ host, port, from, to, headers: { Subject: ..., ... }, body })
 //
 // Resolves once the server answered 250 to the message's end (the message
-// is accepted). Throws SmtpError with `sent: false` when it failed before
-// the message's end was written (a refused connection, a 4xx/5xx reply to
-// EHLO, MAIL, RCPT or DATA: certainly not sent), and with `sent: null` when
-// it failed after (no reply, or one that is not 250: the server may have
-// taken it). A failed QUIT after the 250 is ignored.
+// is accepted). Throws SmtpError with `sent: false` when the server
+// refused (a 4xx/5xx reply to EHLO, MAIL, RCPT, DATA or to the message's
+// end: `code` is the reply's code) or before the message's end was written
+// (a refused connection: `code` null): certainly not sent; and with `sent:
+// null` when it failed after the message's end without a reply (no reply
+// within `timeoutMs`, `timedOut` true, or a lost connection: the server may
+// have taken it). A failed QUIT after the 250 is ignored.
 import net from 'node:net';
 import { hostname } from 'node:os';
 
 export class SmtpError extends Error {
-  constructor(message, sent) {
+  constructor(message, sent, code = null, timedOut = false) {
     super(message);
-    this.sent = sent;   // false: certainly not sent; null: unknown
+    this.sent = sent;          // false: certainly not sent; null: unknown
+    this.code = code;          // the refusing reply's code (451, 550 ...), else null
+    this.timedOut = timedOut;  // no reply within timeoutMs
   }
 }
 
@@ -65,10 +69,12 @@ export function smtpSend({ host = '127.0.0.1', port = 25, from, to, headers = {}
     const sock = net.createConnection({ host, port: Number(port) });
     sock.setEncoding('latin1');
     sock.setTimeout(timeoutMs);
-    const fail = (text) => {
+    // code: the server's refusal (certainly not sent, even after the
+    // message's end: only 250 takes it); none: no reply, sent or not
+    const fail = (text, code = null, timedOut = false) => {
       if (accepted) return sock.destroy();   // QUIT's trouble: the message was taken
       sock.destroy();
-      reject(new SmtpError(`smtp ${host}:${port}: ${text}`, ended ? null : false));
+      reject(new SmtpError(`smtp ${host}:${port}: ${text}`, ended && code === null ? null : false, code, timedOut));
     };
     const next = () => {
       step += 1;
@@ -96,7 +102,7 @@ export function smtpSend({ host = '127.0.0.1', port = 25, from, to, headers = {}
         const [command, ok] = steps[step];
         if (!ok.includes(code)) {
           const what = command === null ? 'greeting' : step === 5 ? 'the message' : command.split(' ')[0];
-          fail(`${what}: ${m[1]} ${m[3]}`);
+          fail(`${what}: ${m[1]} ${m[3]}`, code);
           return;
         }
         if (step === 5) {
@@ -106,7 +112,7 @@ export function smtpSend({ host = '127.0.0.1', port = 25, from, to, headers = {}
         next();
       }
     });
-    sock.on('timeout', () => fail(`no reply in ${timeoutMs} ms`));
+    sock.on('timeout', () => fail(`no reply in ${timeoutMs} ms`, null, true));
     sock.on('error', (err) => fail(err.message));
     sock.on('close', () => {
       if (!accepted) fail('connection closed');

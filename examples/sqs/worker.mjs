@@ -8,7 +8,7 @@
 import pg from 'pg';
 import { Consumer } from 'sqs-consumer';
 import { idempotent, idempotentBatch, KnownFailure } from 'pg-idempotency';
-import { sendEmail, Refused } from './mail-provider.mjs';
+import { sendEmail, Refused, RefusedForGood } from './mail-provider.mjs';
 import { sqs, queueUrl } from './sqs-client.mjs';
 import { appendFileSync } from 'node:fs';
 
@@ -30,6 +30,12 @@ async function sendConfirmation(order) {
   } catch (err) {
     // certainly not sent: release, and the message comes back after a backoff
     if (err instanceof Refused) throw new KnownFailure(err.message);
+    // certainly not sent, and never will be (say no such mailbox): the
+    // operation ends here, completed with the refusal as its result; a retry
+    // would only ask again
+    if (err instanceof RefusedForGood) return { accepted: false, refused: err.message };
+    // anything else (no reply in time: sent or not?) leaves the claim to
+    // its lease and the message to its visibility timeout: the policy decides
     throw err;
   }
 }

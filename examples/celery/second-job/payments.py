@@ -5,8 +5,16 @@ payment to the ledger (an HTTP POST to $LEDGER_URL), once per payment.
 
 Message: record_payment(payment="PAY-1", amount_cents=1250). The operation
 key is the payment's reference. The request carries the header
-Idempotency-Key: <payment>; a 2xx answer means posted, a 4xx means refused
-(nothing was recorded: a known failure, released and retried).
+Idempotency-Key: <payment>. The ledger's answers:
+- 2xx: posted;
+- 503 or 429 (busy, try later), or no connection: refused for now, nothing
+  was recorded: a known failure (released, retried after a backoff);
+- any other 4xx (422: the ledger will never take this payment): refused for
+  good: the operation ends, completed with the refusal as its result (a
+  retry would only be refused again);
+- any other 5xx, or no answer within $LEDGER_TIMEOUT seconds (default 10):
+  recorded or not, the caller cannot know: the error propagates, the claim
+  waits for its lease and the policy decides.
 """
 import json
 import os
@@ -35,13 +43,25 @@ def record_payment(payment, amount_cents):
     req = urllib.request.Request(os.environ.get("LEDGER_URL", "http://127.0.0.1:8080/payments"),
                                  data=body, method="POST",
                                  headers={"Content-Type": "application/json", "Idempotency-Key": payment})
+    # every connect and read: without it a ledger that takes the payment and
+    # never answers holds the worker (and its claim) for ever
+    timeout = float(os.environ.get("LEDGER_TIMEOUT") or 10)
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return {"status": resp.status}
     except urllib.error.HTTPError as err:
-        if 400 <= err.code < 500:   # refused: certainly not recorded
+        if err.code in (429, 503):      # refused for now: certainly not recorded
             raise KnownFailure(f"ledger answered {err.code}") from err
-        raise                       # 5xx: recorded or not, the lease decides
+        if 400 <= err.code < 500:       # refused for good: ends here
+            return {"status": err.code, "refused": err.read().decode(errors="replace")[:200]}
+        raise                           # other 5xx: recorded or not, the lease decides
+    except urllib.error.URLError as err:
+        if isinstance(err.reason, ConnectionRefusedError):   # nothing listens: not recorded
+            raise KnownFailure(f"ledger: {err.reason}") from err
+        raise                           # a timeout among them: recorded or not
+    except ConnectionRefusedError as err:
+        raise KnownFailure(f"ledger: {err}") from err
+    # socket.timeout / TimeoutError (no answer in time) propagate as they are
 
 
 def payment_args(payment):

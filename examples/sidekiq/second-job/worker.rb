@@ -19,12 +19,29 @@ class NotifyWarehouse
 
   def perform(order, items)
     uri = URI(ENV.fetch("WAREHOUSE_URL"))
-    res = Net::HTTP.post(uri, JSON.generate({ "order" => order, "items" => items }),
-                         "Content-Type" => "application/json", "Idempotency-Key" => order)
-    # 4xx: refused, nothing done (release, retry after a backoff); anything
-    # else that is not 2xx is uncertain: the claim is left to its lease
-    raise PgIdempotency::KnownFailure, "HTTP #{res.code}" if res.is_a?(Net::HTTPClientError)
-    raise "HTTP #{res.code}" unless res.is_a?(Net::HTTPSuccess)
+    # every connect, write and read: without it a warehouse that takes the
+    # call and never answers holds the thread (and its claim) for ever
+    # (Net::HTTP's own defaults are 60 s)
+    timeout = Float(ENV.fetch("WAREHOUSE_TIMEOUT", "10"))
+    res = begin
+      Net::HTTP.start(uri.host, uri.port, use_ssl: uri.scheme == "https", open_timeout: timeout,
+                      read_timeout: timeout, write_timeout: timeout) do |http|
+        http.post(uri.request_uri, JSON.generate({ "order" => order, "items" => items }),
+                  "Content-Type" => "application/json", "Idempotency-Key" => order)
+      end
+    rescue Errno::ECONNREFUSED => e   # nothing listens: nothing done, try again later
+      raise PgIdempotency::KnownFailure, "#{uri}: #{e.message}"
+    end
+    # Net::ReadTimeout (no answer in time) and a lost connection propagate:
+    # done or not, the caller cannot know; the claim is left to its lease
+    case res
+    when Net::HTTPSuccess then { "status" => res.code.to_i }
+    when Net::HTTPServiceUnavailable, Net::HTTPTooManyRequests   # busy: nothing done, try again later
+      raise PgIdempotency::KnownFailure, "HTTP #{res.code}"
+    when Net::HTTPClientError   # 422 and the like: refused for good, the operation ends with it
+      { "status" => res.code.to_i, "refused" => res.body.to_s[0, 200] }
+    else raise "HTTP #{res.code}"   # other 5xx: done or not, the lease decides
+    end
   end
 end
 

@@ -7,6 +7,11 @@
 // Message body (publish.mjs): {"shipment": "SHP-1", "carrier": "..."}.
 // Operation key: the shipment (it names the effect: "the carrier was told
 // of this shipment"), sent along as the Idempotency-Key header.
+// The webhook's answers: 2xx taken; 503, 429 or no connection: refused for
+// now, a known failure (released, the message again after a backoff); any
+// other 4xx (422): refused for good, the operation completed with the
+// refusal as its result; another 5xx, or no answer within $WEBHOOK_TIMEOUT
+// seconds (default 10): taken or not, unknown, the claim left to its lease.
 import pg from 'pg';
 import { Consumer } from 'sqs-consumer';
 import { idempotent, KnownFailure } from 'pg-idempotency';
@@ -14,6 +19,7 @@ import { sqs, queueUrl } from '../sqs-client.mjs';
 
 const lease = Number(process.env.LEASE_SECONDS ?? 600);   // as in idempotency.job_types
 const webhook = process.env.WEBHOOK_URL;
+const timeoutMs = Number(process.env.WEBHOOK_TIMEOUT || 10) * 1000;   // the call's, in all
 if (!webhook || !queueUrl) {
   console.error('worker.mjs: WEBHOOK_URL and QUEUE_URL must be set');
   process.exit(2);
@@ -28,16 +34,27 @@ async function notifyShipment(shipment, { key }) {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify(shipment),
+      // the whole call: without it a receiver that takes the call and never
+      // answers holds the handler (and, through the heartbeat, the claim)
+      // for ever (fetch has no timeout of its own)
+      signal: AbortSignal.timeout(timeoutMs),
     });
   } catch (err) {
-    // no connection: the request never left; anything else: it may have
+    // nothing listens: certainly not taken, released and retried
     if (err.cause?.code === 'ECONNREFUSED') throw new KnownFailure(`${webhook}: ${err.cause.message}`);
-    throw err;
+    // no answer in time (TimeoutError), a lost connection: taken or not,
+    // the caller cannot know; the claim is left to its lease
+    throw new Error(`${webhook}: ${err.name === 'TimeoutError' ? `no answer in ${timeoutMs} ms` : err.message}`);
   }
-  if (res.status >= 400 && res.status < 500) {   // refused: certainly not taken
+  if (res.status === 503 || res.status === 429) {   // busy: certainly not taken, try again later
     throw new KnownFailure(`${webhook}: HTTP ${res.status}`);
   }
-  if (!res.ok) throw new Error(`${webhook}: HTTP ${res.status}`);   // uncertain
+  if (res.status >= 400 && res.status < 500) {   // 422 and the like: refused for good
+    // the operation ends with the refusal as its result: a retry would
+    // only be refused again
+    return { status: res.status, refused: (await res.text()).slice(0, 200) };
+  }
+  if (!res.ok) throw new Error(`${webhook}: HTTP ${res.status}`);   // other 5xx: uncertain
   return { status: res.status };
 }
 
