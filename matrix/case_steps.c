@@ -1089,7 +1089,12 @@ sc_17(signoff_state *s)
 	int			di;
 	bool		waited = false;
 
-	if (!effect_set_fault(s->keys[0], FAULT_SLOW, 1, (int) (2 * s->job->lease_s * 1000)))
+	/*
+	 * Slow: answered after two leases, but not before the message sent
+	 * again meanwhile was judged (an enqueue under load can take seconds):
+	 * the endpoint holds it (for at most the timeout) until told.
+	 */
+	if (!effect_set_fault(s->keys[0], FAULT_SLOW, 1, (int) ((2 * s->job->lease_s + s->job->timeout_s) * 1000)))
 	{
 		case_fail(s->cr, "the run's endpoint did not answer");
 		goto out;
@@ -1134,7 +1139,12 @@ sc_17(signoff_state *s)
 				  effect_name_of(s), st.open_for);
 		if (enqueue(s, 0, JF_ENQUEUE))
 			wait_nth(s, 0, 2);
+		/* two leases at least, then the answer */
+		while (!matrix_interrupted && effect_stats_of(s->keys[0], &st) && st.open > 0 &&
+			   st.open_for < 2 * s->job->lease_s)
+			pump(s, POLL_MS);
 	}
+	effect_answer(s->keys[0]);
 	settle(s);
 out:
 	stop_workers(s);

@@ -471,6 +471,20 @@ control(const char *line, int fd)
 			}
 		snprintf(out, sizeof(out), "ok %d\n", n);
 	}
+	else if (strcmp(cmd, "answer") == 0)
+	{
+		/* a slow request of the key: answered now */
+		int			n = 0;
+
+		k = key_index(a, false);
+		for (i = 0; k >= 0 && i < nconns; i++)
+			if (conns[i].key == k && conns[i].answer_at > 0)
+			{
+				conns[i].answer_at = now_seconds();
+				n++;
+			}
+		snprintf(out, sizeof(out), "ok %d\n", n);
+	}
 	else if (strcmp(cmd, "unmatched") == 0)
 		snprintf(out, sizeof(out), "ok %d %s\n", unmatched, unmatched_first);
 	else
@@ -772,6 +786,19 @@ effect_stats_of(const char *key, effect_stats *st)
 		return false;
 	return sscanf(out, "ok %d %d %d %d %d %lf %lf", &st->effects, &st->requests, &st->refusals,
 				  &st->lookups, &st->open, &st->open_for, &st->closed_after) == 7;
+}
+
+/* the key's slow requests answered now (accepted); how many */
+int
+effect_answer(const char *key)
+{
+	char		line[NAME_SZ + 16];
+	char		out[64];
+
+	snprintf(line, sizeof(line), "answer %s\n", key);
+	if (!ask(line, out, sizeof(out)))
+		return -1;
+	return atoi(out + 3);
 }
 
 /* let every hung request go (the endpoint closes them); how many */

@@ -50,6 +50,7 @@ bool		effect_set_fault(const char *key, effect_fault fault, int times, int delay
 bool		effect_listen(bool on);
 bool		effect_stats_of(const char *key, effect_stats *st);
 int			effect_release(void);
+int			effect_answer(const char *key);
 int			effect_unmatched(char *first, size_t sz);
 
 #endif							/* IDEMPOTENCY_MATRIX_EFFECT_H */
