@@ -481,14 +481,14 @@ out:
 	observe(s, suffix);
 }
 
+/* the record of key *arg (an index into the case's keys) says released */
 static bool
 pred_released(signoff_state *s, const void *arg)
 {
 	char		status[32];
 	int			attempt = 0;
 
-	(void) arg;
-	return record_row(s, s->opkey[0], status, sizeof(status), &attempt) &&
+	return record_row(s, s->opkey[*(const int *) arg], status, sizeof(status), &attempt) &&
 		strcmp(status, "released") == 0;
 }
 
@@ -498,6 +498,7 @@ sc_10(signoff_state *s)
 {
 	exch	   *x;
 	int			di;
+	int			first_key = 0;
 
 	arm_point(s, 0, "claimed");
 	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
@@ -507,7 +508,7 @@ sc_10(signoff_state *s)
 	if (di >= 0)
 		s->d[di].failed = true;
 	answer(s, x, "fail");
-	if (wait_for(s, pred_released, NULL, true, s->job->timeout_s) == WAIT_OK)
+	if (wait_for(s, pred_released, &first_key, true, s->job->timeout_s) == WAIT_OK)
 	{
 		if (di >= 0)
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
@@ -712,6 +713,13 @@ effect_name_of(signoff_state *s)
 	return s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect";
 }
 
+/* the endpoint is a process of the run's: when it does not answer, the case cannot be judged */
+static void
+endpoint_gone(signoff_state *s)
+{
+	case_fail(s->cr, "the run's %s endpoint did not answer", effect_kind_names[s->job->effect]);
+}
+
 /* how a delivery ended after its call to the provider failed */
 typedef enum
 {
@@ -816,7 +824,7 @@ refused_for_now(signoff_state *s, bool unreachable)
 
 	if (unreachable ? !effect_listen(false) : !effect_set_fault(s->keys[0], FAULT_TRANSIENT, 1, 0))
 	{
-		case_fail(s->cr, "the run's endpoint did not answer");
+		endpoint_gone(s);
 		goto out;
 	}
 	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) ||
@@ -908,7 +916,7 @@ sc_15(signoff_state *s)
 
 	if (!effect_set_fault(s->keys[0], FAULT_HANG, 1, 0))
 	{
-		case_fail(s->cr, "the run's endpoint did not answer");
+		endpoint_gone(s);
 		goto out;
 	}
 	if (!start_workers(s, 1) || !enqueue(s, 0, JF_ENQUEUE) || (di = first_delivery(s, "no answer")) < 0)
@@ -918,7 +926,7 @@ sc_15(signoff_state *s)
 	{
 		if (!effect_stats_of(s->keys[0], &st))
 		{
-			case_fail(s->cr, "the run's endpoint did not answer");
+			endpoint_gone(s);
 			goto out;
 		}
 		if (st.closed_after >= 0)
@@ -1011,7 +1019,7 @@ sc_16(signoff_state *s)
 
 	if (!effect_set_fault(s->keys[0], FAULT_PERMANENT, -1, 0))
 	{
-		case_fail(s->cr, "the run's endpoint did not answer");
+		endpoint_gone(s);
 		goto out;
 	}
 	t0 = now_seconds();
@@ -1029,7 +1037,7 @@ sc_16(signoff_state *s)
 	}
 	if (!effect_stats_of(s->keys[0], &st))
 	{
-		case_fail(s->cr, "the run's endpoint did not answer");
+		endpoint_gone(s);
 		goto out;
 	}
 	if (st.requests > PERMANENT_MAX_REQUESTS)
@@ -1096,7 +1104,7 @@ sc_17(signoff_state *s)
 	 */
 	if (!effect_set_fault(s->keys[0], FAULT_SLOW, 1, (int) ((2 * s->job->lease_s + s->job->timeout_s) * 1000)))
 	{
-		case_fail(s->cr, "the run's endpoint did not answer");
+		endpoint_gone(s);
 		goto out;
 	}
 	if (!start_workers(s, 2) || !enqueue(s, 0, JF_ENQUEUE) || (di = first_delivery(s, "slow")) < 0)
@@ -1106,7 +1114,7 @@ sc_17(signoff_state *s)
 	{
 		if (!effect_stats_of(s->keys[0], &st))
 		{
-			case_fail(s->cr, "the run's endpoint did not answer");
+			endpoint_gone(s);
 			goto out;
 		}
 		if (st.closed_after >= 0)
@@ -1300,17 +1308,7 @@ out:
 			case_fail(cr, "the record of %s is %s, where the policy gives %s", s->keys[k], rec, want_rec);
 		}
 	}
-	if (s->job->effect != EFFECT_NONE)
-	{
-		char		first[200];
-		int			n = effect_unmatched(first, sizeof(first));
-
-		if (n > s->unmatched)
-			case_fail(cr, "%d unexpected request%s to the run's endpoint, naming none of the run's keys (the first: \"%s\")",
-					  n - s->unmatched, n - s->unmatched == 1 ? "" : "s", first);
-		if (n > s->unmatched)
-			s->unmatched = n;
-	}
+	check_unmatched(s);		/* unexpected requests: named no key of the run */
 	cr->exp_emails = expected;
 	cr->obs_emails = total;
 	snprintf(cr->exp_record, CELL, "%d keys as the policy gives", STORM_KEYS);
@@ -1336,16 +1334,6 @@ out:
 /* ---------------------------------------------------------------------
  * 20: several keys in one receive (a batch handler)
  * --------------------------------------------------------------------- */
-
-static bool
-pred_key_released(signoff_state *s, const void *arg)
-{
-	char		status[32];
-	int			attempt = 0;
-
-	return record_row(s, s->opkey[*(const int *) arg], status, sizeof(status), &attempt) &&
-		strcmp(status, "released") == 0;
-}
 
 /* the same items, in any order (a receive need not keep the queue's order) */
 static bool
@@ -1410,7 +1398,7 @@ sc_20(signoff_state *s)
 	if (i >= 0)
 		s->d[i].failed = true;
 	answer(s, x, "fail");
-	if (wait_for(s, pred_key_released, &c, true, s->job->timeout_s) == WAIT_OK)
+	if (wait_for(s, pred_released, &c, true, s->job->timeout_s) == WAIT_OK)
 	{
 		if (i >= 0)
 			copy_str(s->d[i].after, sizeof(s->d[i].after), "released");

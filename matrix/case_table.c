@@ -225,8 +225,9 @@ const case_spec case_table[] = {
 		"17", "provider answers after two leases", RUN_EFFECT, 1,
 		"a slow but successful provider (its answer after two leases): the heartbeat keeps the claim, the message "
 		"again is in_progress, one effect",
-		"two workers; the endpoint answers the key's first request after two leases; once it has waited longer "
-		"than the lease, the message again (must be in_progress); then the answer, and the completion",
+		"two workers; the endpoint holds the key's first request; once it has waited longer than the lease, "
+		"the message again (must be in_progress); the answer once that was judged and two leases passed, "
+		"then the completion",
 		ALL(1, "completed #1", "run (slow), in_progress", "the heartbeat keeps the claim; sent once"),
 		NULL
 	},

@@ -690,12 +690,6 @@ effect_start(effect_kind kind, char *addr, size_t asz, char *why, size_t wsz)
 	return true;
 }
 
-bool
-effect_running(void)
-{
-	return server_pid > 0;
-}
-
 void
 effect_stop(void)
 {

@@ -44,7 +44,6 @@ extern const char *const effect_kind_names[];
 
 bool		effect_start(effect_kind kind, char *addr, size_t asz, char *why, size_t wsz);
 void		effect_stop(void);
-bool		effect_running(void);
 bool		effect_key(const char *key, const char *alias);
 bool		effect_set_fault(const char *key, effect_fault fault, int times, int delay_ms);
 bool		effect_listen(bool on);

@@ -1953,6 +1953,29 @@ group_items(char *list, size_t sz, bool utf8)
 	}
 }
 
+/*
+ * With the run's endpoint: requests since the last look that named none of
+ * the run's keys fail the case (the run cannot tell whose effect it was)
+ */
+void
+check_unmatched(signoff_state *s)
+{
+	char		first[200];
+	int			n;
+
+	if (s->job->effect == EFFECT_NONE)
+		return;
+	n = effect_unmatched(first, sizeof(first));
+	if (n <= s->unmatched)
+		return;
+	case_fail(s->cr, "%d request%s to the run's %s endpoint named none of the run's keys (the first: \"%s\"), "
+			  "so the run cannot tell whose %s it was: put the operation key into the request "
+			  "(an Idempotency-Key header, the path, the query or the body)",
+			  n - s->unmatched, n - s->unmatched == 1 ? "" : "s", effect_kind_names[s->job->effect],
+			  first, s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect");
+	s->unmatched = n;
+}
+
 /* the end of a case: effects (the workers are stopped), records, verdicts */
 void
 observe(signoff_state *s, const char *suffix)
@@ -1984,20 +2007,7 @@ observe(signoff_state *s, const char *suffix)
 		}
 		cr->obs_emails = total;
 	}
-	if (s->job->effect != EFFECT_NONE)
-	{
-		char		first[200];
-		int			n = effect_unmatched(first, sizeof(first));
-
-		if (n > s->unmatched)
-			case_fail(cr, "%d request%s to the run's %s endpoint named none of the run's keys (the first: \"%s\"), "
-					  "so the run cannot tell whose %s it was: put the operation key into the request "
-					  "(an Idempotency-Key header, the path, the query or the body)",
-					  n - s->unmatched, n - s->unmatched == 1 ? "" : "s", effect_kind_names[s->job->effect],
-					  first, s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect");
-		if (n > s->unmatched)
-			s->unmatched = n;
-	}
+	check_unmatched(s);
 	if (s->record_early[0])
 		copy_str(cr->obs_record, CELL, s->record_early);
 	else

@@ -202,6 +202,7 @@ bool	record_row(signoff_state *s, const char *key, char *status,
 bool	settle(signoff_state *s);
 bool	enqueue(signoff_state *s, int ki, job_field which);
 void	observe(signoff_state *s, const char *suffix);
+void	check_unmatched(signoff_state *s);
 bool	wait_stale_checked(signoff_state *s, int ki);
 
 #endif							/* IDEMPOTENCY_MATRIX_ENGINE_H */

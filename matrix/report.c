@@ -34,6 +34,17 @@ enum
 	COL_EXPECTED, N_COLS
 };
 
+
+/* a count, or null where none was taken (-1) */
+static void
+json_count(sbuf *b, int n)
+{
+	if (n >= 0)
+		sb_printf(b, "%d", n);
+	else
+		sb_puts(b, "null");
+}
+
 /* what the observed column counts: the seed's emails, or the job's effects */
 const char *
 effect_word(const matrix_ctx *ctx)
@@ -923,10 +934,10 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			if (ctx->job && !ctx->job->reference)
 			{
 				/* a sign-off's judged points: the case's end, the drain */
-				sb_printf(&j, ", \"effects_at_end\": ");
-				sb_printf(&j, cr->at_end >= 0 ? "%d" : "null", cr->at_end);
-				sb_printf(&j, ", \"effects_after_drain\": ");
-				sb_printf(&j, cr->after_drain >= 0 ? "%d" : "null", cr->after_drain);
+				sb_puts(&j, ", \"effects_at_end\": ");
+				json_count(&j, cr->at_end);
+				sb_puts(&j, ", \"effects_after_drain\": ");
+				json_count(&j, cr->after_drain);
 				sb_printf(&j, ", \"late_deliveries\": %d", cr->late);
 			}
 			sb_printf(&j, "},\n       \"ran\": %s, \"%s_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
