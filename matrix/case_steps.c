@@ -454,7 +454,8 @@ sc_9(signoff_state *s)
 	x = NULL;
 	settle(s);
 out:
-	stop_workers(s);
+	/* the slow worker's completion has no point: it has come once the worker ended */
+	stop_workers_now(s);
 	if (a1 > 0)
 	{
 		char		status[32] = "";
@@ -782,13 +783,18 @@ wait_fault_over(signoff_state *s, int di)
 	return FO_PENDING;
 }
 
-/* the first delivery of the case's key, marked; -1: none came (noted) */
+/*
+ * The case key's first delivery from the nth on that runs, marked (mark
+ * NULL: not); -1: none came (noted). A claim that hit its bound ("busy",
+ * under load) is skipped: the helper sends the message again, and it runs
+ * then.
+ */
 static int
-first_delivery(signoff_state *s, const char *mark)
+delivery_that_runs(signoff_state *s, int from, const char *mark)
 {
 	int			n;
 
-	for (n = 1;; n++)
+	for (n = from;; n++)
 	{
 		int			di = wait_nth(s, 0, n);
 
@@ -796,16 +802,23 @@ first_delivery(signoff_state *s, const char *mark)
 			return -1;
 		if (s->d[di].runs)
 		{
-			copy_str(s->d[di].mark, sizeof(s->d[di].mark), mark);
+			if (mark)
+				copy_str(s->d[di].mark, sizeof(s->d[di].mark), mark);
 			return di;
 		}
-		/* the claim's bound under load: the message comes again, and runs then */
-		if (strcmp(s->d[di].verdict, "busy") != 0 || n >= 5)
+		if (strcmp(s->d[di].verdict, "busy") != 0 || n >= from + 4)
 		{
-			case_fail(s->cr, "the first delivery of %s was judged %s, not run", s->keys[0], s->d[di].verdict);
+			case_fail(s->cr, "the %s delivery of %s was judged %s, not run", from == 1 ? "first" : "next",
+					  s->keys[0], s->d[di].verdict);
 			return -1;
 		}
 	}
+}
+
+static int
+first_delivery(signoff_state *s, const char *mark)
+{
+	return delivery_that_runs(s, 1, mark);
 }
 
 /*
@@ -837,8 +850,12 @@ refused_for_now(signoff_state *s, bool unreachable)
 			case_note(s->cr, "The provider %s; the job failed the delivery as a known failure: its claim was released.", what);
 			if (unreachable)
 				effect_listen(true);
-			if (enqueue(s, 0, JF_ENQUEUE))
-				settle(s);
+			{
+				int			before = count_deliveries(s, 0);
+
+				if (enqueue(s, 0, JF_ENQUEUE) && delivery_that_runs(s, before + 1, NULL) >= 0)
+					settle(s);
+			}
 			break;
 		case FO_HANDLED:
 			{
@@ -1388,7 +1405,7 @@ sc_20(signoff_state *s)
 
 	if (!start_workers(s, 1) || !enqueue(s, 1, JF_ENQUEUE) || !settle(s))
 		goto out;
-	stop_workers(s);
+	stop_workers_now(s);		/* no worker runs while the receive fills */
 	first = s->nd;
 	arm_point(s, c, "claimed");
 	if (!enqueue(s, 0, JF_ENQUEUE) || !enqueue(s, 1, JF_ENQUEUE_OTHER) || !enqueue(s, 1, JF_ENQUEUE) ||
@@ -1536,6 +1553,7 @@ drain(signoff_state *s, policy_result *pr)
 	s->case_id = "drain";
 	s->nkeys = 0;
 	s->nworkers = 0;
+	s->took_kept = false;
 	progress(s->ctx, "%s: draining (%g s without a delivery)", policy_names[s->policy], s->job->drain_s);
 	if (start_workers(s, 1))
 	{
@@ -1549,7 +1567,7 @@ drain(signoff_state *s, policy_result *pr)
 			   now_seconds() - t0 < s->startup_s + s->job->drain_s + s->job->timeout_s)
 			pump(s, POLL_MS);
 	}
-	stop_workers(s);
+	stop_workers_now(s);
 	for (k = 0; k < s->nworkers; k++)
 		forget_proc(s->workers[k]);
 	s->nworkers = 0;
@@ -1764,6 +1782,14 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 		memset(s->case_keys, 0, sizeof(s->case_keys));
 		memset(s->case_opkeys, 0, sizeof(s->case_opkeys));
 		memset(s->case_nkeys, 0, sizeof(s->case_nkeys));
+		/*
+		 * A job file's workers outlive their cases, not the policy (their
+		 * environment names its job type). Not a transactional job's: its
+		 * record shows only when the worker's transaction commits, after
+		 * its last point, so a case reads it once the worker ended.
+		 */
+		s->keep_workers = !job->reference && !job->transactional;
+		s->worker_seq = 0;
 		if (!job->reference)
 		{
 			/* a job type per policy; the keys name policy and case */
@@ -1830,6 +1856,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			s->case_id = cr->id;
 			s->nkeys = c->nkeys;
 			s->nworkers = 0;
+			s->took_kept = false;
 			s->record_early[0] = '\0';
 			memset(s->arms, 0, sizeof(s->arms));
 			for (ki = 0; ki < s->nkeys; ki++)
@@ -1873,6 +1900,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 		}
 		if (!job->reference && job->drain_s > 0 && !matrix_interrupted)
 			drain(s, pr);
+		stop_kept_workers(s);
 		diagnose_policy(s, pr);
 		s->pr = NULL;
 		pr->seconds = now_seconds() - tp;

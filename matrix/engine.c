@@ -26,9 +26,10 @@
  * The verdicts of a case are its keys' deliveries in the order they
  * arrived. At the end of a case its workers are stopped (SIGTERM to each
  * group, which a worker takes as "finish the message in hand and exit";
- * SIGKILL after the timeout), and only then are the effects counted: an
- * effect a worker makes after its last point (after "judged" or "handled")
- * is counted too.
+ * SIGKILL after the timeout), or, for a job file's run, they stay for the
+ * next case, as a queue's workers do; then the effects are counted. An
+ * effect a worker makes after its last point (after "judged" or
+ * "handled") is counted too, at the latest by the drain's count.
  *
  * Waiting is for events, never a guessed time: poll() on the socket (with
  * the job file's timeout as the bound), stale_claims() polled for a lease
@@ -908,7 +909,25 @@ arrived(signoff_state *s, exch *x)
 	}
 	if (strcmp(x->job_type, s->job_type) != 0)
 	{
-		/* another job type of the same worker: not the run's business */
+		/*
+		 * Another job type of the same worker is not the run's business;
+		 * but the case's key under another job type means the worker
+		 * claims under a job type the job file does not name, so nothing
+		 * it does reaches the run's records: said once, and the run stops
+		 * (every case would wait for its timeout alike).
+		 */
+		if (s->cr && !s->stopped[0] && case_key(s, x->key) >= 0)
+		{
+			snprintf(s->stopped, sizeof(s->stopped),
+					 "the worker (pid %ld) %s the case's key %s under the job type \"%s\"%s%s, but the job file "
+					 "says job_type = %s (the run gives the worker IDEMPOTENCY_SIGNOFF_JOB_TYPES=%s): set job_type "
+					 "to the job type the worker claims under",
+					 x->pid, strcmp(x->point, "judged") == 0 ? "was judged on" : "reached its point with",
+					 x->key, x->job_type, x->sqlstate[0] ? ", with the claim error " : "", x->sqlstate,
+					 s->job->value[JF_JOB_TYPE], s->map);
+			case_fail(s->cr, "%s", s->stopped);
+			s->stop_said = true;
+		}
 		answer(s, x, "continue");
 		return;
 	}
@@ -1181,18 +1200,29 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 {
 	sbuf		cmd;
 	char		why[256];
-	static run_env env;
+	run_env		env;
 	pid_t		pid;
 	int			idx;
 	int			status;
 	double		t0;
 	bool		timed_out = false;
+	char		out_path[320];
+	char		err_path[320];
 
+	/*
+	 * While a command runs, the socket is served (pump_meanwhile), and a
+	 * point that arrives meanwhile may run the effects command itself
+	 * (arrived()): each level its own files, or the inner command's output
+	 * would be read as the outer one's (with workers that outlive their
+	 * case, points arrive while a case counts its effects).
+	 */
+	snprintf(out_path, sizeof(out_path), "%s.%d", s->cmd_out, s->command_depth);
+	snprintf(err_path, sizeof(err_path), "%s.%d", s->cmd_err, s->command_depth);
 	sb_init(&cmd);
 	expand(&cmd, s->job->value[which], key);
 	make_env(s, false, &env);
-	pid = spawn(s, sb_str(&cmd), s->cmd_out, s->cmd_err, false, env.env, why, sizeof(why));
-	idx = pid < 0 ? -1 : track_proc(pid, job_field_names[which], s->cmd_err);
+	pid = spawn(s, sb_str(&cmd), out_path, err_path, false, env.env, why, sizeof(why));
+	idx = pid < 0 ? -1 : track_proc(pid, job_field_names[which], err_path);
 	if (idx < 0)
 	{
 		if (pid > 0)
@@ -1222,7 +1252,11 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 			break;
 		}
 		if (pump_meanwhile)
+		{
+			s->command_depth++;
 			pump(s, 1);
+			s->command_depth--;
+		}
 		else
 			poll(NULL, 0, 1);
 	}
@@ -1242,7 +1276,7 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 			case_fail(s->cr, "the %s command `%s` exited with status %d", job_field_names[which],
 					  sb_str(&cmd), status);
 		sb_init(&err);
-		read_file(s->cmd_err, &err, 2000);
+		read_file(err_path, &err, 2000);
 		if (err.len == 0)
 			case_note(s->cr, "  (its standard error was empty)");
 		else
@@ -1277,7 +1311,7 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 		sb_free(&err);
 	}
 	else if (out)
-		read_file(s->cmd_out, out, 4096);
+		read_file(out_path, out, 4096);
 	sb_free(&cmd);
 	return status;
 }
@@ -1367,12 +1401,95 @@ effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
  * Workers
  * --------------------------------------------------------------------- */
 
+/*
+ * SIGTERM to each of the groups (a worker finishes the message in hand and
+ * exits), the socket served meanwhile, SIGKILL after the timeout.
+ */
+static void
+stop_groups(signoff_state *s, const int *idx, int n)
+{
+	int			i;
+	double		t0 = now_seconds();
+
+	for (i = 0; i < n; i++)
+		if (!procs[idx[i]].gone)
+			kill(-procs[idx[i]].pid, SIGTERM);
+	for (;;)
+	{
+		bool		alive = false;
+
+		for (i = 0; i < n; i++)
+			alive |= !procs[idx[i]].gone;
+		if (!alive || matrix_interrupted || now_seconds() - t0 > s->job->timeout_s)
+			break;
+		pump(s, POLL_MS);
+	}
+	for (i = 0; i < n; i++)
+	{
+		sproc	   *p = &procs[idx[i]];
+
+		if (p->gone)
+			continue;
+		if (!matrix_interrupted && s->cr)
+			case_note(s->cr, "%s (pid %d) did not end within %g s of SIGTERM: killed with SIGKILL.",
+					  p->name, (int) p->pid, s->job->timeout_s);
+		kill_group(p);
+	}
+}
+
+/*
+ * The case's first start_workers takes the workers the cases before left
+ * running, as many as it asks for, and stops the others: a case has the
+ * number of workers it asks for.
+ */
+static void
+take_kept_workers(signoff_state *s, int n)
+{
+	int			i;
+
+	s->took_kept = true;
+	for (i = 0; i < s->nkept; i++)
+		if (!procs[s->kept[i]].gone && n > 0 && s->nworkers < MAX_CASE_WORKERS)
+		{
+			s->workers[s->nworkers++] = s->kept[i];
+			n--;
+			s->kept[i] = -1;
+		}
+	{
+		int			rest[MAX_CASE_WORKERS] = {0};
+		int			nrest = 0;
+
+		for (i = 0; i < s->nkept; i++)
+			if (s->kept[i] >= 0)
+				rest[nrest++] = s->kept[i];
+		stop_groups(s, rest, nrest);
+		for (i = 0; i < nrest; i++)
+			forget_proc(rest[i]);
+	}
+	s->nkept = 0;
+}
+
+/* the policy's kept workers stop (its end, or before the drain's) */
+void
+stop_kept_workers(signoff_state *s)
+{
+	int			i;
+
+	stop_groups(s, s->kept, s->nkept);
+	for (i = 0; i < s->nkept; i++)
+		forget_proc(s->kept[i]);
+	s->nkept = 0;
+}
+
 bool
 start_workers(signoff_state *s, int n)
 {
 	int			i;
+	int			have = s->nworkers;
 
-	for (i = 0; i < n; i++)
+	if (s->keep_workers && !s->took_kept)
+		take_kept_workers(s, n);
+	for (i = s->nworkers - have; i < n; i++)
 	{
 		char		name[16];
 		char		log[600];
@@ -1383,7 +1500,7 @@ start_workers(signoff_state *s, int n)
 
 		if (s->nworkers >= MAX_CASE_WORKERS)
 			return false;
-		snprintf(name, sizeof(name), "w%d", s->nworkers + 1);
+		snprintf(name, sizeof(name), "w%d", ++s->worker_seq);
 		snprintf(log, sizeof(log), "%s/%s-%s-%s.log", s->ctx->signoff_dir,
 				 policy_names[s->policy], s->case_id, name);
 		make_env(s, true, &env);
@@ -1397,6 +1514,7 @@ start_workers(signoff_state *s, int n)
 			return false;
 		}
 		procs[idx].started = now_seconds();
+		s->ctx->worker_processes++;
 		s->workers[s->nworkers++] = idx;
 	}
 	return true;
@@ -1451,41 +1569,60 @@ kill_at(signoff_state *s, exch *x, const char *where)
 	return true;
 }
 
-/*
- * The case's workers stop: SIGTERM to each group (a worker finishes the
- * message in hand and exits), the socket served meanwhile (every point is
- * answered continue), SIGKILL after the timeout.
- */
-void
-stop_workers(signoff_state *s)
+/* what a case leaves when its workers stop or stay: no arm, no held point */
+static void
+release_points(signoff_state *s)
 {
 	int			i;
-	double		t0 = now_seconds();
 
 	for (i = 0; i < (int) (sizeof(s->arms) / sizeof(s->arms[0])); i++)
 		s->arms[i].on = false;
 	for (i = s->nx - 1; i >= 0; i--)
 		if (s->x[i]->state == X_HELD || s->x[i]->state == X_GONE)
 			answer(s, s->x[i], "continue");
-	for (i = 0; i < s->nworkers; i++)
-		if (!procs[s->workers[i]].gone)
-			kill(-procs[s->workers[i]].pid, SIGTERM);
-	while (any_worker_alive(s) && !matrix_interrupted &&
-		   now_seconds() - t0 <= s->job->timeout_s)
-		pump(s, POLL_MS);
-	for (i = 0; i < s->nworkers; i++)
-	{
-		sproc	   *p = &procs[s->workers[i]];
+}
 
-		if (p->gone)
-			continue;
-		if (!matrix_interrupted)
-			case_note(s->cr, "%s (pid %d) did not end within %g s of SIGTERM: killed with SIGKILL.",
-					  p->name, (int) p->pid, s->job->timeout_s);
-		kill_group(p);
-	}
+/*
+ * The case's workers stop now: SIGTERM to each group (a worker finishes
+ * the message in hand and exits), the socket served meanwhile (every point
+ * is answered continue), SIGKILL after the timeout.
+ */
+void
+stop_workers_now(signoff_state *s)
+{
+	release_points(s);
+	stop_groups(s, s->workers, s->nworkers);
 	/* exchanges that came in at the very end */
 	pump(s, 0);
+}
+
+/*
+ * The end of a case's part for its workers: with keep_workers the live
+ * ones stay for the next case (the socket keeps being served; a point
+ * they reach meanwhile is a late delivery, noted in its own case), else
+ * they stop now. Either way no arm and no held point outlives the case.
+ */
+void
+stop_workers(signoff_state *s)
+{
+	int			i,
+				n = 0;
+
+	if (!s->keep_workers)
+	{
+		stop_workers_now(s);
+		return;
+	}
+	release_points(s);
+	pump(s, 0);
+	for (i = 0; i < s->nworkers; i++)
+	{
+		if (!procs[s->workers[i]].gone && s->nkept < MAX_CASE_WORKERS)
+			s->kept[s->nkept++] = s->workers[i];
+		else
+			s->workers[n++] = s->workers[i];	/* gone: the caller forgets it */
+	}
+	s->nworkers = n;
 }
 
 /* ---------------------------------------------------------------------
@@ -1588,7 +1725,7 @@ case_points(signoff_state *s)
 	return n;
 }
 
-static int
+int
 count_deliveries(signoff_state *s, int ki)
 {
 	int			i,
@@ -1976,7 +2113,7 @@ check_unmatched(signoff_state *s)
 	s->unmatched = n;
 }
 
-/* the end of a case: effects (the workers are stopped), records, verdicts */
+/* the end of a case: effects (the workers stopped, or stay for the next case), records, verdicts */
 void
 observe(signoff_state *s, const char *suffix)
 {

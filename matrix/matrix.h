@@ -170,6 +170,7 @@ typedef struct matrix_ctx
 	char		isolation[64];
 	char		check_as_note[128];
 	double		seconds;
+	int			worker_processes;	/* the worker processes the run started */
 
 	/* a sign-off run (--job); NULL: the reference run */
 	const signoff_job *job;

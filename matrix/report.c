@@ -896,7 +896,8 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		json_string(&j, ctx->run_id);
 		sb_puts(&j, ",\n    \"helpers\": ");
 		hello_json(&j);
-		sb_printf(&j, ",\n    \"helper_workers\": %d", hello_workers());
+		sb_printf(&j, ",\n    \"helper_workers\": %d,\n    \"worker_processes\": %d", hello_workers(),
+				  ctx->worker_processes);
 		sb_puts(&j, ",\n    \"signed_off_by\": null,\n    \"date\": null");
 	}
 	sb_printf(&j, "\n  },\n  \"lease_seconds\": %g,\n  \"policies\": [", ctx->lease_s);

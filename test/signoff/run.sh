@@ -867,7 +867,9 @@ s = r["signoff"]
 assert s["helpers"] == [{"helper": "pg_idempotency", "helper_version": version, "runtime": "CPython",
                          "runtime_version": py, "queue_library": None, "queue_library_version": None,
                          "database": db, "workers": s["helper_workers"]}], s["helpers"]
-assert s["helper_workers"] >= 52, s["helper_workers"]   # a worker or more per case, each said hello
+# every worker process the run started said hello (one per policy at least:
+# the workers outlive their cases, not the policy)
+assert s["helper_workers"] == s["worker_processes"] >= 4, (s["helper_workers"], s["worker_processes"])
 assert r["settings"]["helpers"].startswith(f"pg_idempotency {version} (CPython {py}, no queue library, database {db}) in "), r["settings"]["helpers"]
 print(f"# {s['helper_workers']} workers said hello")
 EOF2
@@ -919,6 +921,21 @@ if ((rc == 1)) && ((secs < 15)) &&
     ok "a worker whose role has no grant: case 1 fails in $secs s naming 42501 and the message, not after the timeout"
 else
     not_ok "$log" "a worker without the grant: expected exit 1 within 15 s and 'the claim failed: 42501 ...'; got exit $rc in $secs s"
+fi
+
+job=$out/wrongtype.job
+log=$out/wrongtype.log
+make_job "$job" "job_type=signoff_test_other_job" "policies=hold" "lease=1.5"
+start=$SECONDS
+"$runner" --job "$job" --cases 1,2 --json "$out/wrongtype.json" >"$log" 2>&1
+rc=$?
+secs=$((SECONDS - start))
+if ((rc == 1)) && ((secs < 15)) && [[ $(grep -c 'FAILED' "$log") == 1 ]] &&
+    grep -qE '^    FAILED: the worker \(pid [0-9]+\) was judged on the case.s key signoff-[0-9a-f]+-hold-1-1 under the job type "signoff_test_job", with the claim error ID001, but the job file says job_type = signoff_test_other_job \(the run gives the worker IDEMPOTENCY_SIGNOFF_JOB_TYPES=signoff_test_other_job=signoff_[0-9a-f]+_hold\): set job_type to the job type the worker claims under$' "$log" &&
+    grep -q 'Not run: the run stopped in an earlier case' "$log" && ! grep -q 'not installed or not armed' "$log"; then
+    ok "a job file whose job_type is not the worker's: case 1 fails in $secs s naming both job types, case 2 not run"
+else
+    not_ok "$log" "a job file whose job_type is not the worker's: expected exit 1 within 15 s, the one sentence, case 2 not run; got exit $rc in $secs s"
 fi
 
 echo "signoff: $passed passed, $failed failed"
