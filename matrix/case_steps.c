@@ -367,7 +367,7 @@ death(signoff_state *s, const char *point, bool after_lease)
 	bool		at_claimed = strcmp(point, "claimed") == 0;
 
 	arm_point(s, 0, point);
-	if (!start_workers(s, after_lease ? 1 : 2) || !enqueue(s, 0, JF_ENQUEUE) ||
+	if (!(after_lease ? start_workers(s, 1) : start_workers_alike(s, 2)) || !enqueue(s, 0, JF_ENQUEUE) ||
 		(x = wait_held(s, 0, point)) == NULL ||
 		!kill_at(s, x, at_claimed ? "after its claim committed, before the handler"
 				 : "after the handler returned, before the completion"))

@@ -1481,6 +1481,31 @@ stop_kept_workers(signoff_state *s)
 	s->nkept = 0;
 }
 
+/*
+ * n workers that take messages alike: all kept ones, or all new. A case
+ * whose message must reach the second worker within a lease (7a, 7b)
+ * cannot have one worker ready and the other still starting (a Node.js
+ * worker under load: seconds).
+ */
+bool
+start_workers_alike(signoff_state *s, int n)
+{
+	int			i,
+				live = 0;
+
+	if (s->keep_workers && !s->took_kept)
+	{
+		for (i = 0; i < s->nkept; i++)
+			live += !procs[s->kept[i]].gone;
+		if (live < n)
+		{
+			stop_kept_workers(s);
+			s->took_kept = true;
+		}
+	}
+	return start_workers(s, n);
+}
+
 bool
 start_workers(signoff_state *s, int n)
 {

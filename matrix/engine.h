@@ -202,6 +202,7 @@ int		run_command(signoff_state *s, job_field which, const char *key,
 						bool pump_meanwhile, sbuf *out);
 int		effects_count(signoff_state *s, const char *key, bool pump_meanwhile);
 bool	start_workers(signoff_state *s, int n);
+bool	start_workers_alike(signoff_state *s, int n);
 bool	kill_at(signoff_state *s, exch *x, const char *where);
 void	stop_workers(signoff_state *s);
 void	stop_workers_now(signoff_state *s);

@@ -10,12 +10,17 @@ same effects file as python/worker.py's, counted by ../signoff/effects.sh.
 """
 import os
 import sys
+import time
+import uuid
+from pathlib import Path
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "..", "helpers", "python"))
 sys.path.insert(0, os.path.join(here, "..", "..", "signoff"))
 
 from celery import Celery  # noqa: E402
+from kombu.transport import TRANSPORT_ALIASES, filesystem  # noqa: E402
+from kombu.utils.json import dumps  # noqa: E402
 
 import dirqueue  # noqa: E402
 from pg_idempotency.celery import IdempotentTask  # noqa: E402
@@ -28,7 +33,28 @@ def broker_dir():
     return path
 
 
-app = Celery("catalogue_refund", broker="filesystem://")
+class AtomicChannel(filesystem.Channel):
+    """kombu's filesystem transport writes a message file in place, so a
+    worker polling the directory can read it half written (an empty file:
+    JSONDecodeError, and the worker stops: seen when a worker outlived its
+    case while enqueue.py wrote). Written aside, under a name the queue does
+    not match, and renamed into place: a reader sees all of it or nothing."""
+
+    def _put(self, queue, payload, **kwargs):
+        part = os.path.join(self.data_folder_out, ".part-" + uuid.uuid4().hex)
+        real = Path(self.data_folder_out).joinpath(
+            "{}_{}.{}.msg".format(int(round(time.monotonic() * 1000)), uuid.uuid4(), queue))
+        with open(part, "wb") as f:
+            f.write(dumps(payload).encode())
+        os.rename(part, real)
+
+
+class AtomicTransport(filesystem.Transport):
+    Channel = AtomicChannel
+
+
+TRANSPORT_ALIASES["atomicfs"] = __name__ + ":AtomicTransport"
+app = Celery("catalogue_refund", broker="atomicfs://")
 app.conf.update(
     broker_transport_options={"data_folder_in": broker_dir(), "data_folder_out": broker_dir(),
                               "processed_folder": os.path.join(broker_dir(), "processed"),
