@@ -30,21 +30,36 @@
 #include "store.h"
 
 /*
- * The store of a call: the plain table (its cache current: one test, the
- * common case on one node); else, where Citus manages the tables, the local
- * shard or the routed store (store_citus.c decides between them); else the
- * plain table, with the heap paths if they know its shape. `key`: the
- * call's one operation key; NULL for a call that reads or writes many
- * (stale_claims(), purges, batches), which never goes to one shard.
+ * The store of a call:
+ *
+ *	- the plain table, its cache current: one test, the common case on one
+ *	  node;
+ *	- where Citus manages the tables, the local shard when the call has one
+ *	  key, whose shard has its only placement here, and store_shard.c says
+ *	  the call may work on it directly (it then holds the shard's metadata
+ *	  lock);
+ *	- else there, the routed store;
+ *	- else the plain table, with the heap paths if they know its shape.
+ *
+ * `key`: the call's one operation key; NULL for a call that reads or
+ * writes many (stale_claims(), purges, batches), which never goes to one
+ * shard.
  */
 void
 idem_store_choose(text *key, Store *s)
 {
+	Oid			ops_relid;
+	Oid			jt_relid;
+
 	memset(s, 0, sizeof(*s));
 	if (idem_table_store_cached(s))
 		return;
-	if (idem_routed_store(key, s))
+	if (idem_routed_applies(&ops_relid, &jt_relid))
+	{
+		if (key == NULL || !idem_shard_store(ops_relid, jt_relid, key, s))
+			idem_routed_store(s);
 		return;
+	}
 	idem_table_store(s);
 }
 

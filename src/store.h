@@ -240,7 +240,8 @@ extern int64 idem_one_node_purge_range(const Store *s, Datum now, ItemPointer fi
 									   ItemPointer end, int64 first_block);
 
 /* store_citus.c: the routed store */
-extern bool idem_routed_store(text *key, Store *s);
+extern bool idem_routed_applies(Oid *ops_relid, Oid *jt_relid);
+extern void idem_routed_store(Store *s);
 
 /* store_shard.c: the local shard */
 extern bool idem_shard_store(Oid ops_relid, Oid jt_relid, text *key, Store *s);

@@ -3,9 +3,9 @@
  * store_citus.c
  *	  The routed store: where Citus manages the tables (their rows are in
  *	  shards), every statement goes through Citus's planner, which routes it
- *	  to the key's shard. Also the test that chooses it, and the local
- *	  shard store (store_shard.c) in its place when the key's shard is
- *	  here and the call may work on it directly.
+ *	  to the key's shard; and the test of whether Citus manages them, by
+ *	  which store.c chooses this store or the local shard
+ *	  (store_shard.c).
  *
  * What differs from one node, and why (the statements themselves are in
  * statements.c, SET_ROUTED):
@@ -122,16 +122,12 @@ citus_managed(Oid relid)
 }
 
 /*
- * Where Citus manages the extension's tables (distributed, reference or
- * Citus local: here they are empty shells, their records in shards), fill
- * *s with the store of this call and return true: the local shard store
- * when the call has one key whose shard has its only placement here and
- * store_shard.c says the call may work on it directly; else the routed
- * store. `key`: NULL for a call that reads or writes many keys. False where
- * Citus does not manage them.
+ * Does Citus manage the extension's tables (distributed, reference or
+ * Citus local: here they are empty shells, their records in shards)? If
+ * so, sets *ops_relid and *jt_relid to them.
  */
 bool
-idem_routed_store(text *key, Store *s)
+idem_routed_applies(Oid *ops_relid, Oid *jt_relid)
 {
 	if (!cache.settled)
 	{
@@ -154,12 +150,18 @@ idem_routed_store(text *key, Store *s)
 		 */
 		cache.settled = (invalidations == start);
 	}
-	if (key != NULL && idem_shard_store(cache.ops_relid, cache.jt_relid, key, s))
-		return true;
+	*ops_relid = cache.ops_relid;
+	*jt_relid = cache.jt_relid;
+	return true;
+}
+
+/* The routed store: no direct heap path (the tables here are shells) */
+void
+idem_routed_store(Store *s)
+{
 	s->backend = &routed_backend;
 	s->plans = &routed_plans;
 	s->rels = NULL;
-	return true;
 }
 
 /* Where the two statements' columns are: the job type's row, the record's */
