@@ -97,6 +97,13 @@ ifeq ($(in_tree),yes)
 -include bench/bench.mk
 endif
 
+# No two files of src/ call each other, not even through others: the
+# edges are the symbols each object uses that another defines (nm), and
+# tsort fails on a loop (scripts/check-layout.sh; hook 49 runs it).
+.PHONY: check-layout
+check-layout: $(OBJS)
+	$(ext_srcdir)/scripts/check-layout.sh src
+
 # The protocol's decisions (src/protocol.c, plain C) unit-tested without a
 # server: every policy x record state x call combination. Built with the
 # system compiler alone, no PostgreSQL header; UNIT_BIN puts the binary

@@ -22,7 +22,7 @@
 #include "utils/tuplestore.h"
 
 #include "compat.h"
-#include "idempotency.h"
+#include "store.h"
 
 PG_FUNCTION_INFO_V1(stale_claims);
 PG_FUNCTION_INFO_V1(resolve_operation);
@@ -52,7 +52,7 @@ stale_claims(PG_FUNCTION_ARGS)
 
 	idem_begin(&call, "stale_claims()", false, NULL);
 	if (PG_ARGISNULL(0))
-		idem_execute(ST_STALE_ALL, args, NULL, 0);
+		idem_execute(&call.store, OP_STALE_ALL, VARIANT_BASE, args, NULL, 0);
 	else
 	{
 		text	   *job_type = idem_arg_job_type(fcinfo, 0);
@@ -60,11 +60,11 @@ stale_claims(PG_FUNCTION_ARGS)
 		OperationState state;
 
 		/* a typo in the job type is an error, not an empty list */
-		idem_lookup(job_type, no_key, &state);
+		idem_lookup(&call, job_type, no_key, &state);
 		idem_require_job_type(&state, job_type);
 
 		args[1] = PointerGetDatum(job_type);
-		idem_execute(ST_STALE_ONE, args, NULL, 0);
+		idem_execute(&call.store, OP_STALE_ONE, VARIANT_BASE, args, NULL, 0);
 	}
 
 	for (i = 0; i < SPI_processed; i++)
@@ -98,7 +98,7 @@ resolve_operation(PG_FUNCTION_ARGS)
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	char	   *resolution;
-	Statement	st;
+	StoreOp		op;
 	IdemCall	call;
 	int			tries;
 
@@ -110,9 +110,9 @@ resolve_operation(PG_FUNCTION_ARGS)
 				 errhint("Use 'completed' (the effect happened) or 'retry' (it did not).")));
 	resolution = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	if (strcmp(resolution, "completed") == 0)
-		st = ST_RESOLVE_COMPLETED;
+		op = OP_RESOLVE_COMPLETED;
 	else if (strcmp(resolution, "retry") == 0)
-		st = ST_RESOLVE_RETRY;
+		op = OP_RESOLVE_RETRY;
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -134,7 +134,7 @@ resolve_operation(PG_FUNCTION_ARGS)
 		if (tries >= IDEMPOTENCY_MAX_TRIES)
 			idem_too_many_tries("resolve", job_type, key);
 
-		idem_lookup(job_type, key, &state);
+		idem_lookup(&call, job_type, key, &state);
 		idem_require_job_type(&state, job_type);
 		rec.found = state.found;
 		rec.status = state.status;
@@ -158,7 +158,7 @@ resolve_operation(PG_FUNCTION_ARGS)
 		values[3] = TimestampTzGetDatum(state.heartbeat_at);
 		values[4] = CStringGetTextDatum(idem_status_name(state.status));
 		values[5] = TimestampTzGetDatum(now);
-		if (idem_execute(st, values, nulls, 0) == 0)
+		if (idem_execute(&call.store, op, VARIANT_BASE, values, nulls, 0) == 0)
 			continue;			/* it changed under us: decide again */
 
 		/*
@@ -174,41 +174,12 @@ resolve_operation(PG_FUNCTION_ARGS)
 			nulls[7] = 'n';
 		else
 			values[7] = PG_GETARG_DATUM(3);
-		idem_execute(ST_AUDIT, values, nulls, 0);
+		idem_execute(&call.store, OP_AUDIT, VARIANT_BASE, values, nulls, 0);
 		break;
 	}
 	idem_end(&call);
 
 	PG_RETURN_VOID();
-}
-
-/*
- * The purge where Citus manages the tables: each job type's cutoff, then
- * one DELETE per job type, which Citus runs on every shard. No batches:
- * ctids are per shard. Inside the caller's SPI connection.
- */
-static int64
-purge_distributed(Datum now)
-{
-	SPITupleTable *cutoffs;
-	uint64		n;
-	uint64		i;
-	int64		deleted = 0;
-
-	idem_execute(ST_PURGE_CUTOFFS, &now, NULL, 0);
-	cutoffs = SPI_tuptable;
-	n = SPI_processed;
-	for (i = 0; i < n; i++)
-	{
-		Datum		args[2];
-		bool		isnull;
-
-		CHECK_FOR_INTERRUPTS();
-		args[0] = SPI_getbinval(cutoffs->vals[i], cutoffs->tupdesc, 1, &isnull);
-		args[1] = SPI_getbinval(cutoffs->vals[i], cutoffs->tupdesc, 2, &isnull);
-		deleted += idem_execute(ST_PURGE_JOB_TYPE, args, NULL, 0);
-	}
-	return deleted;
 }
 
 /*
@@ -225,68 +196,17 @@ purge_operations(PG_FUNCTION_ARGS)
 {
 	int32		batch_size;
 	IdemCall	call;
-	Portal		portal;
 	Datum		now;
-	int64		deleted = 0;
-	MemoryContext batch_cxt;
+	int64		deleted;
 
 	batch_size = idem_arg_positive_int32(fcinfo, 0, "batch_size",
 										 "purge_operations() deletes the expired records in batches of batch_size rows, one DELETE each.",
 										 "Pass a positive batch size, or leave it out for the default of 10000.");
 
 	now = TimestampTzGetDatum(GetCurrentTimestamp());
-	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency purge batch",
-									  ALLOCSET_DEFAULT_SIZES);
-
 	idem_begin(&call, "purge_operations()", true, NULL);
-	if (call.target.kind == TARGET_CITUS)
-	{
-		deleted = purge_distributed(now);
-		idem_end(&call);
-		MemoryContextDelete(batch_cxt);
-		PG_RETURN_INT64(deleted);
-	}
-	portal = idem_cursor(ST_PURGE_SCAN, &now, NULL);
-	for (;;)
-	{
-		MemoryContext old;
-		Datum	   *tids;
-		Datum		args[2];
-		uint64		n,
-					i;
-
-		CHECK_FOR_INTERRUPTS();
-		SPI_cursor_fetch(portal, true, batch_size);
-		n = SPI_processed;
-		if (n == 0)
-			break;
-
-		old = MemoryContextSwitchTo(batch_cxt);
-		tids = palloc(sizeof(Datum) * n);
-		for (i = 0; i < n; i++)
-		{
-			bool		isnull;
-			ItemPointer tid = (ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[i],
-																		  SPI_tuptable->tupdesc,
-																		  1, &isnull));
-			ItemPointer copy = palloc(sizeof(ItemPointerData));
-
-			ItemPointerCopy(tid, copy);
-			tids[i] = PointerGetDatum(copy);
-		}
-		args[0] = now;
-		args[1] = PointerGetDatum(construct_array(tids, (int) n, TIDOID,
-												  sizeof(ItemPointerData), false,
-												  TYPALIGN_SHORT));
-		MemoryContextSwitchTo(old);
-		SPI_freetuptable(SPI_tuptable);
-
-		deleted += idem_execute(ST_PURGE_DELETE, args, NULL, 0);
-		MemoryContextReset(batch_cxt);
-	}
-	SPI_cursor_close(portal);
+	deleted = call.store.backend->purge(&call.store, now, batch_size);
 	idem_end(&call);
-	MemoryContextDelete(batch_cxt);
 
 	PG_RETURN_INT64(deleted);
 }
@@ -315,8 +235,8 @@ purge_block_range(PG_FUNCTION_ARGS)
 	int64		end_block;
 	ItemPointerData first_tid;
 	ItemPointerData end_tid;
-	Datum		args[3];
 	IdemCall	call;
+	Datum		now;
 	int64		deleted;
 
 	if (PG_ARGISNULL(0))
@@ -346,16 +266,10 @@ purge_block_range(PG_FUNCTION_ARGS)
 	ItemPointerSet(&first_tid, (BlockNumber) first_block, 0);
 	ItemPointerSet(&end_tid, (BlockNumber) end_block, 0);
 
-	args[0] = TimestampTzGetDatum(GetCurrentTimestamp());
-	args[1] = PointerGetDatum(&first_tid);
-	args[2] = PointerGetDatum(&end_tid);
-
+	now = TimestampTzGetDatum(GetCurrentTimestamp());
 	idem_begin(&call, "purge_block_range()", true, NULL);
-	if (call.target.kind == TARGET_CITUS)
-		/* no heap blocks to walk here: block 0 stands for the whole table */
-		deleted = first_block == 0 ? purge_distributed(args[0]) : 0;
-	else
-		deleted = idem_execute(ST_PURGE_RANGE, args, NULL, 0);
+	deleted = call.store.backend->purge_range(&call.store, now, &first_tid, &end_tid,
+											  first_block);
 	idem_end(&call);
 
 	PG_RETURN_INT64(deleted);

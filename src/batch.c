@@ -306,6 +306,7 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 	bool		have_results = false;
 	BatchKey   *order;
 	Outcome    *outcomes;
+	IdemCaps	caps = idem_caps(IDEM_API_LATEST);
 	int			i;
 
 	(void) array_arg(fcinfo, 1, "operation_keys", TEXTOID, true, &keys);
@@ -351,12 +352,12 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 		{
 			bool		result_isnull = !have_results || results.nulls[k];
 
-			outcomes[k].done = idem_complete_one(true, false, job_type, order[i].key, attempt,
+			outcomes[k].done = idem_complete_one(&caps, false, job_type, order[i].key, attempt,
 												 result_isnull ? (Datum) 0 : results.values[k],
 												 result_isnull, &outcomes[k].refusal);
 		}
 		else
-			outcomes[k].done = idem_release_one(true, false, job_type, order[i].key, attempt,
+			outcomes[k].done = idem_release_one(&caps, false, job_type, order[i].key, attempt,
 												&outcomes[k].refusal);
 	}
 

@@ -23,7 +23,7 @@
 #include "utils/tuplestore.h"
 
 #include "compat.h"
-#include "idempotency.h"
+#include "store.h"
 
 PG_FUNCTION_INFO_V1(claim_operation);
 PG_FUNCTION_INFO_V1(claim_operation_0_2);
@@ -125,7 +125,7 @@ busy(const IdemCall *call, const ClaimArgs *a, const ClaimAction *act, Verdict *
 	int32		attempt = 1;
 
 	if (!act->check_busy ||
-		!idem_key_busy(&call->target, a->job_type, a->key, &attempt))
+		!idem_key_busy(call->store.rels, a->job_type, a->key, &attempt))
 		return false;
 	set_verdict(v, "in_progress", attempt);
 	return true;
@@ -157,16 +157,12 @@ insert(const IdemCall *call, const ClaimArgs *a, const ClaimRequest *req, Timest
 	values[6] = req->has_delivery ? Int64GetDatum(req->run_digest) : (Datum) 0;
 	if (!req->has_delivery)
 		nulls[6] = 'n';
-	return idem_execute(call->target.kind == TARGET_CITUS ?
-						(call->deliveries ? ST_INSERT_VALUES_DELIVERY : ST_INSERT_VALUES) :
-						call->deliveries ? ST_INSERT_DELIVERY :
-						call->worker_roles ? ST_INSERT_ROLE : ST_INSERT,
-						values, nulls, 0) == 1;
+	return idem_execute(&call->store, OP_INSERT, call->variant, values, nulls, 0) == 1;
 }
 
 /*
  * Take over a released record or a stale claim: attempt + 1, a new lease;
- * since 0.3 the digest of the delivery and of the verdict it gets.
+ * with deliveries, the digest of the delivery and of the verdict it gets.
  * False if the record changed since it was read.
  */
 static bool
@@ -193,13 +189,12 @@ take_over(const IdemCall *call, const ClaimArgs *a, const ClaimRequest *req,
 		nulls[7] = 'n';
 	if (!req->has_delivery)
 		nulls[8] = 'n';
-	return idem_execute(call->deliveries ? ST_TAKEOVER_DELIVERY : ST_TAKEOVER,
-						values, nulls, 0) == 1;
+	return idem_execute(&call->store, OP_TAKE_OVER, call->variant, values, nulls, 0) == 1;
 }
 
 /* Skip a stale claim as read; false if the record changed since */
 static bool
-skip(const ClaimArgs *a, const OperationState *state, TimestampTz now)
+skip(const IdemCall *call, const ClaimArgs *a, const OperationState *state, TimestampTz now)
 {
 	Datum		values[5];
 
@@ -208,7 +203,7 @@ skip(const ClaimArgs *a, const OperationState *state, TimestampTz now)
 	values[2] = Int32GetDatum(state->attempt);
 	values[3] = TimestampTzGetDatum(state->heartbeat_at);
 	values[4] = TimestampTzGetDatum(now);
-	return idem_execute(ST_SKIP, values, NULL, 0) == 1;
+	return idem_execute(&call->store, OP_SKIP, VARIANT_BASE, values, NULL, 0) == 1;
 }
 
 /*
@@ -248,7 +243,7 @@ apply_claim(const IdemCall *call, const ClaimArgs *a, const ClaimRequest *req,
 			wrote = take_over(call, a, req, state, now, act->verify);
 			break;
 		case CLAIM_SKIP:
-			wrote = skip(a, state, now);
+			wrote = skip(call, a, state, now);
 			break;
 	}
 	if (wrote)
@@ -283,10 +278,11 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 
 		/*
 		 * The probe saw no record: insert at once. When the INSERT inserts
-		 * nothing the lookup of the next round says why. (No probe runs
-		 * through Citus's planner: the lookup comes first there.)
+		 * nothing the lookup of the next round says why. (Only a store with
+		 * the direct heap paths probes: in any other the lookup comes
+		 * first.)
 		 */
-		if (tries == 0 && absent && call->target.kind != TARGET_CITUS)
+		if (tries == 0 && absent)
 			state.found = false;
 		else
 			idem_worker_lookup(call, a->job_type, a->key, &state);
@@ -303,9 +299,9 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
  *				   RETURNS TABLE (verdict text, attempt integer, result jsonb)
  *
  * Exactly one row. Writes (and takes a transaction id) only when the
- * verdict is run, verify or a new skipped. `version`: the extension version
- * whose definition called (1, 2 or 3; see IdemCall); only 3's has the
- * delivery and wait arguments.
+ * verdict is run, verify or a new skipped. `api_version`: that of the
+ * definition that called (see IdemCaps); only a definition with deliveries
+ * has the delivery and wait arguments.
  *
  * wait => false: never waits for a lock. Another transaction's uncommitted
  * claim of the key answers in_progress (busy()); any other lock the call
@@ -344,22 +340,20 @@ idem_nowait_end(int level)
  * decide. v->result, if any, is allocated in the caller's memory context.
  */
 void
-idem_claim_one(const ClaimArgs *a, int version, Verdict *v)
+idem_claim_one(const ClaimArgs *a, const IdemCaps *caps, Verdict *v)
 {
 	IdemCall	call;
 	ProbeResult probe;
-
-	Target		target;
+	Store		store;
 
 	/* a duplicate of a completed key is answered by the probe alone */
 	set_verdict(v, "completed", 0);
-	idem_target(a->key, &target);
-	probe = idem_probe(&target, GetUserId(), version >= 2, a->job_type, a->key,
+	idem_store_choose(a->key, &store);
+	probe = idem_probe(store.rels, GetUserId(), caps, a->job_type, a->key,
 					   a->fingerprint, &v->attempt, &v->result, &v->result_isnull);
 	if (probe != PROBE_COMPLETED)
 	{
-		idem_begin_worker(&call, "claim_operation()", version >= 2, &target);
-		call.deliveries = version >= 3;
+		idem_begin_worker(&call, "claim_operation()", caps, &store);
 		claim(&call, v, a, probe == PROBE_ABSENT, false);
 		idem_end(&call);
 	}
@@ -451,7 +445,7 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 												   INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
 	/* waits, key by key in this order, for uncommitted claims of the keys */
-	inserted = idem_execute(ST_INSERT_BATCH, values, nulls, 0);
+	inserted = idem_execute(&call->store, OP_INSERT_BATCH, call->variant, values, nulls, 0);
 
 	/*
 	 * RETURNING lists the keys inserted, each once. Found by their bytes
@@ -514,12 +508,12 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 {
 	MemoryContext outer = CurrentMemoryContext;
 	IdemCall	call;
+	IdemCaps	caps = idem_caps(IDEM_API_LATEST);
 	int		   *pending = palloc(sizeof(int) * Max(n, 1));
 	int			npending = 0;
 	int			i;
 
-	idem_begin_worker(&call, "claim_operations()", true, NULL);
-	call.deliveries = true;
+	idem_begin_worker(&call, "claim_operations()", &caps, NULL);
 	for (i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -529,8 +523,9 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 			ProbeResult probe;
 
 			set_verdict(v[i], "completed", 0);
-			probe = idem_probe(&call.target, call.caller, true, a[i].job_type, a[i].key, a[i].fingerprint,
-							   &v[i]->attempt, &v[i]->result, &v[i]->result_isnull);
+			probe = idem_probe(call.store.rels, call.caller, &call.caps, a[i].job_type, a[i].key,
+							   a[i].fingerprint, &v[i]->attempt, &v[i]->result,
+							   &v[i]->result_isnull);
 			MemoryContextSwitchTo(spi);
 			if (probe == PROBE_COMPLETED)
 				continue;
@@ -561,9 +556,10 @@ idem_arg_wait(FunctionCallInfo fcinfo, int argno)
 }
 
 static Datum
-claim_operation_common(FunctionCallInfo fcinfo, int version)
+claim_operation_common(FunctionCallInfo fcinfo, int api_version)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	IdemCaps	caps = idem_caps(api_version);
 	ClaimArgs	a;
 	Verdict		v;
 	Datum		values[3];
@@ -576,7 +572,7 @@ claim_operation_common(FunctionCallInfo fcinfo, int version)
 	a.worker = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
 	a.delivery = NULL;
 	a.wait = true;
-	if (version >= 3)
+	if (caps.deliveries)
 	{
 		a.delivery = idem_arg_delivery(fcinfo, 4);
 		a.wait = idem_arg_wait(fcinfo, 5);
@@ -587,7 +583,7 @@ claim_operation_common(FunctionCallInfo fcinfo, int version)
 	PreventCommandDuringRecovery("claim_operation()");
 	PreventCommandIfReadOnly("claim_operation()");
 	guc_level = idem_nowait_begin(a.wait);
-	idem_claim_one(&a, version, &v);
+	idem_claim_one(&a, &caps, &v);
 	idem_nowait_end(guc_level);
 
 	values[0] = CStringGetTextDatum(v.verdict);
@@ -603,19 +599,19 @@ claim_operation_common(FunctionCallInfo fcinfo, int version)
 Datum
 claim_operation(PG_FUNCTION_ARGS)
 {
-	return claim_operation_common(fcinfo, 1);
+	return claim_operation_common(fcinfo, IDEM_API_0_1);
 }
 
 /* since 0.2: the job type's worker_role applies */
 Datum
 claim_operation_0_2(PG_FUNCTION_ARGS)
 {
-	return claim_operation_common(fcinfo, 2);
+	return claim_operation_common(fcinfo, IDEM_API_0_2);
 }
 
 /* since 0.3: delivery and wait */
 Datum
 claim_operation_0_3(PG_FUNCTION_ARGS)
 {
-	return claim_operation_common(fcinfo, 3);
+	return claim_operation_common(fcinfo, IDEM_API_0_3);
 }

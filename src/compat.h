@@ -18,6 +18,7 @@
 #define IDEMPOTENCY_COMPAT_H
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/tableam.h"
 #include "access/tupdesc.h"
 #include "utils/regproc.h"
@@ -108,6 +109,29 @@ idem_string_to_names(const char *string)
 #else
 	return stringToQualifiedNameList(string);
 #endif
+}
+
+/*
+ * Column `attnum` of a catalog tuple (Citus's catalogs, read by the local
+ * shard store). Not heap_getattr(): since 15.20 (and the matching minors of
+ * later majors) that inline calls a function older minor releases do not
+ * export, so a library built against newer headers would not load into an
+ * older server of the same major. heap_deform_tuple() is exported by every
+ * minor.
+ */
+static inline Datum
+idem_catalog_getattr(HeapTuple tuple, AttrNumber attnum, TupleDesc desc, bool *isnull)
+{
+	Datum	   *values = palloc(desc->natts * sizeof(Datum));
+	bool	   *nulls = palloc(desc->natts * sizeof(bool));
+	Datum		d;
+
+	heap_deform_tuple(tuple, desc, values, nulls);
+	*isnull = nulls[attnum - 1];
+	d = values[attnum - 1];
+	pfree(values);
+	pfree(nulls);
+	return d;
 }
 
 #endif							/* IDEMPOTENCY_COMPAT_H */

@@ -17,7 +17,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-#include "idempotency.h"
+#include "store.h"
 
 PG_FUNCTION_INFO_V1(complete_operation);
 PG_FUNCTION_INFO_V1(release_operation);
@@ -138,41 +138,31 @@ explain_refusal(const IdemCall *call, FencedCall fc, const char *action,
 	return REFUSAL_REFUSED;
 }
 
-/*
- * A fenced update's statements: without the worker_role check (a call
- * through a function's 0.1 definition), with it comparing the caller's OID
- * (the statement runs on this node: a plain table or the key's shard
- * here), and with it comparing the caller's name with the worker_role's
- * (Citus routes the statement to the node that holds the key, whose OIDs
- * differ).
- */
+/* A fenced call: the protocol's name for it, its message and operation */
 typedef struct FencedStatements
 {
 	FencedCall	call;			/* which call, for the protocol's decision */
 	const char *action;			/* "cannot <action> operation ..." */
-	Statement	plain;
-	Statement	role_oid;
-	Statement	role_name;
+	StoreOp		op;
 } FencedStatements;
 
 static const FencedStatements complete_statements =
-{FENCED_COMPLETE, "complete", ST_COMPLETE, ST_COMPLETE_ROLE, ST_COMPLETE_ROLE_NAME};
+{FENCED_COMPLETE, "complete", OP_COMPLETE};
 static const FencedStatements release_statements =
-{FENCED_RELEASE, "release", ST_RELEASE, ST_RELEASE_ROLE, ST_RELEASE_ROLE_NAME};
+{FENCED_RELEASE, "release", OP_RELEASE};
 static const FencedStatements extend_statements =
-{FENCED_EXTEND, "extend the lease of", ST_EXTEND, ST_EXTEND_ROLE, ST_EXTEND_ROLE_NAME};
+{FENCED_EXTEND, "extend the lease of", OP_EXTEND};
 
 /*
- * Run the fenced UPDATE of `sts` ($1 job type, $2 key, $3 attempt, $4 now,
- * $5 result; $6 the caller when the job type's worker_role applies, and
- * through Citus $7 the worker_role's name) until
+ * Run the fenced UPDATE of `sts` (its parameters: OP_COMPLETE in
+ * statements.c; the store's fenced_role says which variant checks the
+ * caller's role, and how) until
  * it updates the record (returns REFUSAL_NONE; SPI_tuptable holds the
  * RETURNING row, if any), or until explain_refusal() says that the call
  * repeats one already done (REFUSAL_REPEAT) or that the record refuses it
  * (REFUSAL_REFUSED, *r filled in; 42501 raised for a caller who may not
  * work the job type). The role is compared by the statement, where it
- * runs; through Citus the worker_role is read first from this node's
- * job_types placement (one local read, not the record's lookup).
+ * runs.
  */
 static RefusalKind
 fenced_update(const IdemCall *call, const FencedStatements *sts,
@@ -180,28 +170,13 @@ fenced_update(const IdemCall *call, const FencedStatements *sts,
 			  int32 attempt, Datum result, bool result_isnull,
 			  IdemRefusal *r)
 {
-	Statement	st = sts->plain;
-	Datum		caller = ObjectIdGetDatum(call->caller);
-	Datum		role = (Datum) 0;
-	NameData	caller_name;
-	NameData	role_name;
+	Datum		caller;
+	Datum		role;
+	NameData	names[2];
+	StoreVariant v;
 	int			tries;
 
-	if (call->worker_roles && call->target.kind == TARGET_CITUS)
-	{
-		const char *name = idem_citus_worker_role(call, job_type);
-
-		if (name != NULL)
-		{
-			namestrcpy(&caller_name, GetUserNameFromId(call->caller, false));
-			namestrcpy(&role_name, name);
-			caller = NameGetDatum(&caller_name);
-			role = NameGetDatum(&role_name);
-			st = sts->role_name;
-		}
-	}
-	else if (call->worker_roles)
-		st = sts->role_oid;
+	v = call->store.backend->fenced_role(&call->store, call, job_type, &caller, &role, names);
 	for (tries = 0; tries < IDEMPOTENCY_MAX_TRIES; tries++)
 	{
 		Datum		values[7];
@@ -217,7 +192,7 @@ fenced_update(const IdemCall *call, const FencedStatements *sts,
 		values[5] = caller;
 		values[6] = role;
 
-		if (idem_execute(st, values, nulls, 0) == 1)
+		if (idem_execute(&call->store, sts->op, v, values, nulls, 0) == 1)
 			return REFUSAL_NONE;
 		kind = explain_refusal(call, sts->call, sts->action, job_type, key, attempt, r);
 		if (kind != REFUSAL_RETRY)
@@ -242,26 +217,25 @@ keep_refusal(IdemRefusal *r, MemoryContext cxt)
  * Complete one key (the single call and each key of a batch): the fast
  * path, else the fenced update. False with *r filled in when the record
  * refuses (see explain_refusal()). `single`: the call is for this key
- * alone, and may work on its shard directly (shard.c); a batch's keys go
- * where Citus routes them.
+ * alone, and its store may be the key's own (store.c); a batch's keys go
+ * to the store of many keys.
  */
 bool
-idem_complete_one(bool worker_roles, bool single, text *job_type, text *key, int32 attempt,
-				  Datum result, bool result_isnull, IdemRefusal *r)
+idem_complete_one(const IdemCaps *caps, bool single, text *job_type, text *key,
+				  int32 attempt, Datum result, bool result_isnull, IdemRefusal *r)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	IdemCall	call;
 	RefusalKind kind;
-
-	Target		target;
+	Store		store;
 
 	/* the common case, below SPI; anything else the SPI way */
-	idem_target(single ? key : NULL, &target);
-	if (idem_fast_complete(&target, GetUserId(), worker_roles, job_type, key, attempt,
+	idem_store_choose(single ? key : NULL, &store);
+	if (idem_fast_complete(store.rels, GetUserId(), caps, job_type, key, attempt,
 						   result, result_isnull))
 		return true;
 
-	idem_begin_worker(&call, "complete_operation()", worker_roles, &target);
+	idem_begin_worker(&call, "complete_operation()", caps, &store);
 	kind = fenced_update(&call, &complete_statements,
 						 job_type, key, attempt, result, result_isnull, r);
 	if (kind == REFUSAL_REFUSED)
@@ -272,17 +246,16 @@ idem_complete_one(bool worker_roles, bool single, text *job_type, text *key, int
 
 /* Release one key; false with *r filled in when the record refuses */
 bool
-idem_release_one(bool worker_roles, bool single, text *job_type, text *key, int32 attempt,
-				 IdemRefusal *r)
+idem_release_one(const IdemCaps *caps, bool single, text *job_type, text *key,
+				 int32 attempt, IdemRefusal *r)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	IdemCall	call;
 	RefusalKind kind;
+	Store		store;
 
-	Target		target;
-
-	idem_target(single ? key : NULL, &target);
-	idem_begin_worker(&call, "release_operation()", worker_roles, &target);
+	idem_store_choose(single ? key : NULL, &store);
+	idem_begin_worker(&call, "release_operation()", caps, &store);
 	kind = fenced_update(&call, &release_statements,
 						 job_type, key, attempt, (Datum) 0, true, r);
 	if (kind == REFUSAL_REFUSED)
@@ -300,8 +273,9 @@ idem_release_one(bool worker_roles, bool single, text *job_type, text *key, int3
  * stored first is kept.
  */
 static Datum
-complete_common(FunctionCallInfo fcinfo, bool worker_roles)
+complete_common(FunctionCallInfo fcinfo, int api_version)
 {
+	IdemCaps	caps = idem_caps(api_version);
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
@@ -311,7 +285,7 @@ complete_common(FunctionCallInfo fcinfo, bool worker_roles)
 
 	PreventCommandDuringRecovery("complete_operation()");
 	PreventCommandIfReadOnly("complete_operation()");
-	if (!idem_complete_one(worker_roles, true, job_type, key, attempt, result, result_isnull, &r))
+	if (!idem_complete_one(&caps, true, job_type, key, attempt, result, result_isnull, &r))
 		raise_refusal(&r);
 
 	PG_RETURN_VOID();
@@ -325,8 +299,9 @@ complete_common(FunctionCallInfo fcinfo, bool worker_roles)
  * runs with attempt + 1. Releasing twice is a no-op.
  */
 static Datum
-release_common(FunctionCallInfo fcinfo, bool worker_roles)
+release_common(FunctionCallInfo fcinfo, int api_version)
 {
+	IdemCaps	caps = idem_caps(api_version);
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
@@ -334,7 +309,7 @@ release_common(FunctionCallInfo fcinfo, bool worker_roles)
 
 	PreventCommandDuringRecovery("release_operation()");
 	PreventCommandIfReadOnly("release_operation()");
-	if (!idem_release_one(worker_roles, true, job_type, key, attempt, &r))
+	if (!idem_release_one(&caps, true, job_type, key, attempt, &r))
 		raise_refusal(&r);
 
 	PG_RETURN_VOID();
@@ -349,8 +324,9 @@ release_common(FunctionCallInfo fcinfo, bool worker_roles)
  * is evidently alive.
  */
 static Datum
-extend_common(FunctionCallInfo fcinfo, bool worker_roles)
+extend_common(FunctionCallInfo fcinfo, int api_version)
 {
+	IdemCaps	caps = idem_caps(api_version);
 	text	   *job_type = idem_arg_job_type(fcinfo, 0);
 	text	   *key = idem_arg_key(fcinfo, 1);
 	int32		attempt = idem_arg_attempt(fcinfo, 2);
@@ -358,16 +334,16 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 	IdemRefusal r;
 	OperationState state;
 	TimestampTz expires_at;
-	Target		target;
+	Store		store;
 
-	idem_target(key, &target);
-	idem_begin_worker(&call, "extend_lease()", worker_roles, &target);
+	idem_store_choose(key, &store);
+	idem_begin_worker(&call, "extend_lease()", &caps, &store);
 	/* there is no repeat of an extension: it either updates or is refused */
 	if (fenced_update(&call, &extend_statements,
 					  job_type, key, attempt, (Datum) 0, true, &r) != REFUSAL_NONE)
 		raise_refusal(&r);
 	/* the new heartbeat plus the lease, as this transaction now sees them */
-	idem_lookup(job_type, key, &state);
+	idem_lookup(&call, job_type, key, &state);
 	expires_at = state.expires_at;
 	idem_end(&call);
 
@@ -378,36 +354,36 @@ extend_common(FunctionCallInfo fcinfo, bool worker_roles)
 Datum
 complete_operation(PG_FUNCTION_ARGS)
 {
-	return complete_common(fcinfo, false);
+	return complete_common(fcinfo, IDEM_API_0_1);
 }
 
 Datum
 release_operation(PG_FUNCTION_ARGS)
 {
-	return release_common(fcinfo, false);
+	return release_common(fcinfo, IDEM_API_0_1);
 }
 
 Datum
 extend_lease(PG_FUNCTION_ARGS)
 {
-	return extend_common(fcinfo, false);
+	return extend_common(fcinfo, IDEM_API_0_1);
 }
 
 /* ... and of 0.2's: the job type's worker_role applies */
 Datum
 complete_operation_0_2(PG_FUNCTION_ARGS)
 {
-	return complete_common(fcinfo, true);
+	return complete_common(fcinfo, IDEM_API_0_2);
 }
 
 Datum
 release_operation_0_2(PG_FUNCTION_ARGS)
 {
-	return release_common(fcinfo, true);
+	return release_common(fcinfo, IDEM_API_0_2);
 }
 
 Datum
 extend_lease_0_2(PG_FUNCTION_ARGS)
 {
-	return extend_common(fcinfo, true);
+	return extend_common(fcinfo, IDEM_API_0_2);
 }

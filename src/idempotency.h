@@ -43,49 +43,10 @@
 /* NOTIFY channel for claims that turned out stale and are held */
 #define IDEMPOTENCY_HELD_CHANNEL		"idempotency_held"
 
-/* The prepared statements, see statements[] in idempotency.c */
-typedef enum Statement
-{
-	ST_LOOKUP,
-	ST_LOOKUP_ROLE,
-	ST_LOOKUP_DELIVERY,
-	ST_LOOKUP_CITUS_JOB_TYPE,
-	ST_LOOKUP_CITUS_RECORD,
-	ST_INSERT,
-	ST_INSERT_ROLE,
-	ST_INSERT_DELIVERY,
-	ST_INSERT_BATCH,
-	ST_INSERT_VALUES,
-	ST_INSERT_VALUES_DELIVERY,
-	ST_TAKEOVER,
-	ST_TAKEOVER_DELIVERY,
-	ST_SKIP,
-	ST_COMPLETE,
-	ST_RELEASE,
-	ST_EXTEND,
-	ST_COMPLETE_ROLE,
-	ST_RELEASE_ROLE,
-	ST_EXTEND_ROLE,
-	ST_COMPLETE_ROLE_NAME,
-	ST_RELEASE_ROLE_NAME,
-	ST_EXTEND_ROLE_NAME,
-	ST_STALE_ALL,
-	ST_STALE_ONE,
-	ST_RESOLVE_COMPLETED,
-	ST_RESOLVE_RETRY,
-	ST_AUDIT,
-	ST_PURGE_SCAN,
-	ST_PURGE_DELETE,
-	ST_PURGE_RANGE,
-	ST_PURGE_CUTOFFS,
-	ST_PURGE_JOB_TYPE,
-	ST_COUNT
-} Statement;
-
 /*
- * What ST_LOOKUP read: the job type's configuration and, if it exists, the
- * record. Pointers point into the SPI tuple table of the lookup and are
- * valid until the next statement.
+ * What a lookup read (record.c decodes it, whatever the backend): the job
+ * type's configuration and, if it exists, the record. Pointers point into
+ * the SPI tuple table of the lookup and are valid until the next statement.
  */
 typedef struct OperationState
 {
@@ -108,69 +69,28 @@ typedef struct OperationState
 } OperationState;
 
 /*
- * One SQL-callable call: the caller's identity, restored at the end, and
- * whether the job type's worker_role applies to it. It does for the worker
- * functions as version 0.2 defines them; their 0.1 definitions (whose
- * job_types has no worker_role column) call the C entry points without the
- * _0_2 suffix, which do not check it. Since 0.3 claim_operation() also
- * reads and writes the delivery column (deliveries, only through
- * claim_operation_0_3, whose definition has the delivery argument). The
- * README's "Upgrading the extension" says why old definitions keep old
- * entry points.
+ * What the SQL definition that called can do. Each worker function's C
+ * entry point is named for the API version of its definition (no suffix:
+ * 0.1, _0_2, _0_3), as pg_stat_statements names its entry points; the
+ * entry point turns that version into these capabilities once, with
+ * idem_caps(), and every later decision asks a capability, never a version.
+ * Old definitions keep old entry points: the README's "Upgrading the
+ * extension" says why.
  */
-/*
- * Where one call's records are: the one protocol has three backends. Chosen
- * once per call, by idem_target() (probe.c), before anything is read.
- */
-typedef enum TargetKind
+typedef struct IdemCaps
 {
-	TARGET_TABLE,				/* the extension's own tables, one node */
-	TARGET_SHARD,				/* Citus: the key's shard, whose one
-								 * placement is on this node (shard.c) */
-	TARGET_CITUS				/* Citus: the distributed tables, through
-								 * Citus's planner */
-} TargetKind;
+	bool		worker_roles;	/* job_types has worker_role, and it applies */
+	bool		deliveries;		/* operations has delivery; claims take a
+								 * delivery token and wait */
+} IdemCaps;
 
-/*
- * The relations the fast paths of probe.c read and write, checked to be of
- * the shape they assume: the extension's tables, or one shard of each.
- */
-typedef struct TargetRels
-{
-	bool		valid;
-	Oid			ops_relid;		/* idempotency.operations (or its shard) */
-	Oid			ops_pkey;
-	Oid			jt_relid;		/* idempotency.job_types (or its shard) */
-	Oid			jt_pkey;
-	AttrNumber	att_status;
-	AttrNumber	att_attempt;
-	AttrNumber	att_completed_at;
-	AttrNumber	att_fingerprint;
-	AttrNumber	att_result;
-	AttrNumber	att_job_type;
-	AttrNumber	att_worker_role;	/* InvalidAttrNumber before 0.2 */
-	Oid			claimed;		/* pg_enum OIDs of the statuses */
-	Oid			completed;
-	Oid			skipped;
-} TargetRels;
+/* The API versions of the entry points, and the newest (the batch calls) */
+#define IDEM_API_0_1	1
+#define IDEM_API_0_2	2
+#define IDEM_API_0_3	3
+#define IDEM_API_LATEST	IDEM_API_0_3
 
-typedef struct Target
-{
-	TargetKind	kind;
-	int64		shardid;		/* TARGET_SHARD: the key's shard */
-	int64		jt_shardid;		/* TARGET_SHARD: job_types' shard */
-	const TargetRels *rels;		/* NULL: no fast path (TARGET_CITUS, or a
-								 * schema the fast paths do not know) */
-} Target;
-
-typedef struct IdemCall
-{
-	Oid			caller;
-	int			save_sec_context;
-	bool		worker_roles;
-	bool		deliveries;		/* 0.3: operations has a delivery column */
-	Target		target;			/* where the records are */
-} IdemCall;
+extern IdemCaps idem_caps(int api_version);
 
 /* claim.c: what one claim asks for, and its answer */
 typedef struct ClaimArgs
@@ -191,7 +111,7 @@ typedef struct Verdict
 	bool		result_isnull;
 } Verdict;
 
-extern void idem_claim_one(const ClaimArgs *a, int version, Verdict *v);
+extern void idem_claim_one(const ClaimArgs *a, const IdemCaps *caps, Verdict *v);
 extern void idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v);
 extern int	idem_nowait_begin(bool wait);
 extern void idem_nowait_end(int level);
@@ -214,51 +134,17 @@ typedef struct IdemRefusal
 	const char *hint;
 } IdemRefusal;
 
-extern bool idem_complete_one(bool worker_roles, bool single, text *job_type, text *key,
+extern bool idem_complete_one(const IdemCaps *caps, bool single, text *job_type, text *key,
 							  int32 attempt, Datum result, bool result_isnull,
 							  IdemRefusal *r);
-extern bool idem_release_one(bool worker_roles, bool single, text *job_type, text *key,
+extern bool idem_release_one(const IdemCaps *caps, bool single, text *job_type, text *key,
 							 int32 attempt, IdemRefusal *r);
 
-/* probe.c: the hot paths below SPI */
-typedef enum ProbeResult
-{
-	PROBE_ABSENT,				/* no record */
-	PROBE_COMPLETED,			/* completed, the same fingerprint (or none) */
-	PROBE_OTHER					/* anything else: the SPI path decides */
-} ProbeResult;
-
-extern void idem_target(text *key, Target *t);
-extern ProbeResult idem_probe(const Target *t, Oid caller, bool worker_roles, text *job_type,
-							  text *key, text *fingerprint, int32 *attempt,
-							  Datum *result, bool *result_isnull);
-extern bool idem_key_busy(const Target *t, text *job_type, text *key, int32 *attempt);
-extern bool idem_fast_complete(const Target *t, Oid caller, bool worker_roles, text *job_type,
-							   text *key, int32 attempt, Datum result, bool result_isnull);
-extern bool idem_rels_load(TargetRels *r, Oid ops_relid, Oid ops_pkey, Oid jt_relid,
-						   Oid jt_pkey);
-extern bool idem_citus_managed(Oid relid);
-
-/* shard.c: the key's shard, where Citus manages the tables */
-extern bool idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t);
-extern SPIPlanPtr *idem_shard_plans(int64 shardid);
-extern char *idem_shard_sql(const char *sql, int64 shardid, int64 jt_shardid);
-extern void idem_define_settings(void);
-
-/* idempotency.c */
-extern void idem_begin(IdemCall *call, const char *fname, bool writes, const Target *target);
-extern void idem_begin_worker(IdemCall *call, const char *fname, bool worker_roles,
-							  const Target *target);
-extern void idem_end(IdemCall *call);
-extern uint64 idem_execute(Statement st, Datum *values, const char *nulls, long count);
-extern Portal idem_cursor(Statement st, Datum *values, const char *nulls);
-extern void idem_lookup(text *job_type, text *key, OperationState *state);
+/* util.c: argument checks, errors and texts, shared by every file */
+extern bool idem_role_may_work(Oid caller, Oid role);
+pg_noreturn extern void idem_deny_job_type(Oid caller, text *job_type, Oid role_oid);
 extern void idem_require_job_type(const OperationState *state, text *job_type);
 extern void idem_require_record(const OperationState *state, text *job_type, text *key);
-extern bool idem_role_may_work(Oid caller, Oid role);
-extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
-							   OperationState *state);
-extern const char *idem_citus_worker_role(const IdemCall *call, text *job_type);
 extern text *idem_arg_job_type(FunctionCallInfo fcinfo, int argno);
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno);
 extern text *idem_arg_delivery(FunctionCallInfo fcinfo, int argno);

@@ -7,7 +7,7 @@
  * function here decides from a record (what a lookup read, reduced to
  * plain values) and a request (what the call asks), and returns an action;
  * it reads nothing, writes nothing and raises nothing. The callers in
- * claim.c, complete.c, admin.c and probe.c read the record, apply the
+ * claim.c, complete.c, admin.c and heap.c read the record, apply the
  * action and, when a write finds the record changed under it, read it
  * again and ask again. So the protocol is written once, and
  * test/unit/test_protocol.c checks every combination without a server.

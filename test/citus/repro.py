@@ -21,7 +21,7 @@ import psycopg
 
 MODES = ("autocommit", "transaction block")
 # the same cases with the client on worker w1 (issue 20): keys w1 holds are
-# worked on their shard directly in autocommit (src/shard.c), through
+# worked on their shard directly in autocommit (src/store_shard.c), through
 # Citus's local execution in a transaction block; w2's keys are delegated
 # there
 W1_MODES = ("w1 autocommit", "w1 tx block")
@@ -476,7 +476,7 @@ def keys_on(port, n, prefix, shard=None, other_than=None):
 
 def direct_path_cases():
     """Issue 20: the call on the node that holds its key works on the shard
-    directly (src/shard.c); Citus's local execution logs every statement it
+    directly (src/store_shard.c); Citus's local execution logs every statement it
     runs on a local shard (citus.log_local_commands), the direct path none."""
     w1 = os.environ["CITUS_PORT_W1"]
     mode = "w1 direct"

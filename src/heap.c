@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * probe.c
+ * heap.c
  *	  The two hot paths below SPI: the primary-key probe of
  *	  claim_operation() and the update of complete_operation().
  *
@@ -33,23 +33,22 @@
  * are the columns it scans; any other (a superuser's ALTER TABLE) leaves
  * every call to SPI, whose statements cast what they read.
  *
- * Since 0.2 both also read the job type's worker_role (one more primary-key
- * lookup, in idempotency.job_types) when the call comes through a 0.2
- * definition; a caller who may not work the job type goes the SPI way,
- * whose lookup raises the error.
+ * When the caller's capabilities include worker roles, both also read the
+ * job type's worker_role (one more primary-key lookup, in job_types); a
+ * caller who may not work the job type goes the SPI way, whose lookup
+ * raises the error.
  *
- * Both work on a target (idem_target(), once per call): the extension's
- * own tables on one node, or, where Citus manages them (its tables are
- * empty shells, their rows in shards), the key's shard when its only
- * placement is on this node and shard.c says the call may work on it
- * directly. Otherwise Citus routes the SPI statements and neither fast
- * path is used (TARGET_CITUS).
+ * Both work on the relations a store gives them (store.h): the extension's
+ * own tables, or one shard of each where the local shard store holds the
+ * key. A store without them (NULL) has no direct path: every call goes the
+ * SPI way.
  *
  * No privilege is checked here, as none is in the SPI path (which runs as
  * the table owner): EXECUTE on the function is the permission. The
  * relations' and attributes' numbers and the enum labels' OIDs are cached
- * per backend and forgotten on any relcache invalidation of the tables or
- * their primary keys (DROP/CREATE/ALTER EXTENSION, ALTER TABLE).
+ * per backend by the stores and forgotten on any relcache invalidation of
+ * the tables or their primary keys (DROP/CREATE/ALTER EXTENSION, ALTER
+ * TABLE).
  *
  *-------------------------------------------------------------------------
  */
@@ -85,34 +84,7 @@
 #include "utils/syscache.h"
 
 #include "compat.h"
-#include "idempotency.h"
-
-typedef struct ProbeCache
-{
-	bool		valid;			/* table is the extension's own, checked */
-	TargetRels	table;
-	bool		citus;			/* Citus manages a table: no fast path */
-	bool		settled;		/* not valid, but for a reason that stays:
-								 * Citus; reloaded after an invalidation */
-	Oid			ops_relid;		/* the tables, also where Citus manages them */
-	Oid			jt_relid;
-} ProbeCache;
-
-static ProbeCache cache;
-static bool callback_registered = false;
-
-/* bumped by every relcache invalidation; see probe_load() */
-static uint64 invalidations = 0;
-
-static void
-probe_invalidate(Datum arg pg_attribute_unused(), Oid relid)
-{
-	invalidations++;
-	if (relid == InvalidOid ||
-		relid == cache.ops_relid || relid == cache.table.ops_pkey ||
-		relid == cache.jt_relid || relid == cache.table.jt_pkey)
-		cache.valid = cache.settled = cache.table.valid = false;
-}
+#include "store.h"
 
 static Oid
 enum_label(Oid type, const char *label)
@@ -167,33 +139,6 @@ unique_index_on(Oid indexid, AttrNumber first, AttrNumber second)
 	ok = ((Form_pg_class) GETSTRUCT(tuple))->relam == BTREE_AM_OID;
 	ReleaseSysCache(tuple);
 	return ok;
-}
-
-/*
- * Does Citus manage `relid` (a row in pg_dist_partition, whatever its
- * distribution method)? False where Citus is not installed. Citus sends a
- * relcache invalidation of a table when it changes the table's metadata,
- * so the cache is rebuilt after distribution (probe_invalidate()).
- */
-bool
-idem_citus_managed(Oid relid)
-{
-	Oid			dist = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	bool		found;
-
-	if (!OidIsValid(dist))
-		return false;
-	rel = table_open(dist, AccessShareLock);
-	/* logicalrelid, its first column; a small table, scanned whole */
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
-	found = HeapTupleIsValid(systable_getnext(scan));
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return found;
 }
 
 /*
@@ -261,94 +206,6 @@ idem_rels_load(TargetRels *r, Oid ops_relid, Oid ops_pkey, Oid jt_relid, Oid jt_
 }
 
 /*
- * Fill the cache: the extension's tables, whether Citus manages them, and
- * if not, whether the fast paths know their shape (idem_rels_load()). One
- * invalidation that arrives while the cache is being filled is caught by
- * the counter.
- */
-static bool
-probe_load(void)
-{
-	uint64		start = invalidations;
-	Oid			nspid;
-
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(probe_invalidate, (Datum) 0);
-		callback_registered = true;
-	}
-	memset(&cache, 0, sizeof(cache));
-	nspid = get_namespace_oid("idempotency", true);
-	if (!OidIsValid(nspid))
-		return false;
-	cache.ops_relid = get_relname_relid("operations", nspid);
-	cache.jt_relid = get_relname_relid("job_types", nspid);
-	if (!OidIsValid(cache.ops_relid) || !OidIsValid(cache.jt_relid))
-		return false;
-
-	/*
-	 * A table that Citus manages (distributed, reference or Citus local) is
-	 * an empty shell here: its records are in shards, which these scans
-	 * reach only through idem_shard_target().
-	 */
-	cache.citus = idem_citus_managed(cache.ops_relid) || idem_citus_managed(cache.jt_relid);
-	if (cache.citus)
-	{
-		/*
-		 * Kept until the tables change (Citus sends their relcache
-		 * invalidation when it changes their metadata): every call on a
-		 * distributed install would otherwise load the cache again.
-		 */
-		cache.settled = (invalidations == start);
-		return false;
-	}
-
-	if (!idem_rels_load(&cache.table, cache.ops_relid,
-						get_relname_relid("operations_pkey", nspid), cache.jt_relid,
-						get_relname_relid("job_types_pkey", nspid)))
-		return false;
-	cache.valid = cache.table.valid = (invalidations == start);
-	return cache.valid;
-}
-
-/*
- * Are the fast paths usable? Loads the cache unless it is current (valid,
- * or settled on "no").
- */
-static bool
-probe_ready(void)
-{
-	if (!cache.valid && !cache.settled)
-		probe_load();
-	return cache.valid;
-}
-
-/*
- * Where this call's records are (see TargetKind): chosen once per call,
- * before anything is read. `key`: the call's one operation key; NULL for a
- * call that reads or writes many (stale_claims(), purges, batches), which
- * never goes to one shard. Where Citus manages the tables and the key's
- * shard has its one placement here, idem_shard_target() decides whether
- * the call may work on that shard directly.
- */
-void
-idem_target(text *key, Target *t)
-{
-	memset(t, 0, sizeof(*t));
-	t->kind = TARGET_TABLE;
-	if (probe_ready())
-	{
-		t->rels = &cache.table;
-		return;
-	}
-	if (!cache.citus)
-		return;					/* a schema the fast paths do not know */
-	t->kind = TARGET_CITUS;
-	if (key != NULL)
-		(void) idem_shard_target(cache.ops_relid, cache.jt_relid, key, t);
-}
-
-/*
  * An index scan of one primary key (text columns) for one key; the caller
  * fetches with index_getnext_slot() and ends with end_lookup().
  */
@@ -397,13 +254,13 @@ end_lookup(Lookup *l)
  * this node, whose role OIDs the caller's are.
  */
 static bool
-may_work(const TargetRels *r, Oid caller, bool worker_roles, text *job_type, Snapshot snapshot)
+may_work(const TargetRels *r, Oid caller, const IdemCaps *caps, text *job_type, Snapshot snapshot)
 {
 	Relation	rel;
 	Lookup		l;
 	bool		ok = false;
 
-	if (!worker_roles || r->att_worker_role == InvalidAttrNumber)
+	if (!caps->worker_roles || r->att_worker_role == InvalidAttrNumber)
 		return true;
 
 	/* gone (a concurrent DROP EXTENSION, a moved shard) or changed: SPI */
@@ -434,7 +291,7 @@ may_work(const TargetRels *r, Oid caller, bool worker_roles, text *job_type, Sna
  * leave out: it does not change job_type, and the check of a record this
  * transaction inserted ran at the end of the inserting statement, whose
  * key-share lock on the job type still holds. distribute() adds this
- * foreign key (Citus copies it to every shard).
+ * foreign key (and a distributed install copies it to every shard).
  */
 static bool
 job_type_check_trigger(const TargetRels *r, const Trigger *trigger)
@@ -592,10 +449,9 @@ probe_answers_completed(bool fingerprint_differs)
  * does not know), for the SPI path to decide and explain.
  */
 ProbeResult
-idem_probe(const Target *t, Oid caller, bool worker_roles, text *job_type, text *key,
+idem_probe(const TargetRels *tr, Oid caller, const IdemCaps *caps, text *job_type, text *key,
 		   text *fingerprint, int32 *attempt, Datum *result, bool *result_isnull)
 {
-	const TargetRels *tr = t->rels;
 	Relation	rel;
 	Lookup		l;
 	Snapshot	snapshot;
@@ -616,7 +472,7 @@ idem_probe(const Target *t, Oid caller, bool worker_roles, text *job_type, text 
 		if (DatumGetObjectId(status) == tr->completed &&
 			probe_answers_completed(fingerprint != NULL && !isnull &&
 									!idem_same_text(fingerprint, DatumGetTextPP(fp))) &&
-			may_work(tr, caller, worker_roles, job_type, snapshot))
+			may_work(tr, caller, caps, job_type, snapshot))
 		{
 			Datum		res;
 
@@ -642,18 +498,18 @@ idem_probe(const Target *t, Oid caller, bool worker_roles, text *job_type, text 
  * claim_operation_common()).
  */
 bool
-idem_key_busy(const Target *t, text *job_type, text *key, int32 *attempt)
+idem_key_busy(const TargetRels *r, text *job_type, text *key, int32 *attempt)
 {
 	Relation	rel;
 	Lookup		l;
 	SnapshotData dirty;
 	bool		busy = false;
 
-	rel = open_operations(t->rels, AccessShareLock, false);
+	rel = open_operations(r, AccessShareLock, false);
 	if (rel == NULL)
 		return false;
 	InitDirtySnapshot(dirty);
-	begin_lookup(&l, rel, t->rels->ops_pkey, AccessShareLock, &dirty, job_type, key);
+	begin_lookup(&l, rel, r->ops_pkey, AccessShareLock, &dirty, job_type, key);
 	while (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
 		/* set by the visibility check of the version just returned */
@@ -661,7 +517,7 @@ idem_key_busy(const Target *t, text *job_type, text *key, int32 *attempt)
 		{
 			bool		isnull;
 
-			*attempt = DatumGetInt32(slot_getattr(l.slot, t->rels->att_attempt, &isnull));
+			*attempt = DatumGetInt32(slot_getattr(l.slot, r->att_attempt, &isnull));
 			busy = true;
 			break;
 		}
@@ -677,10 +533,9 @@ idem_key_busy(const Target *t, text *job_type, text *key, int32 *attempt)
  * SPI path must decide (see the top of this file).
  */
 bool
-idem_fast_complete(const Target *t, Oid caller, bool worker_roles, text *job_type, text *key,
-				   int32 attempt, Datum result, bool result_isnull)
+idem_fast_complete(const TargetRels *tr, Oid caller, const IdemCaps *caps, text *job_type,
+				   text *key, int32 attempt, Datum result, bool result_isnull)
 {
-	const TargetRels *tr = t->rels;
 	Relation	rel;
 	Lookup		l;
 	Snapshot	snapshot;
@@ -715,7 +570,7 @@ idem_fast_complete(const Target *t, Oid caller, bool worker_roles, text *job_typ
 		 */
 		if (idem_decide_fenced(FENCED_COMPLETE, &rec, attempt) == FENCE_UPDATE &&
 			!(result_isnull && TupleDescAttr(RelationGetDescr(rel), tr->att_result - 1)->attnotnull) &&
-			may_work(tr, caller, worker_roles, job_type, snapshot))
+			may_work(tr, caller, caps, job_type, snapshot))
 		{
 			TupleDesc	desc = RelationGetDescr(rel);
 			TupleTableSlot *newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
- * shard.c
- *	  Where Citus manages the tables: the call on the node that holds the
- *	  key's shard works on that shard directly.
+ * store_shard.c
+ *	  The local shard store: where Citus manages the tables, the call on
+ *	  the node that holds the key's shard works on that shard directly.
  *
  * On a distributed install (idempotency.distribute()) a call that reaches
  * the node holding its key's only placement (a client connected to that
@@ -10,8 +10,10 @@
  * statement twice: Citus's distributed planner routes it to the shard, and
  * its local execution deparses and plans the shard query again. Instead,
  * the call here works on the shard itself, idempotency.operations_<shardid>,
- * and on the node's placement of job_types, with the same statements (their
- * table names rewritten) and the same fast paths (probe.c) as one node.
+ * and on the node's placement of job_types, with the plain table store's
+ * statements (their table names rewritten: shard_statement_text()), its
+ * lookup, role check and purge (store_table.c), and the same direct heap
+ * paths (heap.c).
  *
  * Safety, as Citus's own routed writes have it:
  *
@@ -88,7 +90,7 @@
 #include "utils/rel.h"
 
 #include "compat.h"
-#include "idempotency.h"
+#include "store.h"
 
 /* Citus's advisory lock class of a colocated shard's metadata (13, 14) */
 #define CITUS_LOCKTAG_COLOCATED_SHARDS_METADATA 8
@@ -132,13 +134,32 @@ static uint64 map_invalidations = 0;
 typedef struct ShardPlans
 {
 	int64		shardid;
-	SPIPlanPtr	plans[ST_COUNT];
+	StorePlans	plans;
 } ShardPlans;
 
 static HTAB *shard_plans = NULL;
 
 /* idempotency.direct_shard_path: off sends every call through Citus */
 static bool direct_shard_path = true;
+
+static StorePlans *shard_plans_of(int64 shardid);
+static char *shard_statement_text(const Store *s, const char *sql);
+
+/*
+ * The local shard store: the plain table store's statements renamed for
+ * the shard, and its lookup, role check and purge. (The purges are never
+ * chosen here: they read or write many keys, which never go to one shard.)
+ */
+static const StoreBackend shard_backend = {
+	.name = "local shard",
+	.set = SET_ONE_NODE,
+	.cursor_options = 0,
+	.statement_text = shard_statement_text,
+	.lookup = idem_one_node_lookup,
+	.fenced_role = idem_one_node_fenced_role,
+	.purge = idem_one_node_purge,
+	.purge_range = idem_one_node_purge_range,
+};
 
 
 static void
@@ -160,27 +181,6 @@ map_invalidate(Datum arg pg_attribute_unused(), Oid relid)
 			 relid == r->jt_relid || relid == r->jt_pkey))
 			map.shards[i].rels_loaded = r->valid = false;
 	}
-}
-
-/*
- * Column `attnum` of a catalog tuple. Not heap_getattr(): since 15.20 (and
- * the matching minors of later majors) that inline calls a function older
- * minor releases do not export, so a library built against newer headers
- * would not load into an older server of the same major.
- */
-static Datum
-catalog_getattr(HeapTuple tuple, AttrNumber attnum, TupleDesc desc, bool *isnull)
-{
-	Datum	   *values = palloc(desc->natts * sizeof(Datum));
-	bool	   *nulls = palloc(desc->natts * sizeof(bool));
-	Datum		d;
-
-	heap_deform_tuple(tuple, desc, values, nulls);
-	*isnull = nulls[attnum - 1];
-	d = values[attnum - 1];
-	pfree(values);
-	pfree(nulls);
-	return d;
 }
 
 /* The OID of Citus catalog `name` in pg_catalog, or InvalidOid */
@@ -224,10 +224,10 @@ read_partition(Oid relid, char *method, uint32 *colocationid, Var **partkey)
 		Datum		d;
 
 		found = true;
-		*method = DatumGetChar(catalog_getattr(tuple, att_method, RelationGetDescr(rel), &isnull));
-		*colocationid = DatumGetUInt32(catalog_getattr(tuple, att_coloc, RelationGetDescr(rel),
+		*method = DatumGetChar(idem_catalog_getattr(tuple, att_method, RelationGetDescr(rel), &isnull));
+		*colocationid = DatumGetUInt32(idem_catalog_getattr(tuple, att_coloc, RelationGetDescr(rel),
 													&isnull));
-		d = catalog_getattr(tuple, att_key, RelationGetDescr(rel), &isnull);
+		d = idem_catalog_getattr(tuple, att_key, RelationGetDescr(rel), &isnull);
 		*partkey = NULL;
 		if (!isnull)
 		{
@@ -254,7 +254,7 @@ local_group(void)
 	if (HeapTupleIsValid(tuple))
 	{
 		bool		isnull;
-		Datum		d = catalog_getattr(tuple, catalog_column(rel, "groupid"),
+		Datum		d = idem_catalog_getattr(tuple, catalog_column(rel, "groupid"),
 									 RelationGetDescr(rel), &isnull);
 
 		if (!isnull)
@@ -290,11 +290,11 @@ read_shards(Oid relid, bool ranges)
 		Datum		min;
 		Datum		max;
 
-		e->shardid = DatumGetInt64(catalog_getattr(tuple, att_id, RelationGetDescr(rel), &isnull));
+		e->shardid = DatumGetInt64(idem_catalog_getattr(tuple, att_id, RelationGetDescr(rel), &isnull));
 		if (ranges)
 		{
-			min = catalog_getattr(tuple, att_min, RelationGetDescr(rel), &min_null);
-			max = catalog_getattr(tuple, att_max, RelationGetDescr(rel), &max_null);
+			min = idem_catalog_getattr(tuple, att_min, RelationGetDescr(rel), &min_null);
+			max = idem_catalog_getattr(tuple, att_max, RelationGetDescr(rel), &max_null);
 			if (min_null || max_null)
 			{
 				shards = NIL;	/* not a hash range: no direct path */
@@ -336,7 +336,7 @@ only_placement_on(int64 shardid, int32 group, bool *here)
 		bool		isnull;
 
 		n++;
-		if (DatumGetInt32(catalog_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
+		if (DatumGetInt32(idem_catalog_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
 			*here = true;
 	}
 	systable_endscan(scan);
@@ -362,7 +362,7 @@ placed_on(int64 shardid, int32 group)
 	{
 		bool		isnull;
 
-		if (DatumGetInt32(catalog_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
+		if (DatumGetInt32(idem_catalog_getattr(tuple, att_group, RelationGetDescr(rel), &isnull)) == group)
 			here = true;
 	}
 	systable_endscan(scan);
@@ -611,11 +611,12 @@ shard_rels(ShardEntry *e)
 
 /*
  * May this call work on its key's shard directly (see the top of this
- * file)? If so, fills t (TARGET_SHARD) and returns true, holding the
- * shard's metadata lock; otherwise leaves t alone (TARGET_CITUS).
+ * file)? If so, fills *s with the local shard store and returns true,
+ * holding the shard's metadata lock; otherwise leaves *s alone (the
+ * caller takes the routed store).
  */
 bool
-idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t)
+idem_shard_store(Oid ops_relid, Oid jt_relid, text *key, Store *s)
 {
 	int			tries;
 
@@ -672,10 +673,11 @@ idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t)
 		 */
 		if (map.valid)
 		{
-			t->kind = TARGET_SHARD;
-			t->shardid = shardid;
-			t->jt_shardid = map.jt_shardid;
-			t->rels = shard_rels(&map.shards[i]);
+			s->backend = &shard_backend;
+			s->plans = shard_plans_of(shardid);
+			s->shardid = shardid;
+			s->jt_shardid = map.jt_shardid;
+			s->rels = shard_rels(&map.shards[i]);
 			return true;
 		}
 	}
@@ -683,12 +685,12 @@ idem_shard_target(Oid ops_relid, Oid jt_relid, text *key, Target *t)
 }
 
 /*
- * The kept plans of shard `shardid`'s statements (ST_COUNT, NULL until
- * prepared). Never freed: a backend has at most one set per shard it ever
- * worked on, and a plan of a shard that moved away is never used again.
+ * The kept plans of shard `shardid`'s statements (NULL until prepared).
+ * Never freed: a backend has at most one set per shard it ever worked on,
+ * and a plan of a shard that moved away is never used again.
  */
-SPIPlanPtr *
-idem_shard_plans(int64 shardid)
+static StorePlans *
+shard_plans_of(int64 shardid)
 {
 	ShardPlans *entry;
 	bool		found;
@@ -704,16 +706,17 @@ idem_shard_plans(int64 shardid)
 	}
 	entry = hash_search(shard_plans, &shardid, HASH_ENTER, &found);
 	if (!found)
-		memset(entry->plans, 0, sizeof(entry->plans));
-	return entry->plans;
+		memset(&entry->plans, 0, sizeof(entry->plans));
+	return &entry->plans;
 }
 
 /*
- * A statement's text for one shard: idempotency.operations and job_types
- * replaced by their shards, the primary key's constraint by the shard's.
+ * A statement's text for the store's shard: idempotency.operations and
+ * job_types replaced by their shards, the primary key's constraint by the
+ * shard's.
  */
-char *
-idem_shard_sql(const char *sql, int64 shardid, int64 jt_shardid)
+static char *
+shard_statement_text(const Store *s, const char *sql)
 {
 	static const char *const names[] = {
 		"idempotency.operations", "idempotency.job_types", "ON CONSTRAINT operations_pkey"
@@ -735,7 +738,7 @@ idem_shard_sql(const char *sql, int64 shardid, int64 jt_shardid)
 				!(isalnum((unsigned char) p[len]) || p[len] == '_'))
 			{
 				appendStringInfo(&buf, "%s_" INT64_FORMAT, names[n],
-								 n == 1 ? jt_shardid : shardid);
+								 n == 1 ? s->jt_shardid : s->shardid);
 				p += len;
 				break;
 			}
@@ -746,9 +749,9 @@ idem_shard_sql(const char *sql, int64 shardid, int64 jt_shardid)
 	return buf.data;
 }
 
-/* The extension's settings */
+/* The local shard store's setting */
 void
-idem_define_settings(void)
+idem_shard_define_settings(void)
 {
 	DefineCustomBoolVariable("idempotency.direct_shard_path",
 							 "Where Citus manages the tables, a call on the node holding its key's shard works on the shard directly.",

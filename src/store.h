@@ -1,0 +1,250 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.h
+ *	  Where a call's records are: one interface, three backends.
+ *
+ * The protocol (protocol.c decides, claim.c, complete.c and admin.c act)
+ * reads and writes records through a Store. A store is one backend and
+ * what that backend needs for this call:
+ *
+ *	- the plain table (store_table.c): the extension's own tables on one
+ *	  node, with the direct heap paths of heap.c;
+ *	- the routed store (store_citus.c): the distributed tables, each
+ *	  statement planned and routed by Citus;
+ *	- the local shard (store_shard.c): the key's shard, whose only
+ *	  placement is on this node, with the plain table's statements renamed
+ *	  for the shard and the same heap paths.
+ *
+ * store.c chooses the backend, once per call, before anything is read
+ * (idem_store_choose()); no other file but the backends' own knows which
+ * backends exist. Every backend runs the statements of statements.c, keyed
+ * by statement set (one node, or routed) x operation x variant (what the
+ * caller's capabilities need), and owns the plans it prepared.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPOTENCY_STORE_H
+#define IDEMPOTENCY_STORE_H
+
+#include "access/attnum.h"
+#include "executor/spi.h"
+#include "storage/itemptr.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+/* The operations a store runs as statements (statements.c) */
+typedef enum StoreOp
+{
+	OP_LOOKUP,					/* the job type and the record, one row */
+	OP_LOOKUP_JOB_TYPE,			/* the job type alone (routed store) */
+	OP_LOOKUP_RECORD,			/* the record alone (routed store) */
+	OP_INSERT,					/* attempt 1 */
+	OP_INSERT_BATCH,			/* attempt 1 of many keys */
+	OP_TAKE_OVER,				/* a record as read gets attempt + 1 */
+	OP_SKIP,					/* a stale claim as read becomes skipped */
+	OP_COMPLETE,				/* the fenced updates */
+	OP_RELEASE,
+	OP_EXTEND,
+	OP_STALE_ALL,				/* stale_claims() */
+	OP_STALE_ONE,
+	OP_RESOLVE_COMPLETED,		/* resolve_operation() */
+	OP_RESOLVE_RETRY,
+	OP_AUDIT,
+	OP_PURGE_SCAN,				/* purge_operations(): by ctid */
+	OP_PURGE_DELETE,
+	OP_PURGE_RANGE,				/* purge_block_range() */
+	OP_PURGE_CUTOFFS,			/* the purge without ctids (routed store) */
+	OP_PURGE_JOB_TYPE,
+	OP_COUNT
+} StoreOp;
+
+/*
+ * Which variant of an operation's statement: what the caller's
+ * capabilities need (idem_variant()). A variant an operation does not have
+ * falls back to the one before it (DELIVERY -> ROLE -> BASE).
+ */
+typedef enum StoreVariant
+{
+	VARIANT_BASE,				/* no worker_role check, no delivery */
+	VARIANT_ROLE,				/* the worker_role, against the caller's OID */
+	VARIANT_DELIVERY,			/* ... and the delivery digest */
+	VARIANT_ROLE_NAME,			/* the worker_role by name, where the
+								 * statement runs on another node (no
+								 * fallback) */
+	VARIANT_COUNT
+} StoreVariant;
+
+/* The statements' sets: what is written for one node, and for routing */
+typedef enum StatementSet
+{
+	SET_ONE_NODE,				/* the plain table; the local shard renames */
+	SET_ROUTED,					/* only where routing needs other text; the
+								 * rest falls back to SET_ONE_NODE */
+	SET_COUNT
+} StatementSet;
+
+/* A backend's kept plans (NULL until first used) */
+typedef struct StorePlans
+{
+	SPIPlanPtr	plan[OP_COUNT][VARIANT_COUNT];
+} StorePlans;
+
+/*
+ * The relations the direct heap paths (heap.c) read and write, checked to
+ * be of the shape they assume: the extension's tables, or one shard of each.
+ */
+typedef struct TargetRels
+{
+	bool		valid;
+	Oid			ops_relid;		/* idempotency.operations (or its shard) */
+	Oid			ops_pkey;
+	Oid			jt_relid;		/* idempotency.job_types (or its shard) */
+	Oid			jt_pkey;
+	AttrNumber	att_status;
+	AttrNumber	att_attempt;
+	AttrNumber	att_completed_at;
+	AttrNumber	att_fingerprint;
+	AttrNumber	att_result;
+	AttrNumber	att_job_type;
+	AttrNumber	att_worker_role;	/* InvalidAttrNumber before 0.2 */
+	Oid			claimed;		/* pg_enum OIDs of the statuses */
+	Oid			completed;
+	Oid			skipped;
+} TargetRels;
+
+typedef struct Store Store;
+typedef struct IdemCall IdemCall;
+
+/*
+ * A backend: its statements and what it does differently. Every function
+ * runs inside the call's SPI connection.
+ */
+typedef struct StoreBackend
+{
+	const char *name;
+	StatementSet set;			/* its statements */
+	int			cursor_options; /* SPI_prepare_cursor()'s, for its plans */
+	/* the text of a statement for this store (NULL: as written) */
+	char	   *(*statement_text) (const Store *s, const char *sql);
+	/* read the job type and the record into *state (see OperationState) */
+	void		(*lookup) (const Store *s, StoreVariant v, text *job_type, text *key,
+						   OperationState *state);
+	/*
+	 * A fenced update's role check: the variant to run, and its $6 and $7
+	 * (the caller, the job type's worker_role as the statement needs them)
+	 */
+	StoreVariant (*fenced_role) (const Store *s, const IdemCall *call, text *job_type,
+								 Datum *caller, Datum *role, NameData *names);
+	/* purge_operations(), and purge_block_range() */
+	int64		(*purge) (const Store *s, Datum now, int32 batch_size);
+	int64		(*purge_range) (const Store *s, Datum now, ItemPointer first,
+								ItemPointer end, int64 first_block);
+} StoreBackend;
+
+struct Store
+{
+	const StoreBackend *backend;
+	StorePlans *plans;			/* the backend's, for this store */
+	const TargetRels *rels;		/* the heap paths' relations; NULL: none */
+	int64		shardid;		/* the local shard backend: its shards */
+	int64		jt_shardid;
+};
+
+/*
+ * One SQL-callable call: the caller's identity, restored at the end, its
+ * capabilities and the store its records are in.
+ */
+struct IdemCall
+{
+	Oid			caller;
+	int			save_sec_context;
+	IdemCaps	caps;
+	StoreVariant variant;		/* idem_variant(&caps) */
+	Store		store;
+};
+
+/* store.c: the choice of a backend, and a call's frame */
+extern void idem_store_choose(text *key, Store *s);
+extern void idem_begin(IdemCall *call, const char *fname, bool writes, const Store *store);
+extern void idem_begin_worker(IdemCall *call, const char *fname, const IdemCaps *caps,
+							  const Store *store);
+extern void idem_end(IdemCall *call);
+extern StoreVariant idem_variant(const IdemCaps *caps);
+extern void idem_lookup(const IdemCall *call, text *job_type, text *key,
+						OperationState *state);
+extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
+							   OperationState *state);
+extern void idem_define_settings(void);
+
+/* statements.c: the statement table and its runner */
+extern uint64 idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values,
+						   const char *nulls, long count);
+extern Portal idem_cursor(const Store *s, StoreOp op, StoreVariant v, Datum *values,
+						  const char *nulls);
+
+/* record.c: the one decoder of a lookup's rows */
+typedef struct LookupColumns
+{
+	/* the job type's row (1-based; 0: not in this statement) */
+	int			policy;
+	int			max_attempts;
+	int			lease;			/* where the expiry is not read: computed */
+	int			role_oid;		/* the worker_role as this node's OID */
+	int			role_name;		/* ... or by name (another node's OIDs) */
+	/* the record's row */
+	int			status;
+	int			attempt;
+	int			heartbeat_at;
+	int			expires_at;
+	int			fingerprint;
+	int			result;
+	int			delivery;
+} LookupColumns;
+
+extern void idem_decode_job_type(HeapTuple tuple, TupleDesc desc, const LookupColumns *c,
+								 OperationState *state, Interval *lease);
+extern bool idem_decode_record(HeapTuple tuple, TupleDesc desc, const LookupColumns *c,
+							   OperationState *state, const Interval *lease);
+extern void idem_state_init(OperationState *state);
+
+/* heap.c: the direct heap paths, on a plain table or a local shard */
+typedef enum ProbeResult
+{
+	PROBE_ABSENT,				/* no record */
+	PROBE_COMPLETED,			/* completed, the same fingerprint (or none) */
+	PROBE_OTHER					/* anything else: the SPI path decides */
+} ProbeResult;
+
+extern ProbeResult idem_probe(const TargetRels *r, Oid caller, const IdemCaps *caps,
+							  text *job_type, text *key, text *fingerprint, int32 *attempt,
+							  Datum *result, bool *result_isnull);
+extern bool idem_key_busy(const TargetRels *r, text *job_type, text *key, int32 *attempt);
+extern bool idem_fast_complete(const TargetRels *r, Oid caller, const IdemCaps *caps,
+							   text *job_type, text *key, int32 attempt, Datum result,
+							   bool result_isnull);
+extern bool idem_rels_load(TargetRels *r, Oid ops_relid, Oid ops_pkey, Oid jt_relid,
+						   Oid jt_pkey);
+
+/* store_table.c: the plain table, and what the local shard shares of it */
+extern bool idem_table_store_cached(Store *s);
+extern void idem_table_store(Store *s);
+extern bool idem_tables(Oid *ops_relid, Oid *jt_relid);
+extern void idem_one_node_lookup(const Store *s, StoreVariant v, text *job_type, text *key,
+								 OperationState *state);
+extern StoreVariant idem_one_node_fenced_role(const Store *s, const IdemCall *call,
+											  text *job_type, Datum *caller, Datum *role,
+											  NameData *names);
+extern int64 idem_one_node_purge(const Store *s, Datum now, int32 batch_size);
+extern int64 idem_one_node_purge_range(const Store *s, Datum now, ItemPointer first,
+									   ItemPointer end, int64 first_block);
+
+/* store_citus.c: the routed store */
+extern bool idem_routed_applies(Oid *ops_relid, Oid *jt_relid);
+extern void idem_routed_store(Store *s);
+
+/* store_shard.c: the local shard */
+extern bool idem_shard_store(Oid ops_relid, Oid jt_relid, text *key, Store *s);
+extern void idem_shard_define_settings(void);
+
+#endif							/* IDEMPOTENCY_STORE_H */
