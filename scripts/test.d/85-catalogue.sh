@@ -23,11 +23,18 @@
 # made for the run's own HTTP endpoint (effect = http): swallows provider
 # errors, no client timeout, retries a permanent refusal forever, each
 # failing its fault case with the runner's sentence, and the correct job
-# passing cases 14-18 under retry. The three languages run at once, the Celery wrapper in a lane of its
-# own: about 3 minutes on the 2-core machine (193 s measured, the Celery
-# wrapper's 13 cases 141 s of it; 385 s at a load average of 14 with the
-# correct variants on every case; a mutation 1-11 s, a fault at the effect
-# 6-33 s, the correct job's 14 cases under hold about 30 s).
+# passing cases 14-18 under retry. The three languages run at once, each
+# language's wrappers in a lane of their own: about 3 minutes on the 2-core
+# machine (193 s measured, the Celery wrapper's 13 cases 141 s of it; 385 s
+# at a load average of 14 with the correct variants on every case; a
+# mutation 1-11 s, a fault at the effect 6-33 s, the correct job's 14 cases
+# under hold about 30 s). With the Ruby and Node.js wrappers (2026-12-04):
+# 209 s in a fresh bookworm root at a load average of 10-15 (the lanes:
+# Celery's wrapper 209 s, the plain ones 190-198 s, the Sidekiq wrapper 34
+# s, idempotent and idempotentBatch 62 s; the hook 325 s with its installs);
+# on the host, just before, 250 s at load 8-12 where main's took 190 s at
+# load 4-6: the lanes wait for leases more than they compute, and the
+# Celery lane, the longest, is the one load slows most.
 # It runs in the background (lane 3, after hook 84), beside the host's
 # other hooks, on a throwaway cluster of its own (hook 83 restarts the
 # host's).
