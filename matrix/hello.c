@@ -16,6 +16,14 @@
  * system identifier, stops the run at once with one sentence, instead of
  * every case waiting for points that never come.
  *
+ * The hello's "wrapper" says what made the process's claims: "plain" (the
+ * helper's plain functions), "plain_batch" (their batch call), or the name
+ * of a wrapper as its helper spells it (IdempotentTask, SidekiqMiddleware,
+ * idempotent, idempotentBatch, or a user's own). A helper from before it
+ * sends none: the report says "not reported". A value that is not a name
+ * (not a string, empty, longer than 47 bytes, or other than letters,
+ * digits and "_.:-") is reported as such and changes nothing else.
+ *
  * The point "judged" with the verdict "error" (any claim error the helper
  * gives up on: a refusal such as 42501, a job type unknown to the
  * database, ID001, a connection lost for longer than the reconnect bound)
@@ -25,6 +33,7 @@
  * This file only decides and records; engine.c reads the lines and
  * answers them.
  */
+#include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +59,21 @@ static int	nkinds;
 static bool run_db_read;
 static char run_db[128];
 static char run_sysid[32];
+
+/* a wrapper's name: 1-47 bytes of letters, digits and "_.:-" */
+static bool
+wrapper_name_ok(const char *s)
+{
+	size_t		n = strlen(s);
+	size_t		i;
+
+	if (n == 0 || n >= sizeof(((hello_info *) 0)->wrapper))
+		return false;
+	for (i = 0; i < n; i++)
+		if (!isalnum((unsigned char) s[i]) && strchr("_.:-", s[i]) == NULL)
+			return false;
+	return true;
+}
 
 /*
  * A field of a hello line into h; false: not a hello field (engine.c's
@@ -84,6 +108,16 @@ hello_field(hello_info *h, const char *name, const char *sval,
 				copy_str((char *) h + text[i].off, text[i].sz, sval);
 			return true;
 		}
+	if (strcmp(name, "wrapper") == 0)
+	{
+		h->wrapper[0] = '\0';
+		h->wrapper_bad = false;
+		if (is_str && wrapper_name_ok(sval))
+			copy_str(h->wrapper, sizeof(h->wrapper), sval);
+		else if (!is_null)
+			h->wrapper_bad = true;	/* null: as if absent */
+		return true;
+	}
 	if (strcmp(name, "server_port") == 0)
 	{
 		if (!is_str && !is_null && num > 0)
@@ -121,7 +155,8 @@ same_kind(const hello_info *a, const hello_info *b)
 	return strcmp(a->helper, b->helper) == 0 && strcmp(a->helper_version, b->helper_version) == 0 &&
 		strcmp(a->runtime, b->runtime) == 0 && strcmp(a->runtime_version, b->runtime_version) == 0 &&
 		strcmp(a->queue, b->queue) == 0 && strcmp(a->queue_version, b->queue_version) == 0 &&
-		strcmp(a->database, b->database) == 0;
+		strcmp(a->database, b->database) == 0 && strcmp(a->wrapper, b->wrapper) == 0 &&
+		a->wrapper_bad == b->wrapper_bad;
 }
 
 /*
@@ -217,6 +252,22 @@ hello_workers(void)
 	return nhello_pids;
 }
 
+/* what made the claims, in words */
+static void
+wrapper_text(sbuf *b, const hello_info *h)
+{
+	if (h->wrapper_bad)
+		sb_puts(b, "a wrapper that is not a name");
+	else if (h->wrapper[0] == '\0')
+		sb_puts(b, "wrapper not reported");
+	else if (strcmp(h->wrapper, "plain") == 0)
+		sb_puts(b, "the plain functions");
+	else if (strcmp(h->wrapper, "plain_batch") == 0)
+		sb_puts(b, "the plain functions' batch call");
+	else
+		sb_printf(b, "wrapper %s", h->wrapper);
+}
+
 static void
 kind_text(sbuf *b, const hello_info *h)
 {
@@ -227,6 +278,8 @@ kind_text(sbuf *b, const hello_info *h)
 	else
 		sb_puts(b, ", no queue library");
 	sb_printf(b, ", database %s)", h->database[0] ? h->database : "unknown");
+	sb_puts(b, ", ");
+	wrapper_text(b, h);
 }
 
 /* the helpers that ran, for the report's settings: one line */
@@ -245,7 +298,7 @@ hello_text(sbuf *b)
 		if (i)
 			sb_puts(b, "; ");
 		kind_text(b, &kinds[i].h);
-		sb_printf(b, " in %d worker process%s", kinds[i].workers, kinds[i].workers == 1 ? "" : "es");
+		sb_printf(b, ", in %d worker process%s", kinds[i].workers, kinds[i].workers == 1 ? "" : "es");
 	}
 }
 
@@ -283,7 +336,40 @@ hello_json(sbuf *b)
 		json_or_null(b, h->queue_version);
 		sb_puts(b, ", \"database\": ");
 		json_or_null(b, h->database);
+		sb_puts(b, ", \"wrapper\": ");
+		json_or_null(b, h->wrapper_bad ? "" : h->wrapper);
 		sb_printf(b, ", \"workers\": %d}", kinds[i].workers);
 	}
 	sb_puts(b, nkinds ? "\n    ]" : "]");
+}
+
+/*
+ * What made the claims, one word per kind of worker, for JUnit's
+ * properties: "IdempotentTask", "plain, idempotentBatch"; "not reported"
+ * where a worker's helper sent none, "" when no worker said hello
+ */
+void
+hello_wrappers(sbuf *b)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < nkinds; i++)
+	{
+		const hello_info *h = &kinds[i].h;
+		const char *w = h->wrapper_bad ? "not a name" : h->wrapper[0] ? h->wrapper : "not reported";
+
+		for (j = 0; j < i; j++)
+		{
+			const hello_info *o = &kinds[j].h;
+
+			if (strcmp(w, o->wrapper_bad ? "not a name" : o->wrapper[0] ? o->wrapper : "not reported") == 0)
+				break;
+		}
+		if (j < i)
+			continue;			/* said already */
+		if (sb_str(b)[0])
+			sb_puts(b, ", ");
+		sb_puts(b, w);
+	}
 }

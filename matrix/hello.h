@@ -24,6 +24,8 @@ typedef struct hello_info
 	char		database[128];	/* current_database(); "": unknown */
 	char		system_identifier[32];	/* pg_control_system(); "": unknown */
 	long		server_port;	/* inet_server_port(); 0: unknown (a socket) */
+	char		wrapper[48];	/* plain, plain_batch, IdempotentTask, ...; "": not reported */
+	bool		wrapper_bad;	/* a wrapper that is not a name (hello.c) */
 } hello_info;
 
 struct exch;
@@ -37,5 +39,6 @@ bool		run_stopped(const struct signoff_state *s);
 int			hello_workers(void);
 void		hello_text(sbuf *b);
 void		hello_json(sbuf *b);
+void		hello_wrappers(sbuf *b);
 
 #endif							/* IDEMPOTENCY_MATRIX_HELLO_H */

@@ -1052,7 +1052,9 @@ progress_clear(matrix_ctx *ctx)
 /*
  * --junit FILE: the cases as JUnit XML, for a CI system to show: a
  * testsuite per policy, a testcase per case, a failure with the cells that
- * differ and the notes.
+ * differ and the notes. A sign-off's testsuites carry the properties
+ * "helpers" (the report's helpers line, hello.c) and "wrapper" (what made
+ * the claims: "plain", "idempotentBatch", ...; "not reported").
  */
 int
 report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr)
@@ -1064,7 +1066,17 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 				failed;
 	int			rc;
 	const char *what = ctx->job ? "sign-off" : "replay matrix";
+	sbuf		helpers,
+				wrappers;
 
+	sb_init(&helpers);
+	sb_init(&wrappers);
+	if (ctx->job)
+	{
+		/* who ran the cases, as the workers said at the point hello */
+		hello_text(&helpers);
+		hello_wrappers(&wrappers);
+	}
 	counts(prs, npr, &passed, &failed);
 	sb_init(&x);
 	sb_puts(&x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"");
@@ -1086,6 +1098,14 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 			f += !pr->cases[k].pass;
 		sb_printf(&x, "  <testsuite name=\"policy %s\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n",
 				  policy_names[pr->policy], pr->ncases, f, pr->seconds);
+		if (ctx->job)
+		{
+			sb_puts(&x, "    <properties>\n      <property name=\"helpers\" value=\"");
+			html_escape(&x, sb_str(&helpers));
+			sb_puts(&x, "\"/>\n      <property name=\"wrapper\" value=\"");
+			html_escape(&x, sb_str(&wrappers)[0] ? sb_str(&wrappers) : "not reported");
+			sb_puts(&x, "\"/>\n    </properties>\n");
+		}
 		for (k = 0; k < pr->ncases; k++)
 		{
 			const case_result *cr = &pr->cases[k];
@@ -1133,6 +1153,8 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 	sb_puts(&x, "</testsuites>\n");
 	rc = write_file(path, &x);
 	sb_free(&x);
+	sb_free(&helpers);
+	sb_free(&wrappers);
 	return rc;
 }
 

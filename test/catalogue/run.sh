@@ -11,13 +11,17 @@
 #   test/catalogue/run.sh --table      the docs' table (docs/signoff.md), from catalogue.txt
 #
 # LANGUAGE: python, ruby, node (default: all three, run at once, one
-# after another within a language; a language's wrapper job, whose workers
-# start slowly, in a lane of its own). Each broken entry runs with only its
+# after another within a language; a language's wrapper jobs in a lane of
+# their own: Celery's workers start slowly). Each broken entry runs with only its
 # policy and cases and must exit 1 with exactly its cases failing, each
 # failing case's first note "Diagnosis: " with its sentence (the -http
 # entries: the runner's own sentence of the faults at the effect, in any
 # note, with a job file made for effect = http); each correct entry must
-# exit 0. Pending entries (none today) are listed, not run. One "ok - ..." or "not ok - ..." line per
+# exit 0. Every entry's JSON report must name what made the claims, as the
+# workers said at the point hello (signoff.helpers[].wrapper): "plain" for
+# the plain functions, the wrapper's name for the wrapper entries
+# (IdempotentTask, SidekiqMiddleware, idempotent, idempotentBatch).
+# Pending entries (none today) are listed, not run. One "ok - ..." or "not ok - ..." line per
 # entry and language (and one for docs/signoff.md's table, which must be
 # what --table prints); the last line "catalogue: N passed, N failed, N
 # pending"; exit non-zero on a failure. Logs and reports are kept in a
@@ -25,8 +29,10 @@
 #
 # Needs a running server with the idempotency extension installed, reached
 # as a superuser (the extension is created if missing), /usr/bin/python3
-# with python3-psycopg, ruby with ruby-pg, node with helpers/node's
-# packages installed (npm ci there: hook 85 does), and
+# with python3-psycopg and python3-celery, ruby with ruby-pg and
+# ruby-sidekiq (the middleware's wrapper job; no Redis), node with
+# helpers/node's packages installed (npm ci there, which brings
+# @aws-sdk/client-sqs and sqs-consumer: hook 85 does), and
 # matrix/idempotency-matrix (built if missing).
 set -uo pipefail
 
@@ -36,8 +42,13 @@ runner=$root/matrix/idempotency-matrix
 catalogue=$here/catalogue.txt
 python=/usr/bin/python3
 effect=refund            # the job files' effect_name
-# the job on the wrapper instead of the plain functions, per language
-declare -A wrapper_job=([python]=celery.job)
+# the job on a wrapper instead of the plain functions, per language and
+# entry, and the name its helper gives the wrapper at the point hello
+declare -A wrapper_job=([python:wrapper]=celery.job [ruby:wrapper]=sidekiq.job [node:wrapper]=sqs.job
+                        [node:batch-wrapper]=sqs-batch.job)
+declare -A wrapper_name=([python:wrapper]=IdempotentTask [ruby:wrapper]=SidekiqMiddleware [node:wrapper]=idempotent
+                         [node:batch-wrapper]=idempotentBatch)
+is_wrapper() { [[ $1 == wrapper || $1 == batch-wrapper ]]; }
 hash_command="key_command = sh -c 'printf %s \"refund:\$1\" | sha256sum | cut -c1-16' - {key}"
 
 die() { echo "test/catalogue/run.sh: error: $*" >&2; exit 2; }
@@ -83,9 +94,10 @@ done
 "$python" -c 'import psycopg' 2>/dev/null || die "$python cannot import psycopg: install python3-psycopg (Debian)"
 for lang in "${languages[@]}"; do
     case $lang in
-        ruby) ruby -e 'require "pg"' 2>/dev/null || die "ruby cannot require pg: install ruby-pg (Debian)" ;;
-        node) [[ -d $root/helpers/node/node_modules/pg ]] ||
-                  die "helpers/node has no node_modules/pg: run npm ci in helpers/node" ;;
+        ruby) ruby -e 'require "pg"' 2>/dev/null || die "ruby cannot require pg: install ruby-pg (Debian)"
+              ruby -e 'require "sidekiq"' 2>/dev/null || die "ruby cannot require sidekiq: install ruby-sidekiq (Debian)" ;;
+        node) [[ -d $root/helpers/node/node_modules/pg && -d $root/helpers/node/node_modules/@aws-sdk/client-sqs ]] ||
+                  die "helpers/node has no node_modules/pg or @aws-sdk/client-sqs: run npm ci in helpers/node" ;;
     esac
 done
 psql=(psql -X -q -At -v ON_ERROR_STOP=1)
@@ -112,21 +124,27 @@ finish() {
 trap finish EXIT
 
 # the verdict on one run's JSON report: prints "ok|not ok<TAB>what"
-judge() {   # judge KIND NAME LANG RC FAILS SENTENCE JSON LOG
+judge() {   # judge KIND NAME LANG RC FAILS SENTENCE JSON LOG WRAPPER
     "$python" - "$@" <<'PY'
 import fnmatch, json, re, sys
-kind, name, lang, rc, fails, sentence, path, log = sys.argv[1:9]
+kind, name, lang, rc, fails, sentence, path, log, wrapper = sys.argv[1:10]
 rc = int(rc)
 try:
     r = json.load(open(path))
 except (OSError, ValueError) as e:
     print(f"not ok\t{lang} {name}: exit {rc}, no JSON report ({e})")
     sys.exit()
+# what made the claims, as every worker said at the point hello
+said = sorted({str(h["wrapper"]) for h in r["signoff"]["helpers"]})
+if said != [wrapper]:
+    print(f"not ok\t{lang} {name}: exit {rc}; the report names the wrappers {said or 'none'} (signoff.helpers), "
+          f"not {wrapper!r} alone")
+    sys.exit()
 failing = [c for p in r["policies"] for c in p["cases"] if not c["pass"]]
 ids = " ".join(c["case"] for c in failing)
 if kind.startswith("correct"):
     if rc == 0 and not failing:
-        print(f"ok\t{lang} {name}: exit 0, {r['passed']} cases hold")
+        print(f"ok\t{lang} {name}: exit 0, {r['passed']} cases hold, the report naming {wrapper}")
     else:
         print(f"not ok\t{lang} {name}: expected exit 0; got exit {rc}, failing '{ids}'")
     sys.exit()
@@ -155,19 +173,21 @@ PY
 }
 
 run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
-    local lang=$1 lane=${2:-} kind name langs policy cases fails sentence what tag job log json rc env start
+    local lang=$1 lane=${2:-} kind name langs policy cases fails sentence what tag job log json rc env start wrapper
     entries | while IFS='|' read -r kind name langs policy cases fails sentence what; do
         [[ $kind == pending ]] && continue
         [[ " $langs " == *" $lang "* ]] || continue
-        # the wrapper (slow workers) runs in a lane of its own
-        if [[ $name == wrapper ]]; then [[ $lane == wrapper ]] || continue; else [[ $lane != wrapper ]] || continue; fi
+        # the wrappers run in a lane of their own
+        if is_wrapper "$name"; then [[ $lane == wrapper ]] || continue; else [[ $lane != wrapper ]] || continue; fi
         tag=$name
         [[ $kind == *-http ]] && tag=$name@http
         job=$out/$lang-$tag.job log=$out/$lang-$tag.log json=$out/$lang-$tag.json
         base=$here/$lang.job
-        if [[ $kind:$name == correct:wrapper ]]; then
-            [[ -n ${wrapper_job[$lang]:-} ]] || { echo "not ok	$lang wrapper: no wrapper job for $lang"; continue; }
-            base=$here/${wrapper_job[$lang]}
+        wrapper=plain
+        if [[ $kind == correct ]] && is_wrapper "$name"; then
+            [[ -n ${wrapper_job[$lang:$name]:-} ]] || { echo "not ok	$lang $name: no $name job for $lang"; continue; }
+            base=$here/${wrapper_job[$lang:$name]}
+            wrapper=${wrapper_name[$lang:$name]}
         fi
         # the commands run where the job file says, taken from here
         grep -v '^#' "$base" | sed "s|^dir = |dir = $here/|" >"$job"
@@ -180,7 +200,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
         fi
         env=()
         case ${kind%-http}:$name in
-            correct:correct | correct:wrapper) ;;
+            correct:correct | correct:wrapper | correct:batch-wrapper) ;;
             correct:prefix) env=(CATALOGUE_KEY=prefix) ;;
             correct:hash) env=(CATALOGUE_KEY=hash); echo "$hash_command" >>"$job" ;;
             broken:*) env=("CATALOGUE_MUTATION=$name") ;;
@@ -191,7 +211,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
         start=$SECONDS
         env "${env[@]}" "$runner" "${args[@]}" >"$log" 2>&1
         rc=$?
-        judge "$kind" "$tag" "$lang" "$rc" "$fails" "${sentence//\{effect\}/$effect}" "$json" "$log" |
+        judge "$kind" "$tag" "$lang" "$rc" "$fails" "${sentence//\{effect\}/$effect}" "$json" "$log" "$wrapper" |
             sed "s/\$/ ($((SECONDS - start)) s)/"
     done
 }
@@ -218,7 +238,7 @@ for lang in "${languages[@]}"; do
     run_language "$lang" >"$out/$lang.results" 2>"$out/$lang.err" &
     pids+=($!)
     lanes+=("$lang")
-    if [[ -n ${wrapper_job[$lang]:-} ]]; then
+    if [[ " ${!wrapper_job[*]} " == *" $lang:"* ]]; then
         run_language "$lang" wrapper >"$out/$lang-wrapper.results" 2>"$out/$lang-wrapper.err" &
         pids+=($!)
         lanes+=("$lang-wrapper")

@@ -66,7 +66,11 @@
 #      it; batch = sometimes: exit 2;
 #  13. a diagnosis: the good run's reports name the helper that ran
 #      (pg_idempotency, its version, CPython's, no queue library, the
-#      database; the point hello of every worker); a worker on a second
+#      database, the plain functions; the point hello of every worker; the
+#      batch run's the plain functions' batch call; --junit's properties);
+#      a wrapper of one's own named with signoff_wrapper (wrapped.py
+#      named), a helper without the field (old: "wrapper not reported") and
+#      a wrapper that is not a name (bad) in all three reports; a worker on a second
 #      database fails case 1 within seconds with the one sentence naming both
 #      databases, case 2 not run; a worker whose role has no grant fails
 #      case 1 at once with "the claim failed: 42501 permission denied for
@@ -702,9 +706,12 @@ assert root.tag == "testsuites" and root.get("tests") == "1" and root.get("failu
 cases = root.findall("./testsuite/testcase")
 assert [c.get("name") for c in cases] == ["case 1: first delivery"], [c.get("name") for c in cases]
 assert root.find("./testsuite").get("name") == "policy hold"
+props = {p.get("name"): p.get("value") for p in root.findall("./testsuite/properties/property")}
+assert props["wrapper"] == "plain", props
+assert props["helpers"].startswith("pg_idempotency ") and ", the plain functions, in 1 worker process" in props["helpers"], props
 PY
 then
-    ok "--junit: JUnit XML, a testsuite per policy and a testcase per case"
+    ok "--junit: JUnit XML, a testsuite per policy and a testcase per case, its properties the helpers and the wrapper (plain)"
 else
     not_ok "$out/signed.xml" "--junit: not the expected JUnit XML"
 fi
@@ -866,25 +873,64 @@ version, py, db = sys.argv[2:5]
 s = r["signoff"]
 assert s["helpers"] == [{"helper": "pg_idempotency", "helper_version": version, "runtime": "CPython",
                          "runtime_version": py, "queue_library": None, "queue_library_version": None,
-                         "database": db, "workers": s["helper_workers"]}], s["helpers"]
+                         "database": db, "wrapper": "plain", "workers": s["helper_workers"]}], s["helpers"]
 # every worker process the run started said hello (one per policy at least:
 # the workers outlive their cases, not the policy)
 assert s["helper_workers"] == s["worker_processes"] >= 4, (s["helper_workers"], s["worker_processes"])
-assert r["settings"]["helpers"].startswith(f"pg_idempotency {version} (CPython {py}, no queue library, database {db}) in "), r["settings"]["helpers"]
+assert r["settings"]["helpers"].startswith(f"pg_idempotency {version} (CPython {py}, no queue library, database {db}), the plain functions, in "), r["settings"]["helpers"]
 print(f"# {s['helper_workers']} workers said hello")
 EOF2
 then
     cat "$out/hello.check"
-    ok "the good run's JSON report names the helper that ran: pg_idempotency $helper_version, CPython $py_version, no queue library, database $run_db, every worker"
+    ok "the good run's JSON report names the helper that ran: pg_idempotency $helper_version, CPython $py_version, no queue library, database $run_db, the plain functions, every worker"
 else
     not_ok "$out/hello.check" "the good run's JSON report: signoff.helpers"
 fi
-if grep -qE "^helpers: pg_idempotency $helper_version \(CPython $py_version, no queue library, database $run_db\) in [0-9]+ worker processes$" "$out/good.log" &&
-    grep -q "<dt>helpers</dt>" "$out/good.html" && grep -qF "pg_idempotency $helper_version (CPython $py_version, no queue library, database $run_db)" "$out/good.html"; then
-    ok "the text and HTML reports name the helper, the runtime and the database"
+if grep -qE "^helpers: pg_idempotency $helper_version \(CPython $py_version, no queue library, database $run_db\), the plain functions, in [0-9]+ worker processes$" "$out/good.log" &&
+    grep -q "<dt>helpers</dt>" "$out/good.html" && grep -qF "pg_idempotency $helper_version (CPython $py_version, no queue library, database $run_db), the plain functions, in " "$out/good.html"; then
+    ok "the text and HTML reports name the helper, the runtime, the database and the plain functions"
 else
     not_ok "$out/good.log" "the text or HTML report does not name the helper (helpers: ...)"
 fi
+# the batch run (step 12): its workers' first claim is claim_batch
+if "$python" - "$out/batch-good.json" >"$out/hello-batch.check" 2>&1 <<'EOF2'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [h["wrapper"] for h in r["signoff"]["helpers"]] == ["plain_batch"], r["signoff"]["helpers"]
+assert ", the plain functions' batch call, in " in r["settings"]["helpers"], r["settings"]["helpers"]
+EOF2
+then
+    ok "the batch run's reports name the plain functions' batch call (claim_batch: wrapper plain_batch)"
+else
+    not_ok "$out/hello-batch.check" "the batch run's JSON report: signoff.helpers[].wrapper"
+fi
+# what made the claims, as a wrapper says it, as an older helper does not,
+# and a value that is not a name (wrapped.py)
+for mode in named old bad; do
+    case $mode in
+        named) json_w='"RefundConsumer"' text='wrapper RefundConsumer' prop=RefundConsumer ;;
+        old) json_w=None text='wrapper not reported' prop='not reported' ;;
+        bad) json_w=None text='a wrapper that is not a name' prop='not a name' ;;
+    esac
+    job=$out/wrapped-$mode.job log=$out/wrapped-$mode.log
+    make_job "$job" "worker=/usr/bin/python3 wrapped.py $mode" "policies=hold" "lease=1.5"
+    "$runner" --job "$job" --cases 1 --json "$out/wrapped-$mode.json" --junit "$out/wrapped-$mode.xml" >"$log" 2>&1
+    rc=$?
+    if ((rc == 0)) && grep -qE "^helpers: pg_idempotency .*\), $text, in 1 worker process$" "$log" &&
+        "$python" - "$out/wrapped-$mode.json" "$out/wrapped-$mode.xml" "$json_w" "$prop" >>"$log" 2>&1 <<'EOF2'
+import ast, json, sys, xml.etree.ElementTree as ET
+r = json.load(open(sys.argv[1]))
+want = ast.literal_eval(sys.argv[3])
+assert [h["wrapper"] for h in r["signoff"]["helpers"]] == [want], r["signoff"]["helpers"]
+props = {p.get("name"): p.get("value") for p in ET.parse(sys.argv[2]).getroot().findall("./testsuite/properties/property")}
+assert props["wrapper"] == sys.argv[4], props
+EOF2
+    then
+        ok "wrapped.py $mode: the text, JSON and JUnit reports say \"$text\" (JSON ${json_w/None/null})"
+    else
+        not_ok "$log" "wrapped.py $mode: expected exit 0 and \"$text\" in the reports; got exit $rc"
+    fi
+done
 other=signoff_test_other_$$
 dbs+=("$other")
 "${psql[@]}" -d postgres -c "CREATE DATABASE $other" >/dev/null &&

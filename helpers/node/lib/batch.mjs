@@ -145,7 +145,7 @@ export function idempotentBatch(handler, opts) {
         // known; every message comes back after its visibility timeout
         // (each key judged error first, when armed)
         if (so.armed) {
-          await so.hello(pool, 'sqs-consumer');
+          await so.hello(pool, 'sqs-consumer', 'idempotentBatch');
           await Promise.all(items.map((it) => so.point('judged', judgedFields({ ...it, error: err }, jobType))));
         }
         for (const it of items) {
@@ -159,7 +159,7 @@ export function idempotentBatch(handler, opts) {
                     'one claim_operation per message');
       await claimEach(items, jobType, reconnectFor);
     }
-    if (so.armed) await so.hello(pool, 'sqs-consumer');   // the process's first point: who it is (once)
+    if (so.armed) await so.hello(pool, 'sqs-consumer', 'idempotentBatch');   // the process's first point: who it is (once)
 
     // ---- the keys to work on: run / verify; one heartbeat for all their
     // claims, from here until the last handler returned (it keeps them young

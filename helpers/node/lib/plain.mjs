@@ -180,14 +180,14 @@ export async function claimBatch(pool, jobType, keys, { fingerprints = null, wor
   try {
     ({ rows } = await withReconnect(pool, (c) => claimOn(c, CLAIMS_SQL, params, wait), { reconnectFor, onLost }));
   } catch (err) {
-    if (so.armed) await so.hello(pool);
+    if (so.armed) await so.hello(pool, null, 'plain_batch');
     if (!isBusy(err) && claimErrorHeals(err)) {
       // an error no key alone causes (a grant, a job type, the connection): every key's
       for (const k of keys) await judged(so, runs, k, null, err);
     }
     throw err;
   }
-  if (so.armed) await so.hello(pool);
+  if (so.armed) await so.hello(pool, null, 'plain_batch');
   if (rows.length !== keys.length || rows.some((r, i) => r.operation_key !== keys[i])) {
     throw new Error(`claim_operations answered ${rows.length} rows for ${keys.length} keys, ` +
                     'not one per key in their order');

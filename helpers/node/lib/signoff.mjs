@@ -107,18 +107,20 @@ export function signoffMessage(point, { job_type, key, attempt = null, verdict =
 }
 
 /**
- * The line (JSON and '\n') of the point hello: who this worker is and the
+ * The line (JSON and '\n') of the point hello: who this worker is, what runs
+ * its claims (wrapper: 'plain', 'plain_batch' or a wrapper's name) and the
  * database its claims go to (null where unknown; a queue library's version
  * only with the library).
  */
 export function signoffHelloMessage({ helper, helper_version, runtime, runtime_version, queue_library = null,
                                       queue_library_version = null, database = null, server_port = null,
-                                      system_identifier = null }, pid = process.pid) {
+                                      system_identifier = null, wrapper = null }, pid = process.pid) {
   return JSON.stringify({
     v: SIGNOFF_VERSION, point: 'hello', pid, helper, helper_version, runtime, runtime_version,
     queue_library: queue_library ?? null,
     queue_library_version: queue_library == null ? null : queue_library_version ?? null,
     database: database ?? null, server_port: server_port ?? null, system_identifier: system_identifier ?? null,
+    wrapper: wrapper ?? null,
   }) + '\n';
 }
 
@@ -189,9 +191,11 @@ function exchange(socket, point, line, at) {
 
 /**
  * The sign-off settings of the environment `env` (read once, here):
- * { armed, socket, helloArmed, jobType(t), lease(), hello(db, queueLibrary),
+ * { armed, socket, helloArmed, jobType(t), lease(), hello(db, queueLibrary, wrapper),
  * point(point, fields) }. hello(db) is the point hello, once per process
- * (db: the pool or client whose database is reported; null: unknown), when
+ * (db: the pool or client whose database is reported; null: unknown;
+ * wrapper: what makes the claims, 'plain' unless given: the wrappers say
+ * 'idempotent' and 'idempotentBatch', claimBatch 'plain_batch'), when
  * helloArmed (IDEMPOTENCY_SIGNOFF and the runner's IDEMPOTENCY_SIGNOFF_HELLO=1);
  * point() says hello first if the process has not.
  * IDEMPOTENCY_SIGNOFF arms the points; IDEMPOTENCY_SIGNOFF_JOB_TYPES and
@@ -212,7 +216,8 @@ export function signoff(env = process.env) {
   const map = settle(parseJobTypes, env.IDEMPOTENCY_SIGNOFF_JOB_TYPES, new Map());
   const lease = settle(parseLease, env.IDEMPOTENCY_SIGNOFF_LEASE, null);
   const helloArmed = Boolean(socket) && env.IDEMPOTENCY_SIGNOFF_HELLO === '1';
-  const hello = (db, queueLibrary = null) => (helloArmed ? sayHello(socket, db, queueLibrary) : Promise.resolve());
+  const hello = (db, queueLibrary = null, wrapper = 'plain') =>
+    (helloArmed ? sayHello(socket, db, queueLibrary, wrapper) : Promise.resolve());
   return Object.freeze({
     armed: Boolean(socket),
     socket,
@@ -273,13 +278,13 @@ function versionOf(name) {
   return null;
 }
 
-async function sayHello(socket, db, queueLibrary) {
+async function sayHello(socket, db, queueLibrary, wrapper) {
   if (helloPid === process.pid) return;
   helloPid = process.pid;
   const line = signoffHelloMessage({
     helper: 'pg-idempotency', helper_version: VERSION, runtime: 'node', runtime_version: process.versions.node,
     queue_library: queueLibrary, queue_library_version: queueLibrary ? versionOf(queueLibrary) : null,
-    ...(await databaseOf(db)),
+    ...(await databaseOf(db)), wrapper,
   });
   await exchange(socket, 'hello', line, `sign-off runner at ${socket}, point hello`);
 }

@@ -83,7 +83,7 @@ export function idempotent(handler, opts) {
         },
         reconnectFor }));
     } catch (err) {
-      if (so.armed) await so.hello(pool, 'sqs-consumer');
+      if (so.armed) await so.hello(pool, 'sqs-consumer', 'idempotent');
       await judged({ ...seen, verdict: 'claim error', attempt: null, sqlstate: err.code },
                    { attempt: null, verdict: judgedVerdictOf(err), sqlstate: sqlstateOf(err),
                      message: errorMessage(err) });
@@ -102,7 +102,7 @@ export function idempotent(handler, opts) {
                action: 'raise' });
       throw err;
     }
-    if (so.armed) await so.hello(pool, 'sqs-consumer');   // the process's first point: who it is (once)
+    if (so.armed) await so.hello(pool, 'sqs-consumer', 'idempotent');   // the process's first point: who it is (once)
     const event = { ...seen, verdict: claim.verdict, attempt: claim.attempt };
 
     if (claim.verdict !== 'run' && claim.verdict !== 'verify') {

@@ -335,8 +335,17 @@ test('armed with IDEMPOTENCY_SIGNOFF_HELLO=1: the point hello first, once per pr
       v: 1, point: 'hello', pid: process.pid, helper: 'pg-idempotency',
       helper_version: JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version,
       runtime: 'node', runtime_version: process.versions.node, queue_library: null, queue_library_version: null,
-      database: db.database, server_port: db.server_port, system_identifier: db.system_identifier });
+      database: db.database, server_port: db.server_port, system_identifier: db.system_identifier,
+      wrapper: 'plain' });
     assert.match(db.system_identifier, /^\d+$/);
+  });
+});
+
+test('armed with IDEMPOTENCY_SIGNOFF_HELLO=1: claimBatch\'s hello names the plain functions\' batch call', async () => {
+  const t = await jobType('hold');
+  await armed({ IDEMPOTENCY_SIGNOFF_HELLO: '1' }, async (lines) => {
+    await claimBatch(pool, t, ['H-3', 'H-4']);
+    assert.deepEqual(lines.map((l) => [l.point, l.wrapper]), [['hello', 'plain_batch']]);
   });
 });
 

@@ -29,6 +29,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { countingPool } from './counting-pool.mjs';
+import { forgetHello } from '../lib/signoff.mjs';
 import { fingerprintOf, idempotent, idempotentBatch, parseJobTypes, parseLease, signoff, signoffPoint }
   from 'pg-idempotency';
 
@@ -170,7 +171,8 @@ async function fakeRunner(answer = () => 'continue') {
 // make a wrapper with these variables in the environment (read when made)
 function withEnv(env, make) {
   const saved = {};
-  for (const k of ['IDEMPOTENCY_SIGNOFF', 'IDEMPOTENCY_SIGNOFF_JOB_TYPES', 'IDEMPOTENCY_SIGNOFF_LEASE']) {
+  for (const k of ['IDEMPOTENCY_SIGNOFF', 'IDEMPOTENCY_SIGNOFF_JOB_TYPES', 'IDEMPOTENCY_SIGNOFF_LEASE',
+                   'IDEMPOTENCY_SIGNOFF_HELLO']) {
     saved[k] = process.env[k];
     delete process.env[k];
   }
@@ -354,6 +356,26 @@ test('continue: claimed inside the heartbeat before the handler, handled after i
     assert.deepEqual(typesCalled(w.log), [t.run]);   // claim, extend_lease, complete
     assert.equal(runner.lines.length, 2);
   } finally {
+    await runner.close();
+  }
+});
+
+test('hello (IDEMPOTENCY_SIGNOFF_HELLO=1): the wrapper that ran names itself, idempotent or idempotentBatch, with sqs-consumer', T, async () => {
+  const t = await pair();
+  const runner = await fakeRunner(() => 'continue');
+  try {
+    for (const [batch, name] of [[false, 'idempotent'], [true, 'idempotentBatch']]) {
+      forgetHello();   // as a new process
+      runner.lines.length = 0;
+      const w = wrap(t.user, { ...armedEnv(runner, t), IDEMPOTENCY_SIGNOFF_HELLO: '1' }, { batch });
+      const key = `W-${name}`;
+      await w.handle(batch ? [message(key)] : message(key));
+      assert.deepEqual(runner.lines.map((l) => l.point), ['hello', 'claimed', 'handled']);
+      assert.equal(runner.lines[0].wrapper, name);
+      assert.equal(runner.lines[0].queue_library, 'sqs-consumer');
+    }
+  } finally {
+    forgetHello();
     await runner.close();
   }
 });

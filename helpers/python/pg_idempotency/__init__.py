@@ -58,6 +58,8 @@ IDEMPOTENCY_SIGNOFF_LEASE is the run's lease (signoff_lease), for the timings
 a helper derives from its own lease. They are read once per process; unset,
 nothing changes and nothing is connected.
 """
+import contextlib
+import contextvars
 import hashlib
 import json
 import logging
@@ -83,7 +85,7 @@ __all__ = [
     "connection_lost", "discard", "error_message", "extend_lease", "fingerprint", "is_busy", "new_delivery",
     "parse_job_types", "parse_lease", "release", "release_batch", "signoff_answer",
     "signoff_hello", "signoff_hello_armed", "signoff_hello_message", "signoff_job_type",
-    "signoff_lease", "signoff_message", "signoff_point", "with_reconnect", "worker_id",
+    "signoff_lease", "signoff_message", "signoff_point", "signoff_wrapper", "with_reconnect", "worker_id",
 ]
 
 # deprecated names (docs/helpers.md): they still work, with a
@@ -261,7 +263,8 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
     is the sign-off point "judged" (nothing unless IDEMPOTENCY_SIGNOFF is
     set), reported here, before the caller acknowledges, postpones or fails
     the message; the first claim of an armed process also reports the point
-    hello (signoff_hello) on the claim's connection."""
+    hello (signoff_hello) on the claim's connection, naming what made the
+    claim: the wrapper of signoff_wrapper, else "plain"."""
     yours = job_type
     job_type = signoff_job_type(job_type)   # before anything is sent
     delivery = delivery or new_delivery()
@@ -282,11 +285,11 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
         verdict, attempt, result = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for,
                                                   on_lost=on_lost)
     except psycopg.Error as err:
-        signoff_hello(used[0] if used else None)
+        signoff_hello(used[0] if used else None, wrapper=_WRAPPER.get() or "plain")
         signoff_point("judged", yours, key, verdict="busy" if is_busy(err) else "error",
                       sqlstate=err.sqlstate, message=error_message(err))
         raise
-    signoff_hello(used[0] if used else None)
+    signoff_hello(used[0] if used else None, wrapper=_WRAPPER.get() or "plain")
     claimed = Claim(verdict, attempt, result, delivery)
     if not claimed.runs:
         signoff_point("judged", yours, key, claimed)
@@ -350,7 +353,8 @@ def claim_batch(job_type, keys, fingerprints=None, worker=None, *, deliveries=No
     claim() to find the bad one (as the Node.js idempotentBatch does). Every
     key answered anything but run or verify is reported at the sign-off point
     "judged", as claim() does; so is every key, with the verdict error, when
-    the call fails otherwise (42501, ID001, a lost connection)."""
+    the call fails otherwise (42501, ID001, a lost connection). The point
+    hello names "plain_batch" (or the wrapper of signoff_wrapper)."""
     keys = [str(k) for k in keys]
     yours = job_type
     job_type = signoff_job_type(job_type)   # before anything is sent
@@ -374,7 +378,7 @@ def claim_batch(job_type, keys, fingerprints=None, worker=None, *, deliveries=No
     try:
         rows = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
     except psycopg.Error as err:
-        signoff_hello(used[0] if used else None)
+        signoff_hello(used[0] if used else None, wrapper=_WRAPPER.get() or "plain_batch")
         if not (is_busy(err) or not claim_error_heals(err)):
             # an error no key alone causes (a grant, a job type, the connection):
             # every key's, as claim() would report it
@@ -382,7 +386,7 @@ def claim_batch(job_type, keys, fingerprints=None, worker=None, *, deliveries=No
                 signoff_point("judged", yours, key, verdict="error", sqlstate=err.sqlstate,
                               message=error_message(err))
         raise
-    signoff_hello(used[0] if used else None)
+    signoff_hello(used[0] if used else None, wrapper=_WRAPPER.get() or "plain_batch")
     if [r[0] for r in rows] != keys:
         raise RuntimeError(f"claim_operations answered {len(rows)} rows for {len(keys)} keys, "
                            "not one per key in their order")
@@ -694,14 +698,16 @@ def signoff_hello_armed():
 
 def signoff_hello_message(*, helper, helper_version, runtime, runtime_version, queue_library=None,
                           queue_library_version=None, database=None, server_port=None,
-                          system_identifier=None, pid=None):
-    """the line (JSON and a newline) of the point hello: who this worker is
-    and the database its claims go to (null where unknown)"""
+                          system_identifier=None, wrapper=None, pid=None):
+    """the line (JSON and a newline) of the point hello: who this worker is,
+    what runs its claims (wrapper: "plain", "plain_batch" or a wrapper's
+    name) and the database its claims go to (null where unknown)"""
     line = {"v": SIGNOFF_VERSION, "point": "hello", "pid": os.getpid() if pid is None else pid,
             "helper": helper, "helper_version": helper_version, "runtime": runtime,
             "runtime_version": runtime_version, "queue_library": queue_library,
             "queue_library_version": queue_library_version if queue_library is not None else None,
-            "database": database, "server_port": server_port, "system_identifier": system_identifier}
+            "database": database, "server_port": server_port, "system_identifier": system_identifier,
+            "wrapper": wrapper}
     return json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -726,9 +732,28 @@ def _database_of(conn):
         return None, None, None
 
 
-def signoff_hello(conn=None):
+# what runs the claims of this thread or task: signoff_wrapper's name, or None
+_WRAPPER = contextvars.ContextVar("pg_idempotency_wrapper", default=None)
+
+
+@contextlib.contextmanager
+def signoff_wrapper(name):
+    """Inside the block, the claims are made by the wrapper `name`: the
+    sign-off point hello reports it as its `wrapper` (the report names it).
+    IdempotentTask says "IdempotentTask"; a wrapper of your own may name
+    itself. Outside any block claim() reports "plain", claim_batch()
+    "plain_batch"."""
+    token = _WRAPPER.set(str(name))
+    try:
+        yield
+    finally:
+        _WRAPPER.reset(token)
+
+
+def signoff_hello(conn=None, *, wrapper=None):
     """The point hello, once per process, before its first claimed or
-    judged point: the helper, the runtime, the queue library and the
+    judged point: the helper, the runtime, the queue library, what makes the
+    claims (wrapper; None: signoff_wrapper's name, else "plain") and the
     database of conn (else of the process's connection, if one is open;
     else null). claim() and claim_batch() call it with the claim's
     connection; a worker that claims on a connection of its own calls it
@@ -745,6 +770,7 @@ def signoff_hello(conn=None):
                                  runtime=platform.python_implementation(),
                                  runtime_version=platform.python_version(), queue_library=queue,
                                  queue_library_version=queue_version, database=database,
-                                 server_port=port, system_identifier=sysid)
+                                 server_port=port, system_identifier=sysid,
+                                 wrapper=wrapper or _WRAPPER.get() or "plain")
     path = _signoff_settings()[0]
     _exchange(path, "hello", line, f"sign-off runner at {path}, point hello")

@@ -179,7 +179,8 @@ class IdempotentTask(Task):
         return max(0.0, min(self.reconnect_for, lease / 2))
 
     def __call__(self, *args, **kwargs):
-        with _sigterm_ignored(self.finish_on_sigterm):
+        # the sign-off point hello names this wrapper (not the plain functions)
+        with _sigterm_ignored(self.finish_on_sigterm), pg_idempotency.signoff_wrapper("IdempotentTask"):
             return self._protocol(args, kwargs)
 
     def _protocol(self, args, kwargs):

@@ -339,6 +339,21 @@ def test_signoff_points_around_the_heartbeat(make_task, types, runner):
     assert types.record(task.job_type, "K-points") == "none"
 
 
+def test_signoff_hello_names_the_wrapper(make_task, types, runner):
+    """the point hello of a process whose first claim is IdempotentTask's
+    names it (wrapper "IdempotentTask") and Celery"""
+    import celery
+    task, calls, verdicts, runs = signoff_task(make_task, types, runner)
+    runner.arm(job_types=f"{task.job_type}={runs}", hello=True)
+    r = task.apply(("K-hello",))
+    assert r.successful(), r.traceback
+    assert runner.points() == ["hello", "claimed", "handled"]
+    hello = runner.lines[0]
+    assert (hello["wrapper"], hello["queue_library"], hello["queue_library_version"]) == \
+        ("IdempotentTask", "celery", celery.__version__)
+    assert pg_idempotency._WRAPPER.get() is None   # the task's block ended
+
+
 def test_signoff_judged_reports_every_other_answer(make_task, types, runner, admin):
     """judged: completed, in_progress, an ID002 error (and nothing else of
     those deliveries: no claimed, no handled); always answered continue"""

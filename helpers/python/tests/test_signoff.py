@@ -178,9 +178,28 @@ def test_hello_once_per_process(types, runner, admin):
         "runtime_version": platform.python_version(),
         "queue_library": "celery" if celery else None,
         "queue_library_version": celery.__version__ if celery else None,
-        "database": db, "server_port": port, "system_identifier": sysid}
+        "database": db, "server_port": port, "system_identifier": sysid, "wrapper": "plain"}
     assert db == "postgres" or db, db
     assert sysid.isdigit(), sysid
+
+
+def test_hello_names_the_batch_call_and_a_wrapper(types, runner):
+    """the hello's wrapper: "plain_batch" from claim_batch; the name of
+    signoff_wrapper's block from a claim inside it (here a wrapper of the
+    user's own); the block's name is gone after it"""
+    t = types.make("hold", LEASE)
+    runner.arm(hello=True)
+    idem.claim_batch(t, ["K-b1", "K-b2"])
+    assert runner.points() == ["hello"]
+    assert runner.lines[0]["wrapper"] == "plain_batch"
+    idem._hello_pid = None   # as a new process
+    with idem.signoff_wrapper("MyConsumer"):
+        idem.claim(t, "K-w1")
+    assert runner.points() == ["hello", "hello"]
+    assert runner.lines[1]["wrapper"] == "MyConsumer"
+    idem._hello_pid = None
+    idem.claim(t, "K-w2")
+    assert runner.lines[2]["wrapper"] == "plain"
 
 
 def test_hello_only_for_a_runner_that_asks(types, runner):
@@ -206,6 +225,7 @@ def test_hello_at_a_plain_point(types, runner, admin):
     assert idem.signoff_point("judged", t, "K-plain", verdict="busy", sqlstate="55P03") == "continue"
     assert runner.points() == ["hello", "judged"]
     assert (runner.lines[0]["database"], runner.lines[0]["system_identifier"]) == (None, None)
+    assert runner.lines[0]["wrapper"] == "plain"
 
 
 def test_fail_at_claimed_is_returned(types, runner):

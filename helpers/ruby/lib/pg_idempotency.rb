@@ -284,7 +284,8 @@ module PgIdempotency
   # the sign-off point :judged, reported here (nothing unless
   # IDEMPOTENCY_SIGNOFF is set), before the caller acknowledges, postpones or
   # fails the job; the first claim of an armed process also reports the
-  # point hello (signoff_hello) on the claim's connection.
+  # point hello (signoff_hello) on the claim's connection, naming what made
+  # the claim: the wrapper of signoff_wrapper, else "plain".
   def self.claim(conn, job_type, key, fingerprint: nil, worker: nil, delivery: SecureRandom.uuid,
                  wait: 0, reconnect_for: nil, on_lost: nil, within: nil, on_reconnect: nil)
     reconnect_for, on_lost = reconnect_options(reconnect_for, on_lost, within, on_reconnect, RECONNECT_FOR)
@@ -295,12 +296,12 @@ module PgIdempotency
     begin
       row = bounded(conn, CLAIM_SQL, params, wait, reconnect_for, on_lost, used).first
     rescue PG::Error => e
-      signoff_hello(used.last)
+      signoff_hello(used.last, wrapper: signoff_wrapper_name || "plain")
       signoff_point(:judged, yours, key, attempt: nil, sqlstate: sqlstate(e), verdict: busy?(e) ? "busy" : "error",
                                          message: error_message(e))
       raise
     end
-    signoff_hello(used.last)
+    signoff_hello(used.last, wrapper: signoff_wrapper_name || "plain")
     claim = Claim.new(verdict: row["verdict"], attempt: row["attempt"].to_i, result: row["result"], delivery: delivery)
     signoff_point(:judged, yours, key, attempt: claim.attempt, verdict: claim.verdict) unless claim.run?
     claim
@@ -379,7 +380,8 @@ module PgIdempotency
   # nothing (claim those keys one by one to find the bad one). Every key
   # answered anything but run or verify is reported at :judged, as claim does;
   # so is every key, with the verdict error, when the call fails otherwise
-  # (42501, ID001, a lost connection).
+  # (42501, ID001, a lost connection). The point hello names "plain_batch"
+  # (or the wrapper of signoff_wrapper).
   def self.claim_batch(conn, job_type, keys, fingerprints: nil, worker: nil, deliveries: nil, wait: 0,
                        reconnect_for: RECONNECT_FOR, on_lost: nil)
     keys = keys.map(&:to_s)
@@ -394,7 +396,7 @@ module PgIdempotency
     begin
       rows = bounded(conn, CLAIMS_SQL, params, wait, reconnect_for, on_lost, used).to_a
     rescue PG::Error => e
-      signoff_hello(used.last)
+      signoff_hello(used.last, wrapper: signoff_wrapper_name || "plain_batch")
       if claim_error_heals?(e) && !busy?(e)
         # an error no key alone causes (a grant, a job type, the connection): every key's
         keys.each do |key|
@@ -404,7 +406,7 @@ module PgIdempotency
       end
       raise
     end
-    signoff_hello(used.last)
+    signoff_hello(used.last, wrapper: signoff_wrapper_name || "plain_batch")
     unless rows.map { |r| r["operation_key"] } == keys
       raise PG::Error, "claim_operations answered #{rows.size} rows for #{keys.size} keys, not one per key in their order"
     end
@@ -599,29 +601,48 @@ module PgIdempotency
     !(path.nil? || path.empty?) && ENV["IDEMPOTENCY_SIGNOFF_HELLO"] == "1"
   end
 
-  # the line (JSON and "\n") of the point hello: who this worker is and the
-  # database its claims go to (nil where unknown)
+  # the line (JSON and "\n") of the point hello: who this worker is, what
+  # runs its claims (wrapper: "plain", "plain_batch" or a wrapper's name) and
+  # the database its claims go to (nil where unknown)
   def self.signoff_hello_message(helper:, helper_version:, runtime:, runtime_version:, queue_library: nil,
                                  queue_library_version: nil, database: nil, server_port: nil,
-                                 system_identifier: nil, pid: Process.pid)
+                                 system_identifier: nil, wrapper: nil, pid: Process.pid)
     line = { "v" => SIGNOFF_VERSION, "point" => "hello", "pid" => pid, "helper" => helper,
              "helper_version" => helper_version, "runtime" => runtime, "runtime_version" => runtime_version,
              "queue_library" => queue_library,
              "queue_library_version" => queue_library.nil? ? nil : queue_library_version,
-             "database" => database, "server_port" => server_port, "system_identifier" => system_identifier }
+             "database" => database, "server_port" => server_port, "system_identifier" => system_identifier,
+             "wrapper" => wrapper }
     "#{JSON.generate(line)}\n"
   end
 
   @hello_pid = nil
 
+  # Inside the block, the claims are made by the wrapper `name`: the point
+  # hello reports it as its `wrapper` (the report names it). The Sidekiq
+  # middleware says "SidekiqMiddleware"; a wrapper of your own may name
+  # itself. Outside any block claim reports "plain", claim_batch
+  # "plain_batch". Per fiber (Thread.current[]), like a Sidekiq job.
+  def self.signoff_wrapper(name)
+    before = Thread.current[:pg_idempotency_wrapper]
+    Thread.current[:pg_idempotency_wrapper] = name.to_s
+    yield
+  ensure
+    Thread.current[:pg_idempotency_wrapper] = before
+  end
+
+  # the name of signoff_wrapper's block this fiber is in, or nil
+  def self.signoff_wrapper_name = Thread.current[:pg_idempotency_wrapper]
+
   # The point hello, once per process, before its first point: the helper,
-  # the runtime, Sidekiq's version when it is loaded, and the database of
+  # the runtime, Sidekiq's version when it is loaded, what makes the claims
+  # (wrapper; nil: signoff_wrapper's name, else "plain") and the database of
   # pg (a PG::Connection, e.g. the claim's; nil: null). claim and
   # claim_batch call it with the claim's connection; a worker that claims on
   # a connection of its own calls it with that connection first. Nothing
   # unless signoff_hello?; the runner answers continue. SignoffError as at
   # any point.
-  def self.signoff_hello(pg = nil)
+  def self.signoff_hello(pg = nil, wrapper: nil)
     return if @hello_pid == Process.pid || !signoff_hello?
     @hello_pid = Process.pid
     database, port, sysid = nil
@@ -637,7 +658,7 @@ module PgIdempotency
     line = signoff_hello_message(helper: "pg-idempotency", helper_version: VERSION, runtime: RUBY_ENGINE,
                                  runtime_version: RUBY_VERSION, queue_library: sidekiq && "sidekiq",
                                  queue_library_version: sidekiq, database: database, server_port: port,
-                                 system_identifier: sysid)
+                                 system_identifier: sysid, wrapper: wrapper || signoff_wrapper_name || "plain")
     path = ENV["IDEMPOTENCY_SIGNOFF"]
     signoff_exchange(path, "hello", line, "sign-off runner at #{path}, point hello")
   end

@@ -398,8 +398,32 @@ class SignoffTest < Minitest::Test
                    "helper_version" => PgIdempotency::VERSION, "runtime" => RUBY_ENGINE,
                    "runtime_version" => RUBY_VERSION, "queue_library" => "sidekiq",
                    "queue_library_version" => Sidekiq::VERSION, "database" => database,
-                   "server_port" => port&.to_i, "system_identifier" => sysid }, r.messages.first)
+                   "server_port" => port&.to_i, "system_identifier" => sysid, "wrapper" => "plain" },
+                 r.messages.first)
     assert_match(/\A\d+\z/, sysid)
+  ensure
+    db&.close
+  end
+
+  # the hello's wrapper: the Sidekiq middleware names itself; claim_batch
+  # says plain_batch; a block of signoff_wrapper names a wrapper of one's
+  # own, and ends with the block
+  def test_hello_names_the_wrapper
+    type = job_type("hold")
+    r = runner { |_m| "continue" }
+    ENV["IDEMPOTENCY_SIGNOFF_HELLO"] = "1"
+    run_job(job_class(type), "S32") { nil }
+    assert_equal %w[hello claimed handled], r.messages.map { |m| m["point"] }
+    assert_equal %w[SidekiqMiddleware sidekiq], r.messages.first.values_at("wrapper", "queue_library")
+    assert_nil PgIdempotency.signoff_wrapper_name
+    db = PgIdempotency::Connection.new
+    PgIdempotency.instance_variable_set(:@hello_pid, nil)   # as a new process
+    PgIdempotency.claim_batch(db, type, %w[S33 S34])
+    assert_equal "plain_batch", r.messages.last["wrapper"]
+    PgIdempotency.instance_variable_set(:@hello_pid, nil)
+    PgIdempotency.signoff_wrapper("MyConsumer") { PgIdempotency.claim(db, type, "S35") }
+    assert_equal "MyConsumer", r.messages.last["wrapper"]
+    assert_nil PgIdempotency.signoff_wrapper_name
   ensure
     db&.close
   end

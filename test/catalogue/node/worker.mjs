@@ -7,13 +7,14 @@
 // hash); with IDEMPOTENCY_SIGNOFF_HTTP the refund is a POST to the provider.
 //
 //   node node/worker.mjs     (helpers/node's packages installed: npm ci there)
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Heartbeat, KnownFailure, claim, claimErrorHeals, complete, fingerprintOf, isBusy, release,
          signoff } from '../../../helpers/node/index.mjs';
+import { put, spool, take } from './dirqueue.mjs';
 
 const helper = fileURLToPath(new URL('../../../helpers/node/index.mjs', import.meta.url));
 const pg = createRequire(helper)('pg');   // helpers/node's own pg
@@ -27,40 +28,6 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (msg) => process.stderr.write(`${new Date().toISOString().slice(11, 23)} refund worker ${process.pid}: ${msg}\n`);
 
 class ProviderRefused extends Error {}
-
-function spool() {
-  const base = process.env.SIGNOFF_TEST_DIR || process.env.TMPDIR || '/tmp';
-  const run = process.env.IDEMPOTENCY_SIGNOFF_RUN;
-  if (!run) { log('IDEMPOTENCY_SIGNOFF_RUN is not set'); process.exit(2); }
-  const dir = path.join(base, `spool-${run}`);
-  for (const d of ['queue', 'tmp', 'processing', 'pids']) fs.mkdirSync(path.join(dir, d), { recursive: true });
-  return dir;
-}
-
-function put(dir, message, delay = 0) {
-  const { not_before: _, ...rest } = message;
-  const name = `${String(BigInt(Date.now()) * 1000000n).padStart(20, '0')}-${process.pid}-${randomBytes(4).toString('hex')}.msg`;
-  const tmp = path.join(dir, 'tmp', name);
-  const fd = fs.openSync(tmp, 'w');
-  fs.writeSync(fd, JSON.stringify({ ...rest, not_before: Date.now() / 1000 + delay }));
-  fs.fsyncSync(fd);
-  fs.closeSync(fd);
-  fs.renameSync(tmp, path.join(dir, 'queue', name));
-}
-
-function take(dir, mine) {
-  const now = Date.now() / 1000;
-  for (const name of fs.readdirSync(path.join(dir, 'queue')).sort()) {
-    const src = path.join(dir, 'queue', name);
-    let message;
-    try { message = JSON.parse(fs.readFileSync(src, 'utf8')); } catch { continue; }
-    if ((message.not_before ?? 0) > now) continue;
-    const dst = path.join(mine, name);
-    try { fs.renameSync(src, dst); } catch { continue; }
-    return [dst, message];
-  }
-  return null;
-}
 
 async function refund(dir, runKey, opKey, attempt) {
   if (!HTTP) {
@@ -193,7 +160,7 @@ async function handle(pool, dir, file, message, lease) {
 
 let stopping = false;
 process.on('SIGTERM', () => { stopping = true; });
-const dir = spool();
+const dir = spool(log);
 const mine = path.join(dir, 'processing', String(process.pid));
 fs.mkdirSync(mine, { recursive: true });
 fs.writeFileSync(path.join(dir, 'pids', String(process.pid)), `${process.pid}\n`);

@@ -12,6 +12,7 @@ require "json"
 require "net/http"
 require "securerandom"
 require "pg_idempotency"
+require_relative "dirqueue"
 
 JOB = "catalogue_refund"
 MUTATION = ENV.fetch("CATALOGUE_MUTATION", "").then { |m| m.empty? ? "correct" : m }
@@ -22,44 +23,6 @@ $stderr.sync = true
 class ProviderRefused < StandardError; end
 
 def log(msg) = warn("#{Time.now.utc.strftime('%H:%M:%S.%L')} refund worker #{Process.pid}: #{msg}")
-
-def spool
-  base = [ENV["SIGNOFF_TEST_DIR"], ENV["TMPDIR"], "/tmp"].find { |d| d && !d.empty? }
-  run = ENV["IDEMPOTENCY_SIGNOFF_RUN"] or abort("worker.rb: IDEMPOTENCY_SIGNOFF_RUN is not set")
-  path = File.join(base, "spool-#{run}")
-  %w[queue tmp processing pids].each { |d| Dir.mkdir(File.join(path, d)) rescue Errno::EEXIST }
-  path
-end
-
-def put(spool, message, delay = 0.0)
-  message = message.reject { |k, _| k == "not_before" }.merge("not_before" => Time.now.to_f + delay)
-  name = format("%020d-%d-%s.msg", Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond), Process.pid,
-                SecureRandom.hex(4))
-  tmp = File.join(spool, "tmp", name)
-  File.open(tmp, "w") { |f| f.write(JSON.generate(message)); f.flush; f.fsync }
-  File.rename(tmp, File.join(spool, "queue", name))
-end
-
-def take(spool, mine)
-  now = Time.now.to_f
-  Dir.children(File.join(spool, "queue")).sort.each do |name|
-    src = File.join(spool, "queue", name)
-    message = begin
-      JSON.parse(File.read(src))
-    rescue Errno::ENOENT, JSON::ParserError
-      next
-    end
-    next if message.fetch("not_before", 0) > now
-    dst = File.join(mine, name)
-    begin
-      File.rename(src, dst)
-    rescue Errno::ENOENT
-      next
-    end
-    return [dst, message]
-  end
-  nil
-end
 
 def refund(spool, run_key, op_key, attempt)
   unless HTTP

@@ -132,11 +132,14 @@ module PgIdempotency
       begin
         # one token per call of the middleware (this delivery of the job):
         # only the claim repeated after a lost connection presents it again
-        claim = PgIdempotency.claim(db, job_type, key,
-                                    fingerprint: fingerprint(worker.class.name, args),
-                                    worker: "#{Socket.gethostname}/pid-#{Process.pid}",
-                                    delivery: SecureRandom.uuid, wait: (opts["claim_wait"] || 0).to_f,
-                                    reconnect_for: reconnect, on_lost: lost)
+        # the point hello (the process's first claim) names this wrapper
+        claim = PgIdempotency.signoff_wrapper("SidekiqMiddleware") do
+          PgIdempotency.claim(db, job_type, key,
+                              fingerprint: fingerprint(worker.class.name, args),
+                              worker: "#{Socket.gethostname}/pid-#{Process.pid}",
+                              delivery: SecureRandom.uuid, wait: (opts["claim_wait"] || 0).to_f,
+                              reconnect_for: reconnect, on_lost: lost)
+        end
       rescue PG::Error => e
         code = PgIdempotency.sqlstate(e)
         error = { "key" => key, "verdict" => "claim error", "attempt" => nil, "jid" => job["jid"],

@@ -1,0 +1,88 @@
+# worker.rb: the catalogue's refund job in Ruby on the wrapper instead of the
+# plain calls (test/catalogue/README.md): a Sidekiq job class behind
+# pg-idempotency's PgIdempotency::SidekiqMiddleware, called for each message
+# of the directory queue of test/signoff/dirqueue.py as Sidekiq's processor
+# calls a server middleware: call(job instance, the job hash, queue) { perform }.
+# No Redis: Sidekiq::Testing's fake mode keeps the jobs the middleware
+# schedules (perform_in: an in_progress claim after the lease, a released one
+# after its backoff), and this loop puts each back into the directory queue,
+# due when Sidekiq would run it. A job whose middleware raises (ID002: other
+# arguments under the key) is dropped, as a job with retry: false is.
+#
+#   ruby -I ../../helpers/ruby/lib sidekiq/worker.rb
+require "json"
+require "securerandom"
+require "sidekiq"
+require "sidekiq/testing"
+require "pg_idempotency/sidekiq"
+require_relative "../ruby/dirqueue"
+
+JOB = "catalogue_refund"
+$stderr.sync = true
+$stdout.sync = true
+Sidekiq::Testing.fake!   # perform_in pushes to Refund.jobs, not to Redis
+
+def log(msg) = warn("#{Time.now.utc.strftime('%H:%M:%S.%L')} refund worker #{Process.pid}: #{msg}")
+
+# the refund job, as a Sidekiq application writes it
+class Refund
+  include Sidekiq::Job
+  include PgIdempotency::Job
+  sidekiq_options retry: false, idempotency: { "job_type" => JOB, "lease" => 300 }
+
+  def self.idempotency_key(key, _args) = key
+
+  def perform(key, _args)
+    dir = spool
+    # lookup (verdict verify): the provider's own record first, here the effects file
+    return { "found" => true } if idempotency_verify? && refunded?(dir, key)
+
+    File.open(File.join(dir, "effects"), File::WRONLY | File::APPEND | File::CREAT, 0o644) do |f|
+      f.write("#{key} #{idempotency_attempt} #{Process.pid}\n")
+      f.fsync
+    end
+  end
+
+  private
+
+  def refunded?(dir, key)
+    File.foreach(File.join(dir, "effects")).any? { |l| l.split(" ", 2).first == key }
+  rescue Errno::ENOENT
+    false
+  end
+end
+
+stopping = false
+Signal.trap("TERM") { stopping = true }   # as Sidekiq: the job in hand is finished
+dir = spool
+mine = File.join(dir, "processing", Process.pid.to_s)
+Dir.mkdir(mine) rescue Errno::EEXIST
+File.write(File.join(dir, "pids", Process.pid.to_s), "#{Process.pid}\n")
+dsn = ENV["IDEMPOTENCY_SIGNOFF_DSN"].then { |d| d.nil? || d.empty? ? nil : d }   # nil: the PG* variables
+middleware = PgIdempotency::SidekiqMiddleware.new(dsn: dsn)
+log("started (Sidekiq #{Sidekiq::VERSION}, the middleware); lease #{PgIdempotency.signoff_lease || 300} s")
+until stopping
+  taken = take(dir, mine)
+  if taken.nil?
+    sleep 0.02
+    next
+  end
+  path, message = taken
+  # the job hash as Sidekiq's fetch gives it to the middleware
+  job = { "class" => "Refund", "args" => [message["key"], message["args"]], "jid" => SecureRandom.hex(12),
+          "queue" => "default", "retry" => false, "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f }
+  worker = Refund.new
+  worker.jid = job["jid"]
+  begin
+    middleware.call(worker, job, "default") { worker.perform(*job["args"]) }
+  rescue StandardError => e                 # retry: false: the job is gone
+    log("#{message['key']} failed: #{e.class}: #{e.message.lines.first&.strip}")
+  end
+  File.unlink(path) if File.exist?(path)
+  # what the middleware scheduled with perform_in, due when Sidekiq would run it
+  Refund.jobs.each do |j|
+    put(dir, { "key" => j["args"][0], "args" => j["args"][1] }, [j.fetch("at", 0).to_f - Time.now.to_f, 0].max)
+  end
+  Refund.clear
+end
+log("stopped (SIGTERM)")
