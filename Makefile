@@ -102,7 +102,7 @@ endif
 # tsort fails on a loop (scripts/check-layout.sh; hook 49 runs it).
 .PHONY: check-layout
 check-layout: $(OBJS)
-	$(ext_srcdir)/scripts/check-layout.sh src
+	$(ext_srcdir)/scripts/check-layout.sh src $(notdir $(OBJS))
 
 # The protocol's decisions (src/protocol.c, plain C) unit-tested without a
 # server: every policy x record state x call combination. Built with the

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# scripts/check-layout.sh DIR: no two files of DIR (its built objects, *.o)
+# scripts/check-layout.sh DIR [OBJECT...]: no two files of DIR (its built
+# objects: the OBJECTs named, file names in DIR, else *.o, which may hold a
+# stale object of a source that is gone)
 # call each other, not even through others (make check-layout for src/,
 # make -C matrix check-layout for the runner, which has its own copy).
 #
@@ -7,9 +9,10 @@
 # defines (nm). tsort(1) orders the files and fails on a loop; the order it
 # prints (each file before the ones it uses) is shown.
 set -euo pipefail
-dir=${1:?usage: check-layout.sh DIR}
+dir=${1:?usage: check-layout.sh DIR [OBJECT...]}
+shift
 cd "$dir"
-objs=(*.o)
+if (($#)); then objs=("$@"); else objs=(*.o); fi
 [[ -e ${objs[0]} ]] || { echo "check-layout: no objects in $dir: build first" >&2; exit 2; }
 declare -A owner
 for o in "${objs[@]}"; do
