@@ -31,7 +31,7 @@
 #            library, or the installed one, fails the run.
 #   rounds   $CMP_ROUNDS rounds; in each, VACUUM, then these groups (a VACUUM
 #            of the records before each duplicate group), the
-#            order of the cells within a group alternating per round
+#            order of the cells within a group changing per round (order())
 #            (pgbench -n -M prepared, $CMP_CLIENTS clients, -j 2,
 #            $CMP_SECONDS s, keys unique per run):
 #              run    raw (bench/pgbench/raw_run.sql), BEFORE and AFTER
@@ -56,13 +56,13 @@
 #               works; output in a temp dir (removed; the report is printed)
 #               unless --out
 #   --out DIR   where compare.tsv and compare.md go (default: bench/)
-# Settings (environment): CMP_CLIENTS=16, CMP_ROUNDS=5, CMP_SECONDS=6,
+# Settings (environment): CMP_CLIENTS=16, CMP_ROUNDS=6, CMP_SECONDS=5,
 # CMP_DUP_POOL=100000, CMP_BATCH=10, CMP_SHARED_BUFFERS=1GB, CMP_PORT=55901,
 # CMP_MAX_SECONDS=1200 (the watchdog: the run is stopped and cleaned up after
 # that long). PG_CONFIG / PG_MAJOR as scripts/versions.sh.
 #
 # How long: about 10 minutes for the full run on the 2-core machine of the
-# report (2 builds, setup, 5 rounds of 9 runs); --quick about 1.5 minutes.
+# report (2 builds, setup, 6 rounds of 9 runs); --quick about 1.5 minutes.
 # Runs as root (initdb and the server as postgres) or as the user who owns
 # the cluster. Touches no other cluster and installs nothing.
 set -euo pipefail
@@ -88,7 +88,7 @@ done
 if [[ $quick == yes ]]; then
     : "${CMP_ROUNDS:=2}" "${CMP_SECONDS:=2}" "${CMP_DUP_POOL:=5000}"
 fi
-: "${CMP_CLIENTS:=16}" "${CMP_ROUNDS:=5}" "${CMP_SECONDS:=6}" "${CMP_DUP_POOL:=100000}" "${CMP_BATCH:=10}"
+: "${CMP_CLIENTS:=16}" "${CMP_ROUNDS:=6}" "${CMP_SECONDS:=5}" "${CMP_DUP_POOL:=100000}" "${CMP_BATCH:=10}"
 : "${CMP_SHARED_BUFFERS:=1GB}" "${CMP_PORT:=55901}" "${CMP_MAX_SECONDS:=1200}"
 
 started=$SECONDS
@@ -347,11 +347,25 @@ cell() {
     fi
     rm -rf "$dir"
 }
-# the order of the cells of a group: as given in odd rounds, reversed in even ones
+# order ROUND CELL...: the order of the cells of a group in a round. Two
+# cells: as given in odd rounds, swapped in even ones. Three: the six
+# permutations in turn (ABC CBA BCA ACB CAB BAC), so that over six rounds
+# each cell runs in each position twice and each one before each other one
+# three times (a cell's position within a group changes its result on a
+# busy machine: a plain reversal would keep the middle one in the middle)
 order() {
     local r=$1
     shift
-    if ((r % 2 == 1)); then echo "$@"; else echo "$@" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'; fi
+    if (($# == 3)); then
+        local perms=(012 210 120 021 201 102) p i out=()
+        p=${perms[(r - 1) % 6]}
+        for i in 0 1 2; do out+=("${@:$((${p:i:1} + 1)):1}"); done
+        echo "${out[@]}"
+    elif ((r % 2 == 1)); then
+        echo "$@"
+    else
+        echo "$@" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'
+    fi
 }
 
 # --------------------------------------------------------------- machine

@@ -94,7 +94,7 @@ def main(path):
       "new sessions, and the libraries each run's backends mapped are read from `/proc/PID/maps` (every run below "
       "mapped only its side's library; a reference run mapped none; the script fails otherwise). "
       f"pgbench `-M prepared`, {kv.get('mode', '?')}; in each round the cells of a group run back to back and their order "
-      "alternates per round; a CHECKPOINT before each run, autovacuum off, VACUUM at the start of a round. "
+      "changes per round (a group of three takes its six permutations in turn, a pair alternates); a CHECKPOINT before each run, autovacuum off, VACUUM at the start of a round. "
       "Medians over the rounds; a ratio is the median of the ratios within each round. CPU per operation: the "
       "server's (the run's sessions, from the postmaster's `cutime`/`cstime` after they ended, plus the background "
       "processes), in µs.")
