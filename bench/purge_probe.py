@@ -3,6 +3,7 @@
 
     purge_probe.py --summary OUTDIR TAG      one line per window (idle, during, after)
     purge_probe.py --timeline OUTDIR TAG [BIN_S]   a time line in bins
+    purge_probe.py --phases OUTDIR TAG       a paced purge's walk and deletes apart
 
 Latency: pgbench's per-transaction log (-R: counted from the scheduled
 start, so it includes the schedule lag). Windows: before the purge started
@@ -125,8 +126,35 @@ def timeline(outdir, tag, width):
               f"{' '.join(f'{k}={v}' for k, v in pw.most_common(3))}\t{' '.join(f'{k}={v}' for k, v in gw.most_common(4))}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.argv[1] != "--phases":
     if sys.argv[1] == "--summary":
         summary(sys.argv[2], sys.argv[3])
     else:
         timeline(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 0.5)
+
+
+def phases(outdir, tag):
+    """The paced purge's window split where its session first and last
+    slept (Timeout:PgSleep: it pauses only after a range that deleted
+    something): the walk before the expired records, the deletes, the walk
+    after them."""
+    meta, tx, db, cpu = load(outdir, tag)
+    s, e = float(meta["purge_start"]), float(meta["purge_end"])
+    sleeps = [d[0] for d in db if d[10].startswith("Timeout:PgSleep")]
+    idle = sorted(t[1] for t in tx if s - 10 <= t[0] < s)
+    out = [("idle (10 s before)", s - 10, s, idle)]
+    if sleeps:
+        a, b = sleeps[0], sleeps[-1]
+        out += [("walk before the deletes", s, a, None), ("deletes (with pauses)", a, b, None), ("walk after them", b, e, None)]
+    else:
+        out += [("purge", s, e, None)]
+    for name, lo, hi, v in out:
+        if v is None:
+            v = sorted(t[1] for t in tx if lo <= t[0] < hi)
+        w = [d for d in db if lo <= d[0] <= hi]
+        walmb = (w[-1][1] - w[0][1]) / 1e6 if len(w) > 1 else 0
+        print(f"{tag}\t{name}\t{hi - lo:.1f} s\tn={len(v)}\tp50={pct(v, 50):.2f}\tp95={pct(v, 95):.2f}\tp99={pct(v, 99):.2f}\tmax={(v[-1] if v else float('nan')):.2f}\tWAL {walmb:.0f} MB")
+
+
+if __name__ == "__main__" and sys.argv[1] == "--phases":
+    phases(sys.argv[2], sys.argv[3])
