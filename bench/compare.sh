@@ -61,8 +61,9 @@
 # CMP_MAX_SECONDS=1200 (the watchdog: the run is stopped and cleaned up after
 # that long). PG_CONFIG / PG_MAJOR as scripts/versions.sh.
 #
-# How long: about 10 minutes for the full run on the 2-core machine of the
-# report (2 builds, setup, 6 rounds of 9 runs); --quick about 1.5 minutes.
+# How long: about 7 minutes for the full run on the 2-core machine of the
+# report (2 builds, setup, 6 rounds of 9 runs; 407 s at load 15); --quick
+# about 1.5 minutes.
 # Runs as root (initdb and the server as postgres) or as the user who owns
 # the cluster. Touches no other cluster and installs nothing.
 set -euo pipefail
