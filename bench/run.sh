@@ -930,6 +930,13 @@ if want scale; then
                      now() - interval '2 days', now() - interval '2 days', now() - interval '2 days'
                  FROM generate_series(1, $BENCH_PURGE_ROWS) g"
     q "$big" -c 'VACUUM ANALYZE idempotency.operations'
+    # the paced purge's own idle reference, measured just before it (the
+    # first one is minutes older, before purge_operations() and a reload:
+    # on a shared machine the idle p99 moves more than that in a minute)
+    : >"$work/logs/purge-idle_paced.log"
+    purge_chunk idle_paced
+    purge_chunk idle_paced
+    kvput purge idle_paced "$(/usr/bin/python3 "$here/lat.py" "$work/logs/purge-idle_paced.log")"
     measure_purge paced "CALL idempotency.purge($BENCH_PACED_PAGES, '$BENCH_PACED_PAUSE_MS milliseconds')"
     kvput purge after_rows "$(val "$big" 'SELECT count(*) FROM idempotency.operations')"
 fi
