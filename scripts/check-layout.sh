@@ -3,7 +3,7 @@
 # objects: the OBJECTs named, file names in DIR, else *.o, which may hold a
 # stale object of a source that is gone)
 # call each other, not even through others (make check-layout for src/,
-# make -C matrix check-layout for the runner, which has its own copy).
+# make -C matrix check-layout for the runner).
 #
 # From the built objects: an edge A -> B for every symbol A uses that B
 # defines (nm). tsort(1) orders the files and fails on a loop; the order it
