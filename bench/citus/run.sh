@@ -40,7 +40,11 @@
 #           that holds the key; and w1g, the same clients
 #           with plan_cache_mode = force_generic_plan (a diagnosis: Citus
 #           keeps a statement that calls a distributed function from a
-#           generic plan, see README.md); any (clients split over w1 and w2, random
+#           generic plan, see README.md); w1ip, the same clients through the
+#           calls in place of 0.4 (pgbench/ip_*.sql); coordfn, in the pk and
+#           sql groups, the extension's calls through the coordinator
+#           (fn_dup.sql, fn_run.sql) in the same rounds as the raw routed
+#           statements; any (clients split over w1 and w2, random
 #           keys: "query from any node"), vs the coordinator
 #   lat     run, dup and pk with 1 client ($CB_LAT_ROUNDS rounds of
 #           $CB_LAT_SECONDS s, pgbench -r): the latency of one call
@@ -67,7 +71,7 @@
 # CB_PART_ROUNDS=3, CB_PART_SECONDS=4, CB_LAT_ROUNDS=3, CB_LAT_SECONDS=3,
 # CB_PERF_SECONDS=6, CB_DUP_POOL=100000, CB_SHARED_BUFFERS=512MB,
 # CB_MAX_SECONDS=1800 (the watchdog: the whole run is stopped and cleaned up
-# after that long). PG_CONFIG / PG_MAJOR as scripts/versions.sh.
+# after that long), CB_PARTS="pk sql nd tx lk any" (the parts phase's groups). PG_CONFIG / PG_MAJOR as scripts/versions.sh.
 #
 # Needs Citus installed for the PostgreSQL in use (scripts/citus check) and
 # the extension installed (this script installs nothing). Run as root or as a
@@ -174,11 +178,15 @@ citus_cluster_start --no-traps
 C_DIR=$CITUS_DIR
 # w1g: w1's clients with plan_cache_mode = force_generic_plan (a diagnosis of
 # the run path's cost on the worker, not a setting to use: see README.md)
-# w1ip: w1's clients through the calls in place (0.4: pgbench/ip_*.sql)
+# w1ip: w1's clients through the calls in place (0.4: pgbench/ip_*.sql);
+# coordfn: the coordinator running the extension's calls (fn_run.sql in the
+# sql group, fn_dup.sql in the pk group) in the same rounds as the raw
+# routed statements they are compared with
 declare -A PORT=([single]=$S_PORT [coord]=$CITUS_PORT_COORD [w1]=$CITUS_PORT_W1 [w2]=$CITUS_PORT_W2 [w1g]=$CITUS_PORT_W1
-                 [w1ip]=$CITUS_PORT_W1)
-declare -A HOST=([single]=$S_DIR [coord]=$C_DIR [w1]=$C_DIR [w2]=$C_DIR [w1g]=$C_DIR [w1ip]=$C_DIR)
-declare -A DB=([single]=bench [coord]=$CITUS_DB [w1]=$CITUS_DB [w2]=$CITUS_DB [w1g]=$CITUS_DB [w1ip]=$CITUS_DB)
+                 [w1ip]=$CITUS_PORT_W1 [coordfn]=$CITUS_PORT_COORD)
+declare -A HOST=([single]=$S_DIR [coord]=$C_DIR [w1]=$C_DIR [w2]=$C_DIR [w1g]=$C_DIR [w1ip]=$C_DIR [coordfn]=$C_DIR)
+declare -A DB=([single]=bench [coord]=$CITUS_DB [w1]=$CITUS_DB [w2]=$CITUS_DB [w1g]=$CITUS_DB [w1ip]=$CITUS_DB
+               [coordfn]=$CITUS_DB)
 declare -A PMPID=([single]=$S_PID)
 for n in coord w1 w2; do PMPID[$n]=$(head -n 1 "$C_DIR/$n/postmaster.pid"); done
 NODES=(single coord w1 w2)
@@ -367,6 +375,8 @@ run() {
     local lbase=$(( (round - 1) * CB_CLIENTS * LSTRIDE ))
     [[ $target == w1g ]] && lbase=$((lbase + lk_rows))
     [[ $target == w1ip ]] && lbase=$((lbase + 2 * lk_rows)) && scr=$(script "${name/lk_/ip_}")
+    [[ $target == coordfn && $group == pk ]] && scr=$(script fn_dup)
+    [[ $target == coordfn && $group == sql ]] && scr=$(script fn_run)
     checkpoint_all
     local t0 t1 rc=0 p pids=()
     read -r -a t0 < <(all_ticks)
@@ -510,8 +520,8 @@ part() { [[ " ${CB_PARTS:-pk sql nd tx lk any} " == *" $1 "* ]]; }
 log "parts: $CB_PART_ROUNDS rounds of ${CB_PART_SECONDS}s ($(( SECONDS - started )) s so far)"
 for r in $(seq 1 "$CB_PART_ROUNDS"); do
     others+=("$(others_share)")
-    ! part pk || for t in $(order "$r" single coord); do run parts pk pk "$t" "$C" "$r" "$CB_PART_SECONDS" pk_dup; done
-    ! part sql || for t in $(order "$r" single coord); do run parts sql run "$t" "$C" "$r" "$CB_PART_SECONDS" sql_run; done
+    ! part pk || for t in $(order "$r" single coord coordfn); do run parts pk pk "$t" "$C" "$r" "$CB_PART_SECONDS" pk_dup; done
+    ! part sql || for t in $(order "$r" single coord coordfn); do run parts sql run "$t" "$C" "$r" "$CB_PART_SECONDS" sql_run; done
     ! part nd || for t in $(order "$r" single coord); do run parts nd run "$t" "$C" "$r" "$CB_PART_SECONDS" nd_run; done
     ! part nd || for t in $(order "$r" single coord); do run parts nd dup "$t" "$C" "$r" "$CB_PART_SECONDS" nd_dup; done
     ! part tx || for t in $(order "$r" single coord); do run parts tx run "$t" "$C" "$r" "$CB_PART_SECONDS" tx_run; done
