@@ -178,10 +178,21 @@ function inPlace(pool) {
   let p = inPlaceOf.get(pool);
   if (p === undefined) {
     p = (async () => {
-      const { rows: [may] } = await pool.query(
-        "SELECT coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('idempotency.use_in_place()'), " +
-        "'EXECUTE'), false) AS ok");
-      return may.ok && (await pool.query('SELECT idempotency.use_in_place() AS ok')).rows[0].ok === true;
+      // pool.query where the pool has it (pg.Pool); else on a client of its own
+      const c = typeof pool.query === 'function' ? null : await pool.connect();
+      const query = (sql) => (c ?? pool).query(sql);
+      let failed;
+      try {
+        const { rows: [may] } = await query(
+          "SELECT coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('idempotency.use_in_place()'), " +
+          "'EXECUTE'), false) AS ok");
+        return may.ok && (await query('SELECT idempotency.use_in_place() AS ok')).rows[0].ok === true;
+      } catch (err) {
+        failed = err;   // the pool drops that client
+        throw err;
+      } finally {
+        c?.release(failed);
+      }
     })();
     inPlaceOf.set(pool, p);
     p.catch(() => inPlaceOf.delete(pool));   // asked again at the next call
