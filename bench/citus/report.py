@@ -120,6 +120,8 @@ def main(argv):
                 label = {"single": "single node", "coord": "Citus, via coordinator",
                          "w1": "Citus, clients on w1 (holds every key)",
                          "w1g": "the same, plan_cache_mode = force_generic_plan (diagnosis)",
+                         "w1ip": "the same through the calls in place (0.4)",
+                         "coordfn": "Citus, via coordinator: the extension's calls (fn_run / fn_dup)",
                          "any": "Citus, clients on w1 + w2 (random keys)"}[t]
                 w(f"| {group}/{path} | {label} | {tps_cell(rs)} | {rcell} | {fmt(med([r['p50_ms'] for r in rs]), 2)} "
                   f"| {fmt(med([r['p99_ms'] for r in rs]), 2)} | " + " | ".join(cpu_cells(rs, t)) + " |")
@@ -141,13 +143,13 @@ def main(argv):
       "not delegate (pgbench/nd_run.sql, nd_dup.sql); tx: each call of the run path in BEGIN … COMMIT "
       "(pgbench/tx_run.sql; delegated under force_delegation, see Verify); lk: the key read from a local table first, every key held by w1 "
       "(pgbench/lk_run.sql, lk_dup.sql; the single node runs the same lookups; w1g: the clients on w1 with "
-      "plan_cache_mode = force_generic_plan, which Citus otherwise keeps from a generic plan: a diagnosis, not a setting to use); any: fn_run.sql / fn_dup.sql "
+      "plan_cache_mode = force_generic_plan, which Citus otherwise keeps from a generic plan: a diagnosis, not a setting to use; w1ip: the clients on w1 through the calls in place of 0.4, pgbench/ip_run.sql, ip_dup.sql); any: fn_run.sql / fn_dup.sql "
       "with half of the clients on each worker, against the coordinator.")
     w("")
-    table("parts", [("pk", "pk", ["single", "coord"]), ("sql", "run", ["single", "coord"]),
+    table("parts", [("pk", "pk", ["single", "coord", "coordfn"]), ("sql", "run", ["single", "coord", "coordfn"]),
                     ("nd", "run", ["single", "coord"]), ("nd", "dup", ["single", "coord"]),
                     ("tx", "run", ["single", "coord"]),
-                    ("lk", "run", ["single", "w1", "w1g"]), ("lk", "dup", ["single", "w1", "w1g"]),
+                    ("lk", "run", ["single", "w1", "w1g", "w1ip"]), ("lk", "dup", ["single", "w1", "w1g", "w1ip"]),
                     ("any", "run", ["coord", "any"]), ("any", "dup", ["coord", "any"])])
 
     w("## Latency with one client")

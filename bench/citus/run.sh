@@ -40,7 +40,11 @@
 #           that holds the key; and w1g, the same clients
 #           with plan_cache_mode = force_generic_plan (a diagnosis: Citus
 #           keeps a statement that calls a distributed function from a
-#           generic plan, see README.md); any (clients split over w1 and w2, random
+#           generic plan, see README.md); w1ip, the same clients through the
+#           calls in place of 0.4 (pgbench/ip_*.sql); coordfn, in the pk and
+#           sql groups, the extension's calls through the coordinator
+#           (fn_dup.sql, fn_run.sql) in the same rounds as the raw routed
+#           statements; any (clients split over w1 and w2, random
 #           keys: "query from any node"), vs the coordinator
 #   lat     run, dup and pk with 1 client ($CB_LAT_ROUNDS rounds of
 #           $CB_LAT_SECONDS s, pgbench -r): the latency of one call
@@ -67,7 +71,7 @@
 # CB_PART_ROUNDS=3, CB_PART_SECONDS=4, CB_LAT_ROUNDS=3, CB_LAT_SECONDS=3,
 # CB_PERF_SECONDS=6, CB_DUP_POOL=100000, CB_SHARED_BUFFERS=512MB,
 # CB_MAX_SECONDS=1800 (the watchdog: the whole run is stopped and cleaned up
-# after that long). PG_CONFIG / PG_MAJOR as scripts/versions.sh.
+# after that long), CB_PARTS="pk sql nd tx lk any" (the parts phase's groups). PG_CONFIG / PG_MAJOR as scripts/versions.sh.
 #
 # Needs Citus installed for the PostgreSQL in use (scripts/citus check) and
 # the extension installed (this script installs nothing). Run as root or as a
@@ -174,9 +178,15 @@ citus_cluster_start --no-traps
 C_DIR=$CITUS_DIR
 # w1g: w1's clients with plan_cache_mode = force_generic_plan (a diagnosis of
 # the run path's cost on the worker, not a setting to use: see README.md)
-declare -A PORT=([single]=$S_PORT [coord]=$CITUS_PORT_COORD [w1]=$CITUS_PORT_W1 [w2]=$CITUS_PORT_W2 [w1g]=$CITUS_PORT_W1)
-declare -A HOST=([single]=$S_DIR [coord]=$C_DIR [w1]=$C_DIR [w2]=$C_DIR [w1g]=$C_DIR)
-declare -A DB=([single]=bench [coord]=$CITUS_DB [w1]=$CITUS_DB [w2]=$CITUS_DB [w1g]=$CITUS_DB)
+# w1ip: w1's clients through the calls in place (0.4: pgbench/ip_*.sql);
+# coordfn: the coordinator running the extension's calls (fn_run.sql in the
+# sql group, fn_dup.sql in the pk group) in the same rounds as the raw
+# routed statements they are compared with
+declare -A PORT=([single]=$S_PORT [coord]=$CITUS_PORT_COORD [w1]=$CITUS_PORT_W1 [w2]=$CITUS_PORT_W2 [w1g]=$CITUS_PORT_W1
+                 [w1ip]=$CITUS_PORT_W1 [coordfn]=$CITUS_PORT_COORD)
+declare -A HOST=([single]=$S_DIR [coord]=$C_DIR [w1]=$C_DIR [w2]=$C_DIR [w1g]=$C_DIR [w1ip]=$C_DIR [coordfn]=$C_DIR)
+declare -A DB=([single]=bench [coord]=$CITUS_DB [w1]=$CITUS_DB [w2]=$CITUS_DB [w1g]=$CITUS_DB [w1ip]=$CITUS_DB
+               [coordfn]=$CITUS_DB)
 declare -A PMPID=([single]=$S_PID)
 for n in coord w1 w2; do PMPID[$n]=$(head -n 1 "$C_DIR/$n/postmaster.pid"); done
 NODES=(single coord w1 w2)
@@ -212,19 +222,19 @@ w1_shards="SELECT s.shardid FROM pg_dist_shard s JOIN pg_dist_placement p USING 
            WHERE s.logicalrelid = 'idempotency.operations'::regclass AND d.nodeport = ${PORT[w1]}"
 LSTRIDE=8000
 lk_rows=$((CB_PART_ROUNDS * CB_CLIENTS * LSTRIDE + CB_CLIENTS * LSTRIDE))
-# w1 and w1g each use lk_rows rows (w1g from lk_rows + 1 on); about half the
-# generated keys fall on w1's shards
+# w1, w1g and w1ip each use lk_rows rows (w1g from lk_rows + 1 on, w1ip from
+# 2 * lk_rows + 1); about half the generated keys fall on w1's shards
 for n in single w1; do
     sql "$n" -c "CREATE TABLE public.cb_run_keys (i int PRIMARY KEY, k text NOT NULL)" \
              -c "CREATE TABLE public.cb_dup_keys (i int PRIMARY KEY, k text NOT NULL)"
 done
-sql coord -c "\\copy (SELECT row_number() OVER (ORDER BY g), 'LR-' || g FROM generate_series(1, $((lk_rows * 4 + lk_rows / 2))) g
+sql coord -c "\\copy (SELECT row_number() OVER (ORDER BY g), 'LR-' || g FROM generate_series(1, $((lk_rows * 6 + lk_rows / 2))) g
                      WHERE get_shard_id_for_distribution_column('idempotency.operations', 'LR-' || g) IN ($w1_shards)) TO '$work/run_keys.tsv'"
 sql coord -c "\\copy (SELECT row_number() OVER (ORDER BY g), 'DUP-' || g FROM generate_series(1, $CB_DUP_POOL) g
                      WHERE get_shard_id_for_distribution_column('idempotency.operations', 'DUP-' || g) IN ($w1_shards)) TO '$work/dup_keys.tsv'"
 nrun=$(wc -l <"$work/run_keys.tsv")
 LDUPN=$(wc -l <"$work/dup_keys.tsv")
-((nrun >= 2 * lk_rows)) || die "only $nrun LR- keys on w1, $((2 * lk_rows)) needed"
+((nrun >= 3 * lk_rows)) || die "only $nrun LR- keys on w1, $((3 * lk_rows)) needed"
 for n in single w1; do
     sql "$n" -c "\\copy public.cb_run_keys FROM '$work/run_keys.tsv'" -c "\\copy public.cb_dup_keys FROM '$work/dup_keys.tsv'"
 done
@@ -364,6 +374,9 @@ run() {
     # the lookup scripts: rows lbase + client_id * LSTRIDE + n, per round
     local lbase=$(( (round - 1) * CB_CLIENTS * LSTRIDE ))
     [[ $target == w1g ]] && lbase=$((lbase + lk_rows))
+    [[ $target == w1ip ]] && lbase=$((lbase + 2 * lk_rows)) && scr=$(script "${name/lk_/ip_}")
+    [[ $target == coordfn && $group == pk ]] && scr=$(script fn_dup)
+    [[ $target == coordfn && $group == sql ]] && scr=$(script fn_run)
     checkpoint_all
     local t0 t1 rc=0 p pids=()
     read -r -a t0 < <(all_ticks)
@@ -502,18 +515,20 @@ done
 for n in single coord; do sql "$n" -c "VACUUM idempotency.operations"; done
 
 # ------------------------------------------------------------- parts
+# CB_PARTS: the groups to run (default all)
+part() { [[ " ${CB_PARTS:-pk sql nd tx lk any} " == *" $1 "* ]]; }
 log "parts: $CB_PART_ROUNDS rounds of ${CB_PART_SECONDS}s ($(( SECONDS - started )) s so far)"
 for r in $(seq 1 "$CB_PART_ROUNDS"); do
     others+=("$(others_share)")
-    for t in $(order "$r" single coord); do run parts pk pk "$t" "$C" "$r" "$CB_PART_SECONDS" pk_dup; done
-    for t in $(order "$r" single coord); do run parts sql run "$t" "$C" "$r" "$CB_PART_SECONDS" sql_run; done
-    for t in $(order "$r" single coord); do run parts nd run "$t" "$C" "$r" "$CB_PART_SECONDS" nd_run; done
-    for t in $(order "$r" single coord); do run parts nd dup "$t" "$C" "$r" "$CB_PART_SECONDS" nd_dup; done
-    for t in $(order "$r" single coord); do run parts tx run "$t" "$C" "$r" "$CB_PART_SECONDS" tx_run; done
-    for t in $(order "$r" single w1 w1g); do run parts lk run "$t" "$C" "$r" "$CB_PART_SECONDS" lk_run; done
-    for t in $(order "$r" single w1 w1g); do run parts lk dup "$t" "$C" "$r" "$CB_PART_SECONDS" lk_dup; done
-    for t in $(order "$r" coord any); do run parts any run "$t" "$C" "$r" "$CB_PART_SECONDS" fn_run; done
-    for t in $(order "$r" coord any); do run parts any dup "$t" "$C" "$r" "$CB_PART_SECONDS" fn_dup; done
+    ! part pk || for t in $(order "$r" single coord coordfn); do run parts pk pk "$t" "$C" "$r" "$CB_PART_SECONDS" pk_dup; done
+    ! part sql || for t in $(order "$r" single coord coordfn); do run parts sql run "$t" "$C" "$r" "$CB_PART_SECONDS" sql_run; done
+    ! part nd || for t in $(order "$r" single coord); do run parts nd run "$t" "$C" "$r" "$CB_PART_SECONDS" nd_run; done
+    ! part nd || for t in $(order "$r" single coord); do run parts nd dup "$t" "$C" "$r" "$CB_PART_SECONDS" nd_dup; done
+    ! part tx || for t in $(order "$r" single coord); do run parts tx run "$t" "$C" "$r" "$CB_PART_SECONDS" tx_run; done
+    ! part lk || for t in $(order "$r" single w1 w1g w1ip); do run parts lk run "$t" "$C" "$r" "$CB_PART_SECONDS" lk_run; done
+    ! part lk || for t in $(order "$r" single w1 w1g w1ip); do run parts lk dup "$t" "$C" "$r" "$CB_PART_SECONDS" lk_dup; done
+    ! part any || for t in $(order "$r" coord any); do run parts any run "$t" "$C" "$r" "$CB_PART_SECONDS" fn_run; done
+    ! part any || for t in $(order "$r" coord any); do run parts any dup "$t" "$C" "$r" "$CB_PART_SECONDS" fn_dup; done
 done
 
 # ------------------------------------------------------------- lat

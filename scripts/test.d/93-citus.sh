@@ -16,7 +16,10 @@
 #     one-worker commit without PREPARE TRANSACTION, stale_claims, the stats
 #     view, resolve, both purges, deleting a job type with records, records
 #     of every status made before distribution, per-job-type roles, grants
-#     made after distribute() and distribute_grants()); a second
+#     made after distribute() and distribute_grants()), the same cases
+#     through the calls in place on w1 (0.4), and use_in_place(), their
+#     verdicts for keys of both workers under each isolation level, where
+#     their statements run, their generic plans; a second
 #     distribute() must refuse with 55000; then the replay matrix runner
 #     through the coordinator, every cell;
 #  2. test/citus/failover.sh: a worker crashes (and commits whose replies it
@@ -35,7 +38,8 @@
 #  4. test/citus/memory.sh (issue 18): on long-lived connections, 20 000
 #     calls per scenario (MEMORY_CALLS; 5 000 in hook 90's roots):
 #     the run and duplicate paths through the coordinator, a transaction
-#     block, the batch calls, calls made on a worker; and one plain node;
+#     block, the batch calls, calls made on a worker, the run and duplicate
+#     paths on a worker through the calls in place (0.4); and one plain node;
 #     no backend serving them on any node grows by more than 4 MiB.
 # About 10 minutes with Citus cached. On the host's PostgreSQL 15 (Citus
 # 13.2), and in hook 90's roots on 17 (Debian 13) and 18 (Debian testing),

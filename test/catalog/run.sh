@@ -11,7 +11,7 @@
 # 2. CREATE EXTENSION idempotency (V, from idempotency--V.sql) in one fresh
 #    database; in another, CREATE EXTENSION idempotency VERSION 'F' and
 #    ALTER EXTENSION idempotency UPDATE, for every other version F that has
-#    an install script (today 0.1: 0.1 -> 0.2 -> 0.3). Both must be at V.
+#    an install script (today 0.1: 0.1 -> 0.2 -> 0.3 -> 0.4; and 0.3 -> 0.4). Both must be at V.
 # 3. Each database's catalog as canonical text (test/catalog/catalog.sql:
 #    functions with their bodies, settings, grants and comments; columns
 #    with types and defaults; indexes, constraints, triggers, views, types

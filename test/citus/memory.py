@@ -38,6 +38,11 @@ Scenarios (a call is one function call; the run path's operation is two):
   worker_run     Citus, connected to worker w1: the run path (keys held by
                  w1 run there; keys held by w2 are delegated from w1)
   worker_batch   Citus, connected to worker w2: the batch calls
+  inplace_run    Citus, connected to worker w2: the run path through the
+                 calls in place (0.4; not delegated: keys held by w2 on the
+                 shard directly, keys held by w1 through Citus from w2)
+  inplace_dup    Citus, connected to worker w1: the duplicate path through
+                 the calls in place (keys of both workers, as inplace_run)
   app_generic    Citus, through the coordinator: public.app_effect(key),
                  the application's delegated function (must grow)
   app_custom     the same with SET plan_cache_mode = force_custom_plan
@@ -71,6 +76,8 @@ RUN_ID = uuid.uuid4().hex[:8]
 
 CLAIM = "SELECT verdict, attempt FROM idempotency.claim_operation(%s, %s)"
 COMPLETE = "SELECT idempotency.complete_operation(%s, %s, %s)"
+CLAIM_IN_PLACE = "SELECT verdict, attempt FROM idempotency.claim_operation_in_place(%s, %s)"
+COMPLETE_IN_PLACE = "SELECT idempotency.complete_operation_in_place(%s, %s, %s)"
 CLAIM_BATCH = ("SELECT operation_key, verdict, attempt"
                " FROM idempotency.claim_operations(%s, %s)")
 COMPLETE_BATCH = ("SELECT done, sqlstate"
@@ -118,23 +125,31 @@ class Failure(Exception):
 # Each step function makes `calls` calls on conn; i counts operations so that
 # keys are new across warm-up and measurement.
 
-def run_path(conn, name, calls, state):
+def run_path(conn, name, calls, state, claim=None, complete=None):
     done = 0
     while done < calls:
         state["n"] += 1
         key = f"{RUN_ID}-{name}-{state['n']}"
-        verdict, attempt = conn.execute(CLAIM, (JOB, key), prepare=True).fetchone()
+        verdict, attempt = conn.execute(claim or CLAIM, (JOB, key), prepare=True).fetchone()
         if verdict != "run":
             raise Failure(f"{name}: claim of new key {key} answered {verdict}")
-        conn.execute(COMPLETE, (JOB, key, attempt), prepare=True)
+        conn.execute(complete or COMPLETE, (JOB, key, attempt), prepare=True)
         done += 2
 
 
-def dup_path(conn, name, calls, state):
+def in_place(step):
+    """the same step through the calls in place (0.4: claim_operation_in_place,
+    complete_operation_in_place; generic plans from the sixth call)"""
+    def in_place_step(conn, name, calls, state):
+        return step(conn, name, calls, state, CLAIM_IN_PLACE, COMPLETE_IN_PLACE)
+    return in_place_step
+
+
+def dup_path(conn, name, calls, state, claim=None, complete=None):
     for _ in range(calls):
         state["n"] += 1
         key = f"DUP-{state['n'] % DUP_KEYS + 1}"
-        verdict, _ = conn.execute(CLAIM, (JOB, key), prepare=True).fetchone()
+        verdict, _ = conn.execute(claim or CLAIM, (JOB, key), prepare=True).fetchone()
         if verdict != "completed":
             raise Failure(f"{name}: claim of completed key {key} answered {verdict}")
 
@@ -191,6 +206,8 @@ SCENARIOS = {
     "coord_batch": ("coord", batch_path, CALLS, "flat"),
     "worker_run": ("w1", run_path, CALLS, "flat"),
     "worker_batch": ("w2", batch_path, CALLS, "flat"),
+    "inplace_run": ("w2", in_place(run_path), CALLS, "flat"),
+    "inplace_dup": ("w1", in_place(dup_path), CALLS, "flat"),
     "app_generic": ("coord", app_path("app_effect"), SELFTEST_CALLS, "grows"),
     "app_custom": ("coord", app_path("app_effect_custom"), SELFTEST_CALLS, "flat"),
 }

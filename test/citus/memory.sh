@@ -11,7 +11,8 @@
 # "memory" (hold, 5 minutes) and 1000 completed keys DUP-1 .. DUP-1000 on
 # each, then runs test/citus/memory.py: every scenario (the run path, the
 # duplicate path, a transaction block, the batch calls; through the
-# coordinator, on a worker, on the plain node) makes 1000 calls of warm-up
+# coordinator, on a worker, on a worker through the calls in place of 0.4,
+# on the plain node) makes 1000 calls of warm-up
 # and then MEMORY_CALLS (20 000) calls on one connection, all scenarios at
 # once; the private memory (RssAnon) of every backend serving them is read
 # before and after, and one that grew by more than MEMORY_LIMIT_KB (4096)

@@ -25,6 +25,10 @@ MODES = ("autocommit", "transaction block")
 # Citus's local execution in a transaction block; w2's keys are delegated
 # there
 W1_MODES = ("w1 autocommit", "w1 tx block")
+# and again through the calls in place (0.4: the *_in_place names, which
+# Citus does not delegate): w1's keys on their shard directly in autocommit,
+# through Citus in a transaction block; w2's keys through Citus from w1
+IN_PLACE_MODES = ("w1 in place autocommit", "w1 in place tx block")
 rows = []
 
 
@@ -42,6 +46,11 @@ class Caller:
         self.mode = mode
         port = os.environ["CITUS_PORT_W1"] if mode.startswith("w1") else None
         self.conn = connect(port=port, user=user)
+        self.suffix = "_in_place" if "in place" in mode else ""
+
+    def fn(self, name):
+        """the function's name in this mode"""
+        return "idempotency." + name + self.suffix
 
     def call(self, sql, args=()):
         if self.mode.endswith("autocommit"):
@@ -52,15 +61,15 @@ class Caller:
             return cur.fetchall() if cur.description else None
 
     def claim(self, jt, key, fp=None):
-        r = self.call("SELECT verdict, attempt FROM idempotency.claim_operation(%s, %s, %s)",
+        r = self.call("SELECT verdict, attempt FROM " + self.fn("claim_operation") + "(%s, %s, %s)",
                       (jt, key, fp))
         return "%s|%s" % r[0]
 
     def complete(self, jt, key, attempt):
-        self.call("SELECT idempotency.complete_operation(%s, %s, %s)", (jt, key, attempt))
+        self.call("SELECT " + self.fn("complete_operation") + "(%s, %s, %s)", (jt, key, attempt))
 
     def release(self, jt, key, attempt):
-        self.call("SELECT idempotency.release_operation(%s, %s, %s)", (jt, key, attempt))
+        self.call("SELECT " + self.fn("release_operation") + "(%s, %s, %s)", (jt, key, attempt))
 
 
 def outcome(fn):
@@ -94,7 +103,7 @@ def main():
     # purge: a retention the records are already past
     admin("UPDATE idempotency.job_types SET retention = '1 second' WHERE job_type = 'purge'")
 
-    for m, mode in enumerate(MODES + W1_MODES):
+    for m, mode in enumerate(MODES + W1_MODES + IN_PLACE_MODES):
         p = "m%d-" % m
         c = Caller(mode)
 
@@ -167,6 +176,8 @@ def main():
                        (k,))[0][0]
         nodes = {"coordinator": None, "w1": os.environ["CITUS_PORT_W1"], "w2": os.environ["CITUS_PORT_W2"]}
         want_node = [n for n, port in nodes.items() if port and int(port) == holder][0]
+        if "in place" in mode:
+            want_node = "w1"    # not delegated: the call, and its NOTIFY, run where it is made
         listeners = {}
         heard = {}
         for n, port in nodes.items():
@@ -190,7 +201,7 @@ def main():
         # 7. extend_lease
         k = p + "extend"
         c.claim("email", k)
-        got = outcome(lambda: c.call("SELECT idempotency.extend_lease('email', %s, 1) IS NOT NULL", (k,))[0][0])
+        got = outcome(lambda: c.call("SELECT " + c.fn("extend_lease") + "('email', %s, 1) IS NOT NULL", (k,))[0][0])
         report("extend_lease of a young claim", mode, "True", got)
 
         # 8. transactional mode: a duplicate waits for the first transaction
@@ -221,7 +232,7 @@ def main():
                                  "WHERE job_type IN ('hold1s', 'retry1s')")[0][0])
     # the held claims of every mode, and the attempts 2 that took the
     # retry1s claims over and were never completed (lease 1 s: stale by now)
-    n = len(MODES + W1_MODES)
+    n = len(MODES + W1_MODES + IN_PLACE_MODES)
     report("stale_claims() (hold1s claims, retry1s attempts 2)", "-", str(2 * n), got)
     got = outcome(lambda: c.call(
         "SELECT completed FROM idempotency.job_type_stats WHERE job_type = 'email'")[0][0])
@@ -433,6 +444,7 @@ def main():
         print("role oids: worker %s: %s" % r)
 
     direct_path_cases()
+    in_place_cases()
 
     # where the data is
     w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
@@ -590,6 +602,132 @@ def direct_path_cases():
     got = outcome(lambda: admin("SELECT count(*) FROM idempotency.operations WHERE operation_key = ANY(%s)",
                                 ([k, k2],))[0][0])
     report("... both records, through Citus", mode, "2", got)
+
+
+def in_place_cases():
+    """0.4: the calls in place on a worker. use_in_place() where it applies;
+    the verdicts of one node for keys on both workers, in autocommit and in
+    transaction blocks under each isolation level; w1's keys in autocommit
+    on the shard directly; a prepared statement gets its generic plan (the
+    delegated name's never does)."""
+    w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
+    mode = "w1 in place"
+    got = outcome(lambda: admin("SELECT idempotency.use_in_place()")[0][0])
+    report("use_in_place() on the coordinator", "-", "False", got)
+    with connect(port=w1) as c:
+        got = outcome(lambda: c.execute("SELECT idempotency.use_in_place()").fetchone()[0])
+    report("use_in_place() on a worker", mode, "True", got)
+    admin("CREATE ROLE ipworker LOGIN")
+    admin("GRANT USAGE ON SCHEMA idempotency TO ipworker")
+    admin("GRANT EXECUTE ON FUNCTION idempotency.use_in_place(), "
+          "idempotency.claim_operation(text, text, text, text, text, boolean) TO ipworker")
+    admin("SELECT idempotency.distribute_grants()")
+    with connect(port=w1, user="ipworker") as c:
+        got = outcome(lambda: c.execute("SELECT idempotency.use_in_place()").fetchone()[0])
+    report("... as a role without EXECUTE on the four", mode, "False", got)
+    admin("GRANT EXECUTE ON FUNCTION idempotency.claim_operation_in_place(text, text, text, text, text, boolean), "
+          "idempotency.complete_operation_in_place(text, text, integer, jsonb), "
+          "idempotency.release_operation_in_place(text, text, integer), "
+          "idempotency.extend_lease_in_place(text, text, integer) TO ipworker")
+    admin("SELECT idempotency.distribute_grants()")
+    with connect(port=w1, user="ipworker") as c:
+        got = outcome(lambda: c.execute("SELECT idempotency.use_in_place()").fetchone()[0])
+    report("... once granted them (distribute_grants())", mode, "True", got)
+
+    # the verdicts: each key claimed, claimed again, completed, claimed
+    # again, released after a second claim of a new key; as ipworker
+    levels = (None, "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
+    for where, port in (("w1's key", w1), ("w2's key", w2)):
+        for level in levels:
+            label = "%s, %s" % (where, level or "autocommit")
+            k, k2 = keys_on(port, 2, "inplace-%s-%s-" % (where[:2], (level or "ac").replace(" ", "")))
+            with connect(port=w1, user="ipworker") as c:
+                def run(sql, args):
+                    if level is None:
+                        return c.execute(sql, args).fetchone()
+                    with c.transaction():
+                        c.execute("SET TRANSACTION ISOLATION LEVEL " + level)
+                        return c.execute(sql, args).fetchone()
+                claim = "SELECT verdict, attempt FROM idempotency.claim_operation_in_place('email', %s)"
+                got = [outcome(lambda: "%s|%s" % run(claim, (k,))),
+                       outcome(lambda: "%s|%s" % run(claim, (k,))),
+                       outcome(lambda: run("SELECT idempotency.extend_lease_in_place('email', %s, 1) IS NOT NULL",
+                                           (k,))[0]),
+                       outcome(lambda: run("SELECT idempotency.complete_operation_in_place('email', %s, 1, '{\"n\": 1}')",
+                                           (k,)) and None),
+                       outcome(lambda: "%s|%s" % run(claim, (k,))),
+                       outcome(lambda: run("SELECT idempotency.complete_operation_in_place('email', %s, 2)",
+                                           (k,)) and None),
+                       outcome(lambda: "%s|%s" % run(claim, (k2,))),
+                       outcome(lambda: run("SELECT idempotency.release_operation_in_place('email', %s, 1)",
+                                           (k2,)) and None),
+                       outcome(lambda: "%s|%s" % run(claim, (k2,)))]
+            got[5] = got[5].split(":")[0]
+            report(label, mode, "run|1,in_progress|1,True,ok,completed|1,ERROR 22023,run|1,ok,run|2",
+                   ",".join(got))
+            rec = admin("SELECT string_agg(status || '/' || attempt, ',' ORDER BY operation_key) "
+                        "FROM idempotency.operations WHERE operation_key IN (%s, %s)", (k, k2))[0][0]
+            report("... the records, through the coordinator", mode, "completed/1,claimed/2", rec)
+
+    # w1's key in autocommit: on the shard directly (no statement through
+    # Citus's local execution); w2's: through Citus, to w2 (its records'
+    # statements sent there; the job type read from w1's placement of the
+    # reference table, locally)
+    for where, port, want in (("w1's key", w1, "0 local, 0 remote"),
+                              ("w2's key", w2, "0 local on operations, > 0 remote")):
+        k = keys_on(port, 1, "inplace-path-%s-" % where[:2])[0]
+        with connect(port=w1) as c:
+            seen = []
+            c.add_notice_handler(lambda d: seen.append(d.message_primary or ""))
+            c.execute("SET citus.log_local_commands = on")
+            c.execute("SET citus.log_remote_commands = on")
+            v = outcome(lambda: "%s|%s" % c.execute(
+                "SELECT verdict, attempt FROM idempotency.claim_operation_in_place('email', %s)", (k,)).fetchone())
+            c.execute("SELECT 1")
+        local = sum(1 for m in seen if m.startswith("executing the command locally") and "operations" in m)
+        remote = sum(1 for m in seen if m.startswith("issuing "))
+        got = "%s, %d local%s, %d remote" % (v, local, "" if where.startswith("w1") else " on operations", remote)
+        ok = v == "run|1" and local == 0 and ((remote == 0) if where.startswith("w1") else remote > 0)
+        report("autocommit, %s: where the statements ran" % where, mode, "run|1, " + want, got, ok)
+
+    # a prepared statement (psycopg prepares from the fifth execution):
+    # after ten claims the in-place call has used generic plans, the
+    # delegated one never
+    for name in ("claim_operation_in_place", "claim_operation"):
+        ks = keys_on(w1, 10, "inplace-prep-%s-" % name[-5:])
+        with connect(port=w1) as c:
+            c.prepare_threshold = 0
+            for k in ks:
+                c.execute("SELECT verdict FROM idempotency.%s('email', %%s)" % name, (k,), prepare=True)
+            generic = c.execute("SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements "
+                                "WHERE statement LIKE %s", ("%%idempotency.%s(%%" % name,)).fetchone()[0]
+        if name.endswith("in_place"):
+            report("prepared, 10 claims: generic plans used", mode, "> 0", str(generic), generic > 0)
+        else:
+            report("... the delegated name: generic plans used", "w1 delegated", "0", str(generic))
+
+    # a transaction block on w1 that writes a colocated table of the key's
+    # shard group and claims and completes in place: one commit for w1's
+    # key; for w2's, Citus refuses the write (25001: the call's statements
+    # reached w2's placement over the table owner's connection; the
+    # delegated names are the ones for that, docs/citus.md)
+    for where, port, want in (("w1's key", w1, "completed,1"), ("w2's key", w2, "ERROR 25001")):
+        k = keys_on(port, 1, "inplace-tx-%s-" % where[:2])[0]
+        def tx():
+            with connect(port=w1, user="txworker", autocommit=False) as t:
+                t.execute("SELECT * FROM idempotency.claim_operation_in_place('email', %s)", (k,))
+                t.execute("INSERT INTO public.emails VALUES (%s, 'hello')", (k,))
+                t.execute("SELECT idempotency.complete_operation_in_place('email', %s, 1)", (k,))
+                t.commit()
+            return admin("SELECT o.status || ',' || count(e.*) FROM idempotency.operations o "
+                         "LEFT JOIN public.emails e USING (operation_key) WHERE o.operation_key = %s "
+                         "GROUP BY o.status", (k,))[0][0]
+        admin("GRANT EXECUTE ON FUNCTION idempotency.claim_operation_in_place(text, text, text, text, text, boolean), "
+              "idempotency.complete_operation_in_place(text, text, integer, jsonb) TO txworker")
+        admin("SELECT idempotency.distribute_grants()")
+        got = outcome(tx)
+        report("tx block: claim + colocated row + complete, %s" % where, mode + " (txworker)", want, got,
+               got.startswith(want))
 
 
 if __name__ == "__main__":

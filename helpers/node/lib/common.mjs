@@ -132,6 +132,14 @@ export async function withReconnect(pool, run, { reconnectFor = defaultReconnect
   };
   for (;;) {
     let client;
+    let use;
+    try {
+      use = await inPlace(pool);   // before the client is taken: it asks on a client of its own
+    } catch (err) {
+      if (!connectionLost(err)) throw err;
+      await again(err);
+      continue;
+    }
     try {
       client = await pool.connect();
     } catch (err) {
@@ -143,7 +151,7 @@ export async function withReconnect(pool, run, { reconnectFor = defaultReconnect
     const ignore = () => {};
     client.on('error', ignore);
     try {
-      const out = await run(client);
+      const out = await run(inPlaceClient(client, use));
       client.removeListener('error', ignore);
       client.release();
       return out;
@@ -155,6 +163,55 @@ export async function withReconnect(pool, run, { reconnectFor = defaultReconnect
       await again(err);
     }
   }
+}
+
+// Citus (extension 0.4): on a worker node that holds the metadata, the four
+// single-key calls go to their *_in_place names, which Citus does not plan
+// as distributed function calls (idempotency.use_in_place() says where, and
+// whether this role may call them); everywhere else, and before 0.4, the
+// SQL is sent as it is. Decided once per pool (its clients all connect to
+// one server); withReconnect hands run() the client through this.
+const IN_PLACE = /\bidempotency\.(claim_operation|complete_operation|release_operation|extend_lease)\(/g;
+const inPlaceOf = new WeakMap();   // pool -> Promise<boolean>
+
+function inPlace(pool) {
+  let p = inPlaceOf.get(pool);
+  if (p === undefined) {
+    p = (async () => {
+      // pool.query where the pool has it (pg.Pool); else on a client of its own
+      const c = typeof pool.query === 'function' ? null : await pool.connect();
+      const query = (sql) => (c ?? pool).query(sql);
+      let failed;
+      try {
+        const { rows: [may] } = await query(
+          "SELECT coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('idempotency.use_in_place()'), " +
+          "'EXECUTE'), false) AS ok");
+        return may.ok && (await query('SELECT idempotency.use_in_place() AS ok')).rows[0].ok === true;
+      } catch (err) {
+        failed = err;   // the pool drops that client
+        throw err;
+      } finally {
+        c?.release(failed);
+      }
+    })();
+    inPlaceOf.set(pool, p);
+    p.catch(() => inPlaceOf.delete(pool));   // asked again at the next call
+  }
+  return p;
+}
+
+function inPlaceClient(client, use) {
+  if (!use) return client;
+  return new Proxy(client, {
+    get(target, prop) {
+      if (prop === 'query') {
+        return (sql, ...rest) => target.query(typeof sql === 'string'
+          ? sql.replace(IN_PLACE, (_, f) => `idempotency.${f}_in_place(`) : sql, ...rest);
+      }
+      const v = Reflect.get(target, prop, target);
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
 }
 
 // the claim (CLAIM_SQL or CLAIMS_SQL) on client c: with claimWait > 0 in a

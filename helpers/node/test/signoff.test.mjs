@@ -191,7 +191,8 @@ const armedEnv = (runner, { user, run }) => ({ IDEMPOTENCY_SIGNOFF: runner.path,
 
 const callsOf = (log, fn) => log.filter((q) => new RegExp(`idempotency\\.${fn}\\(`).test(q.sql));
 // the job type of every idempotency.* call the helper made
-const typesCalled = (log) => [...new Set(log.filter((q) => /idempotency\./.test(q.sql)).map((q) => q.params[0]))];
+const typesCalled = (log) => [...new Set(log.filter((q) => q.params?.length && /idempotency\./.test(q.sql))
+                                                .map((q) => q.params[0]))];
 
 function fakeSqs() {
   const sent = [];

@@ -75,7 +75,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import psycopg
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery, wait)
 
 __all__ = [
@@ -109,7 +109,7 @@ class KnownFailure(Exception):
     claim is released and the job retried (pg_idempotency.celery does so)."""
 
 
-_db = {"pid": None, "conn": None}
+_db = {"pid": None, "conn": None, "in_place": False}
 _db_lock = threading.Lock()
 
 
@@ -121,9 +121,37 @@ def connection(dsn=""):
     dsn "" = libpq's PG* environment."""
     with _db_lock:
         if _db["pid"] != os.getpid() or _db["conn"] is None or _db["conn"].closed:
-            _db["conn"] = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+            conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+            try:
+                _db["in_place"] = _uses_in_place(conn)
+            except BaseException:
+                conn.close()
+                raise
+            _db["conn"] = conn
             _db["pid"] = os.getpid()
         return _db["conn"]
+
+
+# Citus (extension 0.4): on a worker node that holds the metadata, the four
+# single-key calls go to their *_in_place names, which Citus does not plan
+# as distributed function calls (idempotency.use_in_place() says where, and
+# whether this role may call them); everywhere else, and before 0.4, the
+# names stay. Decided once per connection; the one place that knows.
+_IN_PLACE = re.compile(r"\bidempotency\.(claim_operation|complete_operation|release_operation|extend_lease)\(")
+
+
+def _uses_in_place(conn):
+    may = conn.execute("SELECT coalesce(pg_catalog.has_function_privilege("
+                       "pg_catalog.to_regprocedure('idempotency.use_in_place()'), 'EXECUTE'), false)").fetchone()[0]
+    return bool(may) and bool(conn.execute("SELECT idempotency.use_in_place()").fetchone()[0])
+
+
+def _sql(conn, sql):
+    """sql for conn: its single-key calls renamed *_in_place where
+    use_in_place() said so (a Citus worker), else as it is"""
+    if _db.get("in_place") and _db["conn"] is conn:
+        return _IN_PLACE.sub(lambda m: f"idempotency.{m.group(1)}_in_place(", sql)
+    return sql
 
 
 def discard(conn):
@@ -278,8 +306,8 @@ def claim(job_type, key, fingerprint=None, worker=None, *, delivery=None, wait=0
             with conn.transaction():
                 conn.execute("SELECT set_config('lock_timeout', %s, true)",
                              (f"{max(1, round(wait * 1000))}ms",))
-                return conn.execute(CLAIM_SQL, params + (True,)).fetchone()
-        return conn.execute(CLAIM_SQL, params + (False,)).fetchone()
+                return conn.execute(_sql(conn, CLAIM_SQL), params + (True,)).fetchone()
+        return conn.execute(_sql(conn, CLAIM_SQL), params + (False,)).fetchone()
 
     try:
         verdict, attempt, result = with_reconnect(call, dsn=dsn, reconnect_for=reconnect_for,
@@ -301,7 +329,7 @@ def _write(function, params, *, dsn, reconnect_for, on_lost):
     if on_lost is None:
         def on_lost(err):
             log.warning("%s: %s; once more on a new connection", function, err)
-    with_reconnect(lambda conn: conn.execute(sql, params), dsn=dsn,
+    with_reconnect(lambda conn: conn.execute(_sql(conn, sql), params), dsn=dsn,
                    reconnect_for=reconnect_for, on_lost=on_lost)
 
 
@@ -442,7 +470,7 @@ def extend_lease(job_type, key, attempt, *, dsn=""):
     conn = None
     try:
         conn = connection(dsn)
-        return conn.execute("SELECT idempotency.extend_lease(%s, %s, %s)",
+        return conn.execute(_sql(conn, "SELECT idempotency.extend_lease(%s, %s, %s)"),
                             (job_type, key, attempt)).fetchone()[0]
     except psycopg.Error as err:
         if connection_lost(err, conn):

@@ -60,7 +60,7 @@ require "securerandom"
 require "socket"
 
 module PgIdempotency
-  VERSION = "0.3.0"
+  VERSION = "0.4.0"
   # the extension version these calls need (delivery =>, wait =>)
   EXTENSION_VERSION = "0.3"
 
@@ -176,7 +176,18 @@ module PgIdempotency
     # names of reconnect_for: and on_lost:)
     def exec_params(sql, params, reconnect_for: nil, on_lost: nil, within: nil, on_reconnect: nil)
       reconnect_for, on_lost = PgIdempotency.send(:reconnect_options, reconnect_for, on_lost, within, on_reconnect, 0)
-      with_reconnect(reconnect_for: reconnect_for, on_lost: on_lost) { |c| c.exec_params(sql, params) }
+      with_reconnect(reconnect_for: reconnect_for, on_lost: on_lost) { |c| c.exec_params(sql_for(sql), params) }
+    end
+
+    IN_PLACE = /\bidempotency\.(claim_operation|complete_operation|release_operation|extend_lease)\(/
+
+    # Citus (extension 0.4): on a worker node that holds the metadata, the
+    # four single-key calls go to their *_in_place names, which Citus does
+    # not plan as distributed function calls (idempotency.use_in_place()
+    # says where, and whether this role may call them); everywhere else,
+    # and before 0.4, sql as it is. Decided once per connection (in pg).
+    def sql_for(sql)
+      @in_place ? sql.gsub(IN_PLACE) { "idempotency.#{Regexp.last_match(1)}_in_place(" } : sql
     end
 
     # deprecated (docs/helpers.md): with_reconnect; removed in 0.5.0
@@ -229,8 +240,15 @@ module PgIdempotency
       unless healthy?
         close
         @conn = PgIdempotency.connect(@dsn)
+        @in_place = in_place?(@conn)
       end
       @conn
+    end
+
+    def in_place?(c)
+      may = c.exec("SELECT coalesce(pg_catalog.has_function_privilege(" \
+                   "pg_catalog.to_regprocedure('idempotency.use_in_place()'), 'EXECUTE'), false)").getvalue(0, 0)
+      may == "t" && c.exec("SELECT idempotency.use_in_place()").getvalue(0, 0) == "t"
     end
   end
 
@@ -316,10 +334,10 @@ module PgIdempotency
       if wait.positive?
         c.transaction do
           c.exec_params("SELECT set_config('lock_timeout', $1, true)", ["#{[1, (wait * 1000).round].max}ms"])
-          c.exec_params(sql, params + [true])
+          c.exec_params(conn.sql_for(sql), params + [true])
         end
       else
-        c.exec_params(sql, params + [false])
+        c.exec_params(conn.sql_for(sql), params + [false])
       end
     end
   end
