@@ -66,7 +66,9 @@
 #      it; batch = sometimes: exit 2;
 #  13. a diagnosis: the good run's reports name the helper that ran
 #      (pg_idempotency, its version, CPython's, no queue library, the
-#      database, the plain functions; the point hello of every worker; the
+#      database, the plain functions; hellos from at least 4 and at most
+#      the worker processes the run started (a worker says hello at its
+#      first claim); the
 #      batch run's the plain functions' batch call; --junit's properties);
 #      a wrapper of one's own named with signoff_wrapper (wrapped.py
 #      named), a helper without the field (old: "wrapper not reported") and
@@ -74,7 +76,9 @@
 #      database fails case 1 within seconds with the one sentence naming both
 #      databases, case 2 not run; a worker whose role has no grant fails
 #      case 1 at once with "the claim failed: 42501 permission denied for
-#      schema idempotency", instead of the timeout.
+#      schema idempotency", instead of the timeout; a job file whose
+#      job_type is not the one the worker claims under fails case 1 within
+#      15 s with one sentence naming both job types, case 2 not run.
 # Steps 11 and 12 start first and run beside the others (a spool directory
 # of their own); they are judged at the end.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
