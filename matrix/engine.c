@@ -696,11 +696,11 @@ contains_key(const char *key, const char *k)
 /*
  * The case's key a claimed key maps to, or -1: the operation key given by
  * the job file (key, key_command) or seen before, else one that contains
- * the run's key as its prefix or suffix (learned here: the record is read
- * under it from now on).
+ * the run's key as its prefix or suffix (with learn, learned here: the
+ * record is read under it from now on; without, nothing is changed).
  */
 static int
-case_key(signoff_state *s, const char *key)
+map_key(signoff_state *s, const char *key, bool learn)
 {
 	int			i;
 
@@ -712,6 +712,8 @@ case_key(signoff_state *s, const char *key)
 	for (i = 0; i < s->nkeys; i++)
 		if (!s->opkey_known[i] && contains_key(key, s->keys[i]))
 		{
+			if (!learn)
+				return i;
 			copy_str(s->opkey[i], KEYSZ, key);
 			s->opkey_known[i] = true;
 			know_key(s, key);
@@ -916,7 +918,7 @@ arrived(signoff_state *s, exch *x)
 		 * it does reaches the run's records: said once, and the run stops
 		 * (every case would wait for its timeout alike).
 		 */
-		if (s->cr && !s->stopped[0] && case_key(s, x->key) >= 0)
+		if (s->cr && !s->stopped[0] && map_key(s, x->key, false) >= 0)
 		{
 			snprintf(s->stopped, sizeof(s->stopped),
 					 "the worker (pid %ld) %s the case's key %s under the job type \"%s\"%s%s, but the job file "
@@ -933,7 +935,7 @@ arrived(signoff_state *s, exch *x)
 	}
 	claimed = strcmp(x->point, "claimed") == 0;
 	judged = strcmp(x->point, "judged") == 0;
-	ki = case_key(s, x->key);
+	ki = map_key(s, x->key, true);
 	x->ki = ki;
 	s->last_delivery = now_seconds();
 	x->delivery = -1;
