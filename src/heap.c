@@ -398,20 +398,53 @@ open_operations(const TargetRels *r, LOCKMODE lockmode, bool for_update)
 }
 
 /*
- * Look up one record under a new statement snapshot, after making this
- * transaction's own earlier changes visible, as SPI would. Returns the
- * snapshot, which the caller unregisters after end_lookup().
+ * Look up one record of a batch under a new statement snapshot, after
+ * making this transaction's own earlier changes visible, as SPI would: the
+ * batch's one scan of the primary key, begun at its first key and
+ * rescanned for each (its snapshot set to the key's, as index_beginscan()
+ * would set it). Returns the snapshot; end_record_lookup() releases it.
  */
 static Snapshot
-begin_record_lookup(const TargetRels *r, Lookup *l, Relation rel, LOCKMODE lockmode,
-					text *job_type, text *key)
+begin_record_lookup(HeapBatch *b, Lookup *l, text *job_type, text *key)
 {
 	Snapshot	snapshot;
+	ScanKeyData skey[2];
 
 	CommandCounterIncrement();
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	begin_lookup(l, rel, r->ops_pkey, lockmode, snapshot, job_type, key);
+	if (b->scan == NULL)
+	{
+		/* the first key: the batch's scan, the lookups' shape */
+		begin_lookup(l, b->rel, b->tr->ops_pkey,
+					 b->for_update ? RowExclusiveLock : AccessShareLock,
+					 snapshot, job_type, key);
+		b->idx = l->idx;
+		b->scan = l->scan;
+		b->slot = l->slot;
+		return snapshot;
+	}
+
+	/* a later key: the same scan, under this key's snapshot */
+	l->idx = b->idx;
+	l->scan = b->scan;
+	l->slot = b->slot;
+	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   l->idx->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(job_type));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   l->idx->rd_indcollation[1], F_TEXTEQ,
+						   PointerGetDatum(key));
+	l->scan->xs_snapshot = snapshot;
+	index_rescan(l->scan, skey, 2, NULL, 0);
 	return snapshot;
+}
+
+/* The end of one key's lookup: its snapshot; the batch keeps the scan */
+static void
+end_record_lookup(Lookup *l, Snapshot snapshot)
+{
+	ExecClearTuple(l->slot);
+	UnregisterSnapshot(snapshot);
 }
 
 /*
@@ -455,12 +488,22 @@ idem_heap_batch_begin(HeapBatch *b, const TargetRels *tr, bool for_update)
 	b->tr = tr;
 	b->for_update = for_update;
 	b->may_work = -1;
+	b->idx = NULL;
+	b->scan = NULL;
+	b->slot = NULL;
 	b->rel = open_operations(tr, for_update ? RowExclusiveLock : AccessShareLock, for_update);
 }
 
 void
 idem_heap_batch_end(HeapBatch *b)
 {
+	if (b->scan != NULL)
+	{
+		Lookup		l = {b->idx, b->scan, b->slot};
+
+		end_lookup(&l);
+		b->scan = NULL;
+	}
 	if (b->rel != NULL)
 		table_close(b->rel, NoLock);
 	b->rel = NULL;
@@ -523,7 +566,7 @@ idem_probe_in(HeapBatch *b, Oid caller, const IdemCaps *caps, text *job_type, te
 
 	if (!heap_batch_usable(b))
 		return PROBE_OTHER;
-	snapshot = begin_record_lookup(tr, &l, b->rel, AccessShareLock, job_type, key);
+	snapshot = begin_record_lookup(b, &l, job_type, key);
 
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
@@ -547,8 +590,7 @@ idem_probe_in(HeapBatch *b, Oid caller, const IdemCaps *caps, text *job_type, te
 		}
 	}
 
-	end_lookup(&l);
-	UnregisterSnapshot(snapshot);
+	end_record_lookup(&l, snapshot);
 	return r;
 }
 
@@ -623,7 +665,7 @@ idem_fast_complete_in(HeapBatch *b, Oid caller, const IdemCaps *caps, text *job_
 
 	if (!b->for_update || !heap_batch_usable(b))
 		return false;
-	snapshot = begin_record_lookup(tr, &l, rel, RowExclusiveLock, job_type, key);
+	snapshot = begin_record_lookup(b, &l, job_type, key);
 
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
@@ -693,7 +735,6 @@ idem_fast_complete_in(HeapBatch *b, Oid caller, const IdemCaps *caps, text *job_
 		}
 	}
 
-	end_lookup(&l);
-	UnregisterSnapshot(snapshot);
+	end_record_lookup(&l, snapshot);
 	return done;
 }

@@ -226,6 +226,10 @@ typedef struct HeapBatch
 	Relation	rel;			/* NULL: declined, every key goes the SPI way */
 	bool		for_update;		/* opened for the fast update */
 	int			may_work;		/* -1: not asked yet; else 0 or 1 */
+	/* the primary key's scan, begun at the first key, rescanned per key */
+	Relation	idx;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
 } HeapBatch;
 
 extern void idem_heap_batch_begin(HeapBatch *b, const TargetRels *tr, bool for_update);
