@@ -10,8 +10,9 @@
  * idem_claim_batch()), and every other key goes through the very code of
  * claim_operation(), complete_operation() and release_operation(), one
  * after the other, in one transaction. The probes and the fast updates of
- * complete (heap.c) open the table once per batch and check the caller's
- * worker_role once per batch (HeapBatch). What a batch adds:
+ * complete (heap.c) open the table and its primary key's scan once per
+ * batch and check the caller's worker_role once per batch (HeapBatch).
+ * What a batch adds:
  *
  * Order. The keys are taken in one deterministic order (by their bytes),
  * whatever order the caller gives them in, and answered in the caller's

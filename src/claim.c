@@ -502,7 +502,8 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
  * order, before any later key is touched; every other key goes the single
  * call's way. repeat[i]: a[i] repeats the key before it, and must see what
  * that one did. One SPI connection for the whole batch, and the probes
- * share one opening of the table (idem_heap_batch_begin()).
+ * share one opening of the table and one scan of its primary key
+ * (idem_heap_batch_begin()).
  */
 void
 idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)

@@ -258,8 +258,8 @@ idem_complete_one(const IdemCaps *caps, bool single, text *job_type, text *key,
 /*
  * complete_operations(): its keys, one after the other, each as
  * idem_complete_one() would do it, the fast path of every key sharing one
- * opening of the table and one check of the caller's right to work the job
- * type (HeapBatch, heap.c).
+ * opening of the table, one scan of its primary key and one check of the
+ * caller's right to work the job type (HeapBatch, heap.c).
  */
 struct CompleteBatch
 {

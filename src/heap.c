@@ -36,8 +36,9 @@
  * When the caller's capabilities include worker roles, both also read the
  * job type's worker_role (one more primary-key lookup, in job_types); a
  * caller who may not work the job type goes the SPI way, whose lookup
- * raises the error. The keys of a batch share the table's opening and that
- * lookup (HeapBatch, idem_heap_batch_begin()).
+ * raises the error. The keys of a batch share the table's opening, one
+ * scan of its primary key and that lookup (HeapBatch,
+ * idem_heap_batch_begin()).
  *
  * Both work on the relations a store gives them (store.h): the extension's
  * own tables, or one shard of each where the local shard store holds the
@@ -468,10 +469,11 @@ probe_answers_completed(bool fingerprint_differs)
 }
 
 /*
- * The heap paths of a batch: the operations relation opened once for all
- * its keys, and the caller's right to work the job type (may_work()) asked
- * once, at the first key that needs it, where a single call does both for
- * its one key. A batch's keys are all of one job type and one caller, and
+ * The heap paths of a batch: the operations relation opened and its
+ * primary key's scan begun once for all its keys (rescanned per key), and
+ * the caller's right to work the job type (may_work()) asked once, at the
+ * first key that needs it, where a single call does all three for its one
+ * key. A batch's keys are all of one job type and one caller, and
  * the relation stays locked until the transaction ends either way (a
  * single call's lock is held as long). Each key still gets its own
  * statement snapshot, after this transaction's earlier changes, as a single

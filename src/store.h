@@ -218,7 +218,8 @@ typedef enum ProbeResult
 
 /*
  * The heap paths of many keys of one job type and caller: the relation
- * opened once, the caller's right asked once (heap.c).
+ * opened and its primary key's scan begun once, the caller's right asked
+ * once (heap.c).
  */
 typedef struct HeapBatch
 {
