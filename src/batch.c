@@ -9,7 +9,10 @@
  * one INSERT (the single claim's INSERT, over arrays: see
  * idem_claim_batch()), and every other key goes through the very code of
  * claim_operation(), complete_operation() and release_operation(), one
- * after the other, in one transaction. What a batch adds:
+ * after the other, in one transaction. The probes and the fast updates of
+ * complete (heap.c) open the table and its primary key's scan once per
+ * batch and check the caller's worker_role once per batch (HeapBatch).
+ * What a batch adds:
  *
  * Order. The keys are taken in one deterministic order (by their bytes),
  * whatever order the caller gives them in, and answered in the caller's
@@ -307,6 +310,7 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 	BatchKey   *order;
 	Outcome    *outcomes;
 	IdemCaps	caps = idem_caps(IDEM_API_LATEST);
+	CompleteBatch *cb = NULL;
 	int			i;
 
 	(void) array_arg(fcinfo, 1, "operation_keys", TEXTOID, true, &keys);
@@ -342,6 +346,8 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 
 	PreventCommandDuringRecovery(fname);
 	PreventCommandIfReadOnly(fname);
+	if (complete)
+		cb = idem_complete_batch_begin(&caps);
 	for (i = 0; i < keys.n; i++)
 	{
 		int			k = order[i].index;
@@ -352,14 +358,16 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 		{
 			bool		result_isnull = !have_results || results.nulls[k];
 
-			outcomes[k].done = idem_complete_one(&caps, false, job_type, order[i].key, attempt,
-												 result_isnull ? (Datum) 0 : results.values[k],
-												 result_isnull, &outcomes[k].refusal);
+			outcomes[k].done = idem_complete_batch_key(cb, job_type, order[i].key, attempt,
+													   result_isnull ? (Datum) 0 : results.values[k],
+													   result_isnull, &outcomes[k].refusal);
 		}
 		else
 			outcomes[k].done = idem_release_one(&caps, false, job_type, order[i].key, attempt,
 												&outcomes[k].refusal);
 	}
+	if (cb != NULL)
+		idem_complete_batch_end(cb);
 
 	for (i = 0; i < keys.n; i++)
 	{

@@ -501,7 +501,9 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
  * keys without a record is inserted with one INSERT (flush_inserts()), in
  * order, before any later key is touched; every other key goes the single
  * call's way. repeat[i]: a[i] repeats the key before it, and must see what
- * that one did. One SPI connection for the whole batch.
+ * that one did. One SPI connection for the whole batch, and the probes
+ * share one opening of the table and one scan of its primary key
+ * (idem_heap_batch_begin()).
  */
 void
 idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
@@ -509,11 +511,13 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 	MemoryContext outer = CurrentMemoryContext;
 	IdemCall	call;
 	IdemCaps	caps = idem_caps(IDEM_API_LATEST);
+	HeapBatch	heap;
 	int		   *pending = palloc(sizeof(int) * Max(n, 1));
 	int			npending = 0;
 	int			i;
 
 	idem_begin_worker(&call, "claim_operations()", &caps, NULL);
+	idem_heap_batch_begin(&heap, call.store.rels, false);
 	for (i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -523,9 +527,9 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 			ProbeResult probe;
 
 			set_verdict(v[i], "completed", 0);
-			probe = idem_probe(call.store.rels, call.caller, &call.caps, a[i].job_type, a[i].key,
-							   a[i].fingerprint, &v[i]->attempt, &v[i]->result,
-							   &v[i]->result_isnull);
+			probe = idem_probe_in(&heap, call.caller, &call.caps, a[i].job_type, a[i].key,
+								  a[i].fingerprint, &v[i]->attempt, &v[i]->result,
+								  &v[i]->result_isnull);
 			MemoryContextSwitchTo(spi);
 			if (probe == PROBE_COMPLETED)
 				continue;
@@ -539,6 +543,7 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 		claim(&call, v[i], &a[i], false, false);
 	}
 	flush_inserts(&call, a, v, pending, &npending);
+	idem_heap_batch_end(&heap);
 	idem_end(&call);
 }
 

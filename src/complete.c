@@ -214,19 +214,37 @@ keep_refusal(IdemRefusal *r, MemoryContext cxt)
 }
 
 /*
- * Complete one key (the single call and each key of a batch): the fast
- * path, else the fenced update. False with *r filled in when the record
- * refuses (see explain_refusal()). `single`: the call is for this key
- * alone, and its store may be the key's own (store.c); a batch's keys go
- * to the store of many keys.
+ * The fenced update of one key the fast path did not complete, in `store`;
+ * false with *r filled in when the record refuses.
+ */
+static bool
+complete_spi(const IdemCaps *caps, Store *store, text *job_type, text *key,
+			 int32 attempt, Datum result, bool result_isnull, IdemRefusal *r)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	IdemCall	call;
+	RefusalKind kind;
+
+	idem_begin_worker(&call, "complete_operation()", caps, store);
+	kind = fenced_update(&call, &complete_statements,
+						 job_type, key, attempt, result, result_isnull, r);
+	if (kind == REFUSAL_REFUSED)
+		keep_refusal(r, cxt);
+	idem_end(&call);
+	return kind != REFUSAL_REFUSED;
+}
+
+/*
+ * Complete one key (the single call): the fast path, else the fenced
+ * update. False with *r filled in when the record refuses (see
+ * explain_refusal()). `single`: the call is for this key alone, and its
+ * store may be the key's own (store.c); otherwise the key goes to the
+ * store of many keys.
  */
 bool
 idem_complete_one(const IdemCaps *caps, bool single, text *job_type, text *key,
 				  int32 attempt, Datum result, bool result_isnull, IdemRefusal *r)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	IdemCall	call;
-	RefusalKind kind;
 	Store		store;
 
 	/* the common case, below SPI; anything else the SPI way */
@@ -234,14 +252,57 @@ idem_complete_one(const IdemCaps *caps, bool single, text *job_type, text *key,
 	if (idem_fast_complete(store.rels, GetUserId(), caps, job_type, key, attempt,
 						   result, result_isnull))
 		return true;
+	return complete_spi(caps, &store, job_type, key, attempt, result, result_isnull, r);
+}
 
-	idem_begin_worker(&call, "complete_operation()", caps, &store);
-	kind = fenced_update(&call, &complete_statements,
-						 job_type, key, attempt, result, result_isnull, r);
-	if (kind == REFUSAL_REFUSED)
-		keep_refusal(r, cxt);
-	idem_end(&call);
-	return kind != REFUSAL_REFUSED;
+/*
+ * complete_operations(): its keys, one after the other, each as
+ * idem_complete_one() would do it, the fast path of every key sharing one
+ * opening of the table, one scan of its primary key and one check of the
+ * caller's right to work the job type (HeapBatch, heap.c).
+ */
+struct CompleteBatch
+{
+	IdemCaps	caps;
+	HeapBatch	heap;
+};
+
+CompleteBatch *
+idem_complete_batch_begin(const IdemCaps *caps)
+{
+	CompleteBatch *cb = palloc0(sizeof(CompleteBatch));
+	Store		store;
+
+	cb->caps = *caps;
+	idem_store_choose(NULL, &store);
+	idem_heap_batch_begin(&cb->heap, store.rels, true);
+	return cb;
+}
+
+bool
+idem_complete_batch_key(CompleteBatch *cb, text *job_type, text *key, int32 attempt,
+						Datum result, bool result_isnull, IdemRefusal *r)
+{
+	Store		store;
+
+	/*
+	 * The store as a single call of a batch's key would choose it; the
+	 * shared opening serves it only while it is the same table (an SPI
+	 * statement of an earlier key may have invalidated the cache).
+	 */
+	idem_store_choose(NULL, &store);
+	if (store.rels != NULL && store.rels == cb->heap.tr &&
+		idem_fast_complete_in(&cb->heap, GetUserId(), &cb->caps, job_type, key, attempt,
+							  result, result_isnull))
+		return true;
+	return complete_spi(&cb->caps, &store, job_type, key, attempt, result, result_isnull, r);
+}
+
+void
+idem_complete_batch_end(CompleteBatch *cb)
+{
+	idem_heap_batch_end(&cb->heap);
+	pfree(cb);
 }
 
 /* Release one key; false with *r filled in when the record refuses */

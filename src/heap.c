@@ -36,7 +36,9 @@
  * When the caller's capabilities include worker roles, both also read the
  * job type's worker_role (one more primary-key lookup, in job_types); a
  * caller who may not work the job type goes the SPI way, whose lookup
- * raises the error.
+ * raises the error. The keys of a batch share the table's opening, one
+ * scan of its primary key and that lookup (HeapBatch,
+ * idem_heap_batch_begin()).
  *
  * Both work on the relations a store gives them (store.h): the extension's
  * own tables, or one shard of each where the local shard store holds the
@@ -397,28 +399,53 @@ open_operations(const TargetRels *r, LOCKMODE lockmode, bool for_update)
 }
 
 /*
- * Look up one record under a new statement snapshot, after making this
- * transaction's own earlier changes visible, as SPI would. Returns the
- * snapshot; end_record_lookup() releases it, the scan and the table.
+ * Look up one record of a batch under a new statement snapshot, after
+ * making this transaction's own earlier changes visible, as SPI would: the
+ * batch's one scan of the primary key, begun at its first key and
+ * rescanned for each (its snapshot set to the key's, as index_beginscan()
+ * would set it). Returns the snapshot; end_record_lookup() releases it.
  */
 static Snapshot
-begin_record_lookup(const TargetRels *r, Lookup *l, Relation rel, LOCKMODE lockmode,
-					text *job_type, text *key)
+begin_record_lookup(HeapBatch *b, Lookup *l, text *job_type, text *key)
 {
 	Snapshot	snapshot;
+	ScanKeyData skey[2];
 
 	CommandCounterIncrement();
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	begin_lookup(l, rel, r->ops_pkey, lockmode, snapshot, job_type, key);
+	if (b->scan == NULL)
+	{
+		/* the first key: the batch's scan, the lookups' shape */
+		begin_lookup(l, b->rel, b->tr->ops_pkey,
+					 b->for_update ? RowExclusiveLock : AccessShareLock,
+					 snapshot, job_type, key);
+		b->idx = l->idx;
+		b->scan = l->scan;
+		b->slot = l->slot;
+		return snapshot;
+	}
+
+	/* a later key: the same scan, under this key's snapshot */
+	l->idx = b->idx;
+	l->scan = b->scan;
+	l->slot = b->slot;
+	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   l->idx->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(job_type));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   l->idx->rd_indcollation[1], F_TEXTEQ,
+						   PointerGetDatum(key));
+	l->scan->xs_snapshot = snapshot;
+	index_rescan(l->scan, skey, 2, NULL, 0);
 	return snapshot;
 }
 
+/* The end of one key's lookup: its snapshot; the batch keeps the scan */
 static void
-end_record_lookup(Lookup *l, Snapshot snapshot, Relation rel)
+end_record_lookup(Lookup *l, Snapshot snapshot)
 {
-	end_lookup(l);
+	ExecClearTuple(l->slot);
 	UnregisterSnapshot(snapshot);
-	table_close(rel, NoLock);
 }
 
 /*
@@ -442,6 +469,73 @@ probe_answers_completed(bool fingerprint_differs)
 }
 
 /*
+ * The heap paths of a batch: the operations relation opened and its
+ * primary key's scan begun once for all its keys (rescanned per key), and
+ * the caller's right to work the job type (may_work()) asked once, at the
+ * first key that needs it, where a single call does all three for its one
+ * key. A batch's keys are all of one job type and one caller, and
+ * the relation stays locked until the transaction ends either way (a
+ * single call's lock is held as long). Each key still gets its own
+ * statement snapshot, after this transaction's earlier changes, as a single
+ * call would. The one difference: a change of the job type's worker_role
+ * that commits while a batch runs applies from the batch's next call, as
+ * one statement sees one snapshot, rather than from its next key (the SPI
+ * path, which every refused key takes, checks again). The single calls
+ * use the same code with a batch of one key (idem_probe(),
+ * idem_fast_complete()).
+ */
+void
+idem_heap_batch_begin(HeapBatch *b, const TargetRels *tr, bool for_update)
+{
+	b->tr = tr;
+	b->for_update = for_update;
+	b->may_work = -1;
+	b->idx = NULL;
+	b->scan = NULL;
+	b->slot = NULL;
+	b->rel = open_operations(tr, for_update ? RowExclusiveLock : AccessShareLock, for_update);
+}
+
+void
+idem_heap_batch_end(HeapBatch *b)
+{
+	if (b->scan != NULL)
+	{
+		Lookup		l = {b->idx, b->scan, b->slot};
+
+		end_lookup(&l);
+		b->scan = NULL;
+	}
+	if (b->rel != NULL)
+		table_close(b->rel, NoLock);
+	b->rel = NULL;
+}
+
+/*
+ * May the batch use its relation for the next key? Not when the relation
+ * was declined, nor when the cache was invalidated meanwhile (an SPI
+ * statement of an earlier key processed an invalidation): the rest of the
+ * batch then goes the SPI way, as single calls would until the cache is
+ * filled again.
+ */
+static bool
+heap_batch_usable(const HeapBatch *b)
+{
+	return b->rel != NULL && b->tr != NULL && b->tr->valid &&
+		RelationGetRelid(b->rel) == b->tr->ops_relid;
+}
+
+/* may_work() once per batch: the job type and the caller are the batch's */
+static bool
+heap_batch_may_work(HeapBatch *b, Oid caller, const IdemCaps *caps, text *job_type,
+					Snapshot snapshot)
+{
+	if (b->may_work < 0)
+		b->may_work = may_work(b->tr, caller, caps, job_type, snapshot) ? 1 : 0;
+	return b->may_work == 1;
+}
+
+/*
  * claim_operation()'s probe. PROBE_COMPLETED fills *attempt and *result (a
  * detoasted copy in the caller's memory context); PROBE_ABSENT: no record
  * is visible; PROBE_OTHER: anything else (another status, a different
@@ -452,15 +546,29 @@ ProbeResult
 idem_probe(const TargetRels *tr, Oid caller, const IdemCaps *caps, text *job_type, text *key,
 		   text *fingerprint, int32 *attempt, Datum *result, bool *result_isnull)
 {
-	Relation	rel;
+	HeapBatch	b;
+	ProbeResult r;
+
+	idem_heap_batch_begin(&b, tr, false);
+	r = idem_probe_in(&b, caller, caps, job_type, key, fingerprint, attempt, result,
+					  result_isnull);
+	idem_heap_batch_end(&b);
+	return r;
+}
+
+/* The probe of one key of a batch (or of the single call) */
+ProbeResult
+idem_probe_in(HeapBatch *b, Oid caller, const IdemCaps *caps, text *job_type, text *key,
+			  text *fingerprint, int32 *attempt, Datum *result, bool *result_isnull)
+{
+	const TargetRels *tr = b->tr;
 	Lookup		l;
 	Snapshot	snapshot;
 	ProbeResult r = PROBE_ABSENT;
 
-	rel = open_operations(tr, AccessShareLock, false);
-	if (rel == NULL)
+	if (!heap_batch_usable(b))
 		return PROBE_OTHER;
-	snapshot = begin_record_lookup(tr, &l, rel, AccessShareLock, job_type, key);
+	snapshot = begin_record_lookup(b, &l, job_type, key);
 
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
@@ -472,7 +580,7 @@ idem_probe(const TargetRels *tr, Oid caller, const IdemCaps *caps, text *job_typ
 		if (DatumGetObjectId(status) == tr->completed &&
 			probe_answers_completed(fingerprint != NULL && !isnull &&
 									!idem_same_text(fingerprint, DatumGetTextPP(fp))) &&
-			may_work(tr, caller, caps, job_type, snapshot))
+			heap_batch_may_work(b, caller, caps, job_type, snapshot))
 		{
 			Datum		res;
 
@@ -484,7 +592,7 @@ idem_probe(const TargetRels *tr, Oid caller, const IdemCaps *caps, text *job_typ
 		}
 	}
 
-	end_record_lookup(&l, snapshot, rel);
+	end_record_lookup(&l, snapshot);
 	return r;
 }
 
@@ -536,15 +644,30 @@ bool
 idem_fast_complete(const TargetRels *tr, Oid caller, const IdemCaps *caps, text *job_type,
 				   text *key, int32 attempt, Datum result, bool result_isnull)
 {
-	Relation	rel;
+	HeapBatch	b;
+	bool		done;
+
+	idem_heap_batch_begin(&b, tr, true);
+	done = idem_fast_complete_in(&b, caller, caps, job_type, key, attempt, result,
+								 result_isnull);
+	idem_heap_batch_end(&b);
+	return done;
+}
+
+/* The fast update of one key of a batch (or of the single call) */
+bool
+idem_fast_complete_in(HeapBatch *b, Oid caller, const IdemCaps *caps, text *job_type,
+					  text *key, int32 attempt, Datum result, bool result_isnull)
+{
+	const TargetRels *tr = b->tr;
+	Relation	rel = b->rel;
 	Lookup		l;
 	Snapshot	snapshot;
 	bool		done = false;
 
-	rel = open_operations(tr, RowExclusiveLock, true);
-	if (rel == NULL)
+	if (!b->for_update || !heap_batch_usable(b))
 		return false;
-	snapshot = begin_record_lookup(tr, &l, rel, RowExclusiveLock, job_type, key);
+	snapshot = begin_record_lookup(b, &l, job_type, key);
 
 	if (index_getnext_slot(l.scan, ForwardScanDirection, l.slot))
 	{
@@ -570,7 +693,7 @@ idem_fast_complete(const TargetRels *tr, Oid caller, const IdemCaps *caps, text 
 		 */
 		if (idem_decide_fenced(FENCED_COMPLETE, &rec, attempt) == FENCE_UPDATE &&
 			!(result_isnull && TupleDescAttr(RelationGetDescr(rel), tr->att_result - 1)->attnotnull) &&
-			may_work(tr, caller, caps, job_type, snapshot))
+			heap_batch_may_work(b, caller, caps, job_type, snapshot))
 		{
 			TupleDesc	desc = RelationGetDescr(rel);
 			TupleTableSlot *newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
@@ -614,6 +737,6 @@ idem_fast_complete(const TargetRels *tr, Oid caller, const IdemCaps *caps, text 
 		}
 	}
 
-	end_record_lookup(&l, snapshot, rel);
+	end_record_lookup(&l, snapshot);
 	return done;
 }

@@ -216,6 +216,31 @@ typedef enum ProbeResult
 	PROBE_OTHER					/* anything else: the SPI path decides */
 } ProbeResult;
 
+/*
+ * The heap paths of many keys of one job type and caller: the relation
+ * opened and its primary key's scan begun once, the caller's right asked
+ * once (heap.c).
+ */
+typedef struct HeapBatch
+{
+	const TargetRels *tr;
+	Relation	rel;			/* NULL: declined, every key goes the SPI way */
+	bool		for_update;		/* opened for the fast update */
+	int			may_work;		/* -1: not asked yet; else 0 or 1 */
+	/* the primary key's scan, begun at the first key, rescanned per key */
+	Relation	idx;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+} HeapBatch;
+
+extern void idem_heap_batch_begin(HeapBatch *b, const TargetRels *tr, bool for_update);
+extern void idem_heap_batch_end(HeapBatch *b);
+extern ProbeResult idem_probe_in(HeapBatch *b, Oid caller, const IdemCaps *caps,
+								 text *job_type, text *key, text *fingerprint, int32 *attempt,
+								 Datum *result, bool *result_isnull);
+extern bool idem_fast_complete_in(HeapBatch *b, Oid caller, const IdemCaps *caps,
+								  text *job_type, text *key, int32 attempt, Datum result,
+								  bool result_isnull);
 extern ProbeResult idem_probe(const TargetRels *r, Oid caller, const IdemCaps *caps,
 							  text *job_type, text *key, text *fingerprint, int32 *attempt,
 							  Datum *result, bool *result_isnull);
