@@ -18,7 +18,13 @@
 #   PgBouncer's 08P01 on a connection that looks OK); another transaction's
 #   uncommitted claim of the key answers in_progress at once (wait => false),
 #   and with "claim_wait" the claim's lock_timeout (55P03) is re-enqueued like
-#   in_progress (perform_in(lease); stubbed here: no Redis).
+#   in_progress (perform_in(lease); stubbed here: no Redis);
+# - a claim error that cannot heal (ID002, class 22) sends the job to the
+#   dead set at once (the dead-set write stubbed: no Redis) with Sidekiq's
+#   error fields, once, and raises nothing; the death handlers and
+#   sidekiq_retries_exhausted are called; dead: false keeps it out of the
+#   dead set; retry: false raises as before (Sidekiq drops the job); an error
+#   that may heal (ID001 here) still raises into Sidekiq's retries.
 require "test_helper"
 require "sidekiq"
 require "pg_idempotency/sidekiq"
@@ -160,6 +166,126 @@ class SidekiqMiddlewareTest < Minitest::Test
     assert_equal ["run:work", "run:completed"], seen
   ensure
     stuck&.close
+  end
+
+  # the middleware on a job of `klass` (job hash: jid and args plus
+  # `extra`) with the dead-set write recorded: [seen, ran, dead, raised]
+  def dead_run(klass, key, **extra)
+    seen = []
+    dead = []
+    PgIdempotency::SidekiqMiddleware.dead_set = ->(job, err) { dead << [job, err] }
+    mw = PgIdempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}:#{e['sqlstate']}" })
+    ran = false
+    job = { "class" => "UnitJob", "args" => [key], "jid" => "j-#{key}", "queue" => "q" }.merge(extra)
+    raised = nil
+    begin
+      mw.call(klass.new, job, "q") { ran = true }
+    rescue StandardError => e
+      raised = e
+    end
+    [seen, ran, dead, raised]
+  ensure
+    PgIdempotency::SidekiqMiddleware.dead_set = nil
+  end
+
+  def test_fingerprint_mismatch_goes_to_the_dead_set_at_once
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K20', 'sha256:other', 'w')", [type])
+    klass = job_class(type)
+    t0 = Time.now.to_f
+    seen, ran, dead, raised = dead_run(klass, "K20", "backtrace" => 3)
+    assert_nil raised
+    refute ran
+    assert_equal ["claim error:dead:ID002"], seen
+    assert_equal [], klass.scheduled
+    assert_equal 1, dead.size
+    job, err = dead.first
+    assert_equal "ID002", PgIdempotency.sqlstate(err)
+    assert_equal ["K20"], job["args"]
+    assert_equal "j-K20", job["jid"]
+    assert_equal "q", job["queue"]
+    assert_equal err.class.name, job["error_class"]
+    assert_match(/claimed with a different fingerprint/, job["error_message"])
+    assert_equal 0, job["retry_count"]
+    assert_operator job["failed_at"], :>=, PgIdempotency::SidekiqCompat::SIDEKIQ_8 ? (t0 * 1000).floor : t0
+    refute job.key?("retried_at")
+    lines = JSON.parse(Zlib::Inflate.inflate(job["error_backtrace"].unpack1("m0")))
+    assert_equal 3, lines.size
+    assert_equal "claimed #1", record(type, "K20")   # the other arguments' claim, untouched
+  end
+
+  def test_a_retried_job_dies_with_sidekiqs_retry_fields
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K21', 'sha256:other', 'w')", [type])
+    _seen, _ran, dead, = dead_run(job_class(type), "K21", "retry_count" => 2, "failed_at" => 1.0,
+                                                         "retry_queue" => "later")
+    job, = dead.first
+    assert_equal [3, 1.0, "later"], [job["retry_count"], job["failed_at"], job["queue"]]
+    assert_kind_of Numeric, job["retried_at"]   # Float s; from Sidekiq 8 on, integer ms
+    refute job.key?("error_backtrace")
+  end
+
+  def test_bad_input_goes_to_the_dead_set_at_once
+    type = job_type("hold")
+    seen, ran, dead, raised = dead_run(job_class(type), "")   # an empty key: 22023
+    assert_nil raised
+    refute ran
+    assert_equal ["claim error:dead:22023"], seen
+    assert_equal ["22023"], dead.map { |_j, e| PgIdempotency.sqlstate(e) }
+  end
+
+  def test_death_handlers_and_retries_exhausted_see_the_dead_job
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K22', 'sha256:other', 'w')", [type])
+    exhausted = []
+    klass = job_class(type)
+    klass.sidekiq_retries_exhausted { |job, err| exhausted << [job["jid"], PgIdempotency.sqlstate(err)] }
+    died = []
+    handler = ->(job, err) { died << [job["jid"], job["error_class"], PgIdempotency.sqlstate(err)] }
+    PgIdempotency::SidekiqCompat.death_handlers << handler
+    _seen, _ran, dead, raised = dead_run(klass, "K22")
+    assert_nil raised
+    assert_equal 1, dead.size
+    assert_equal [["j-K22", "ID002"]], exhausted
+    assert_equal [["j-K22", dead.first[0]["error_class"], "ID002"]], died
+  ensure
+    PgIdempotency::SidekiqCompat.death_handlers.delete(handler)
+  end
+
+  def test_dead_false_keeps_the_job_out_of_the_dead_set
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K23', 'sha256:other', 'w')", [type])
+    seen, ran, dead, raised = dead_run(job_class(type), "K23", "dead" => false)
+    assert_nil raised
+    refute ran
+    assert_equal ["claim error:dead:ID002"], seen
+    assert_equal [], dead
+  end
+
+  def test_retry_false_raises_as_before
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K24', 'sha256:other', 'w')", [type])
+    seen, ran, dead, raised = dead_run(job_class(type, name: "UnitJob"), "K24", "retry" => false)
+    assert_kind_of PG::Error, raised
+    assert_equal "ID002", PgIdempotency.sqlstate(raised)
+    refute ran
+    assert_equal ["claim error:raise:ID002"], seen
+    assert_equal [], dead
+  end
+
+  def test_an_error_that_may_heal_still_raises
+    # the job type is not registered (ID001): a deployment may register it
+    type = "sidekiq_unit_unregistered_#{Process.pid}"
+    seen, ran, dead, raised = dead_run(job_class(type), "K25")
+    assert_kind_of PG::Error, raised
+    assert_equal "ID001", PgIdempotency.sqlstate(raised)
+    refute ran
+    assert_equal ["claim error:raise:ID001"], seen
+    assert_equal [], dead
+  end
+
+  def test_the_default_dead_set_is_sidekiqs
+    assert_same PgIdempotency::SidekiqMiddleware::DEAD_SET, PgIdempotency::SidekiqMiddleware.dead_set
   end
 
   # the middleware's fingerprint of UnitJob with args [key]
