@@ -6,8 +6,12 @@
 # No Redis: Sidekiq::Testing's fake mode keeps the jobs the middleware
 # schedules (perform_in: an in_progress claim after the lease, a released one
 # after its backoff), and this loop puts each back into the directory queue,
-# due when Sidekiq would run it. A job whose middleware raises (ID002: other
-# arguments under the key) is dropped, as a job with retry: false is.
+# due when Sidekiq would run it. The job has retry: false (this loop has no
+# retry set): a claim error that cannot heal (ID002: other arguments under
+# the key) is raised by the middleware, not sent to the dead set, so no
+# Redis is needed, and the job is dropped, as Sidekiq drops a job with
+# retry: false; a job with retries would go to the dead set at once
+# (PgIdempotency::SidekiqMiddleware.dead_set, Redis).
 #
 #   ruby -I ../../helpers/ruby/lib sidekiq/worker.rb
 require "json"
@@ -16,6 +20,7 @@ require "sidekiq"
 require "sidekiq/testing"
 require "pg_idempotency/sidekiq"
 require_relative "../ruby/dirqueue"
+require_relative "../ruby/refund"
 
 JOB = "catalogue_refund"
 $stderr.sync = true
@@ -37,18 +42,7 @@ class Refund
     # lookup (verdict verify): the provider's own record first, here the effects file
     return { "found" => true } if idempotency_verify? && refunded?(dir, key)
 
-    File.open(File.join(dir, "effects"), File::WRONLY | File::APPEND | File::CREAT, 0o644) do |f|
-      f.write("#{key} #{idempotency_attempt} #{Process.pid}\n")
-      f.fsync
-    end
-  end
-
-  private
-
-  def refunded?(dir, key)
-    File.foreach(File.join(dir, "effects")).any? { |l| l.split(" ", 2).first == key }
-  rescue Errno::ENOENT
-    false
+    refund_to_file(dir, key, idempotency_attempt)
   end
 end
 
