@@ -24,10 +24,18 @@
 #   error fields, once, and raises nothing; the death handlers and
 #   sidekiq_retries_exhausted are called; dead: false keeps it out of the
 #   dead set; retry: false raises as before (Sidekiq drops the job); an error
-#   that may heal (ID001 here) still raises into Sidekiq's retries.
+#   that may heal (ID001 here) still raises into Sidekiq's retries; under
+#   Sidekiq::Testing (fake) the default dead-set write is not made (no
+#   Redis): raised into the test as before, unless the test set dead_set.
 require "test_helper"
 require "sidekiq"
 require "pg_idempotency/sidekiq"
+if Sidekiq.respond_to?(:testing!)   # Sidekiq 8: the test API without the deprecated require
+  require "sidekiq/test_api"
+else
+  require "sidekiq/testing"          # 6.4, 7 (it sets fake! for the process)
+end
+Sidekiq::Testing.disable!            # the tests below choose a mode in a block
 
 PgIdempotency::SidekiqCompat.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
 
@@ -282,6 +290,28 @@ class SidekiqMiddlewareTest < Minitest::Test
     refute ran
     assert_equal ["claim error:raise:ID001"], seen
     assert_equal [], dead
+  end
+
+  def test_under_sidekiq_testing_the_default_raises_as_before
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K26', 'sha256:other', 'w')", [type])
+    refute PgIdempotency::SidekiqCompat.testing?
+    Sidekiq::Testing.fake! do
+      assert PgIdempotency::SidekiqCompat.testing?
+      seen = []
+      mw = PgIdempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}" })
+      err = assert_raises(PG::Error) do
+        mw.call(job_class(type).new, { "args" => ["K26"], "jid" => "j-K26" }, "q") { flunk "performed" }
+      end
+      assert_equal "ID002", PgIdempotency.sqlstate(err)
+      assert_equal ["claim error:raise"], seen
+      # a dead set of the test's own is used there too
+      seen, ran, dead, raised = dead_run(job_class(type), "K26")
+      assert_nil raised
+      refute ran
+      assert_equal ["claim error:dead:ID002"], seen
+      assert_equal 1, dead.size
+    end
   end
 
   def test_the_default_dead_set_is_sidekiqs

@@ -10,8 +10,9 @@
 # retry set): a claim error that cannot heal (ID002: other arguments under
 # the key) is raised by the middleware, not sent to the dead set, so no
 # Redis is needed, and the job is dropped, as Sidekiq drops a job with
-# retry: false; a job with retries would go to the dead set at once
-# (PgIdempotency::SidekiqMiddleware.dead_set, Redis).
+# retry: false. (A job with retries would go to the dead set at once, in
+# Redis; under Sidekiq::Testing the middleware raises instead, unless
+# PgIdempotency::SidekiqMiddleware.dead_set is set.)
 #
 #   ruby -I ../../helpers/ruby/lib sidekiq/worker.rb
 require "json"

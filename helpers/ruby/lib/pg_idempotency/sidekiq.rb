@@ -88,6 +88,12 @@ module PgIdempotency
       SIDEKIQ_8 ? Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond) : Time.now.to_f
     end
 
+    # a test suite's Sidekiq::Testing mode is fake or inline: no Redis behind
+    # the jobs (sidekiq/testing on 6.4 and 7, Sidekiq.testing! on 8)
+    def self.testing?
+      defined?(Sidekiq::Testing) && Sidekiq::Testing.respond_to?(:enabled?) && Sidekiq::Testing.enabled? ? true : false
+    end
+
     # the callables Sidekiq calls with (job, error) when a job dies
     def self.death_handlers
       SIDEKIQ_7 ? Sidekiq.default_configuration.death_handlers : Sidekiq.death_handlers
@@ -135,6 +141,11 @@ module PgIdempotency
       attr_writer :dead_set
 
       def dead_set = @dead_set || DEAD_SET
+
+      # false under Sidekiq::Testing (fake, inline) with the default write:
+      # no Redis there, and the claim error is raised into the test, as
+      # every job error is there; a dead_set of the test's own is used
+      def dead_set_here? = !@dead_set.nil? || !SidekiqCompat.testing?
     end
 
     # options (chain.add passes them as one Hash):
@@ -190,8 +201,9 @@ module PgIdempotency
         end
         # retrying cannot heal ID002 (other arguments under the key) or class
         # 22: to the dead set at once, not through the retry set (a job with
-        # retry: false is Sidekiq's to drop, as before)
-        if !PgIdempotency.claim_error_heals?(e) && retries?(worker, job)
+        # retry: false is Sidekiq's to drop, as before; under
+        # Sidekiq::Testing without a dead_set of its own: raised, as before)
+        if !PgIdempotency.claim_error_heals?(e) && retries?(worker, job) && self.class.dead_set_here?
           kill(worker, job, queue, e, key, error["sqlstate"])
           return notify(error, "dead")
         end
