@@ -149,25 +149,16 @@ end
 stopping = false
 Signal.trap("TERM") { stopping = true }
 dir = spool
-mine = File.join(dir, "processing", Process.pid.to_s)
-Dir.mkdir(mine) rescue Errno::EEXIST
-File.write(File.join(dir, "pids", Process.pid.to_s), "#{Process.pid}\n")
+mine = register(dir)
 lease = PgIdempotency.signoff_lease || 30.0
 dsn = ENV["IDEMPOTENCY_SIGNOFF_DSN"].then { |d| d.nil? || d.empty? ? nil : d }   # nil: the PG* variables
 conn = PgIdempotency::Connection.new(dsn)
 beat_conn = PgIdempotency::Connection.new(dsn)
 log("started (mutation #{MUTATION}, key #{KEY_MODE}); lease #{lease} s")
-until stopping
-  taken = take(dir, mine)
-  if taken.nil?
-    sleep 0.02
-    next
-  end
-  begin
-    handle(conn, beat_conn, dir, *taken, lease)
-  rescue StandardError => e                 # a failed job: logged, its message dropped
-    log("#{taken[1]['key']} failed: #{e.class}: #{e.message}")
-    File.unlink(taken[0]) if File.exist?(taken[0])
-  end
+each_message(dir, mine, -> { stopping }) do |path, message|
+  handle(conn, beat_conn, dir, path, message, lease)
+rescue StandardError => e                   # a failed job: logged, its message dropped
+  log("#{message['key']} failed: #{e.class}: #{e.message}")
+  File.unlink(path) if File.exist?(path)
 end
 log("stopped (SIGTERM)")

@@ -50,19 +50,11 @@ end
 stopping = false
 Signal.trap("TERM") { stopping = true }   # as Sidekiq: the job in hand is finished
 dir = spool
-mine = File.join(dir, "processing", Process.pid.to_s)
-Dir.mkdir(mine) rescue Errno::EEXIST
-File.write(File.join(dir, "pids", Process.pid.to_s), "#{Process.pid}\n")
+mine = register(dir)
 dsn = ENV["IDEMPOTENCY_SIGNOFF_DSN"].then { |d| d.nil? || d.empty? ? nil : d }   # nil: the PG* variables
 middleware = PgIdempotency::SidekiqMiddleware.new(dsn: dsn)
 log("started (Sidekiq #{Sidekiq::VERSION}, the middleware); lease #{PgIdempotency.signoff_lease || 300} s")
-until stopping
-  taken = take(dir, mine)
-  if taken.nil?
-    sleep 0.02
-    next
-  end
-  path, message = taken
+each_message(dir, mine, -> { stopping }) do |path, message|
   # the job hash as Sidekiq's fetch gives it to the middleware
   job = { "class" => "Refund", "args" => [message["key"], message["args"]], "jid" => SecureRandom.hex(12),
           "queue" => "default", "retry" => false, "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f }
