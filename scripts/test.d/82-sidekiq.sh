@@ -7,7 +7,8 @@
 # install --local --ignore-dependencies), where the example's processes find
 # it (GEM_HOME), and its unit tests run with minitest (helpers/ruby/test:
 # the plain calls; the middleware's reconnect, heartbeat failures, verify, a
-# lost reply, a stuck transaction, claim_wait; the sign-off points against
+# lost reply, a stuck transaction, claim_wait, a claim error that cannot
+# heal sent to the dead set at once; the sign-off points against
 # a fake runner, with a forked worker SIGKILLed at each; no Redis).
 #
 # Then the end-to-end scenarios (examples/sidekiq/e2e.py,
@@ -20,7 +21,7 @@
 # sweeper); under the first policy only, as their outcome does not depend on
 # it: known-failure-backoff (the provider refuses once: released, sent after
 # the middleware's backoff), fingerprint-mismatch (same key, other payload:
-# ID002, the job goes to Sidekiq's retry set), lost-reply (the reply to the
+# ID002, the job goes to Sidekiq's dead set at once), lost-reply (the reply to the
 # claim is lost, through test/faults/pgproxy.py: claimed again with the
 # same delivery token, run #1, no lease waited) and stuck-transaction (a
 # redelivery behind another transaction's uncommitted claim: in_progress at

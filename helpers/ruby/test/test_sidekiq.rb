@@ -18,10 +18,24 @@
 #   PgBouncer's 08P01 on a connection that looks OK); another transaction's
 #   uncommitted claim of the key answers in_progress at once (wait => false),
 #   and with "claim_wait" the claim's lock_timeout (55P03) is re-enqueued like
-#   in_progress (perform_in(lease); stubbed here: no Redis).
+#   in_progress (perform_in(lease); stubbed here: no Redis);
+# - a claim error that cannot heal (ID002, class 22) sends the job to the
+#   dead set at once (the dead-set write stubbed: no Redis) with Sidekiq's
+#   error fields, once, and raises nothing; the death handlers and
+#   sidekiq_retries_exhausted are called; dead: false keeps it out of the
+#   dead set; retry: false raises as before (Sidekiq drops the job); an error
+#   that may heal (ID001 here) still raises into Sidekiq's retries; under
+#   Sidekiq::Testing (fake) the default dead-set write is not made (no
+#   Redis): raised into the test as before, unless the test set dead_set.
 require "test_helper"
 require "sidekiq"
 require "pg_idempotency/sidekiq"
+if Sidekiq.respond_to?(:testing!)   # Sidekiq 8: the test API without the deprecated require
+  require "sidekiq/test_api"
+else
+  require "sidekiq/testing"          # 6.4, 7 (it sets fake! for the process)
+end
+Sidekiq::Testing.disable!            # the tests below choose a mode in a block
 
 PgIdempotency::SidekiqCompat.logger = Logger.new(ENV["TEST_LOG"] || File::NULL)
 
@@ -160,6 +174,149 @@ class SidekiqMiddlewareTest < Minitest::Test
     assert_equal ["run:work", "run:completed"], seen
   ensure
     stuck&.close
+  end
+
+  # the middleware on a job of `klass` (job hash: jid and args plus
+  # `extra`) with the dead-set write recorded: [seen, ran, dead, raised]
+  def dead_run(klass, key, **extra)
+    seen = []
+    dead = []
+    PgIdempotency::SidekiqMiddleware.dead_set = ->(job, err) { dead << [job, err] }
+    mw = PgIdempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}:#{e['sqlstate']}" })
+    ran = false
+    job = { "class" => "UnitJob", "args" => [key], "jid" => "j-#{key}", "queue" => "q" }.merge(extra)
+    raised = nil
+    begin
+      mw.call(klass.new, job, "q") { ran = true }
+    rescue StandardError => e
+      raised = e
+    end
+    [seen, ran, dead, raised]
+  ensure
+    PgIdempotency::SidekiqMiddleware.dead_set = nil
+  end
+
+  def test_fingerprint_mismatch_goes_to_the_dead_set_at_once
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K20', 'sha256:other', 'w')", [type])
+    klass = job_class(type)
+    t0 = Time.now.to_f
+    seen, ran, dead, raised = dead_run(klass, "K20", "backtrace" => 3)
+    assert_nil raised
+    refute ran
+    assert_equal ["claim error:dead:ID002"], seen
+    assert_equal [], klass.scheduled
+    assert_equal 1, dead.size
+    job, err = dead.first
+    assert_equal "ID002", PgIdempotency.sqlstate(err)
+    assert_equal ["K20"], job["args"]
+    assert_equal "j-K20", job["jid"]
+    assert_equal "q", job["queue"]
+    assert_equal err.class.name, job["error_class"]
+    assert_match(/claimed with a different fingerprint/, job["error_message"])
+    assert_equal 0, job["retry_count"]
+    assert_operator job["failed_at"], :>=, PgIdempotency::SidekiqCompat::SIDEKIQ_8 ? (t0 * 1000).floor : t0
+    refute job.key?("retried_at")
+    lines = JSON.parse(Zlib::Inflate.inflate(job["error_backtrace"].unpack1("m0")))
+    assert_equal 3, lines.size
+    assert_equal "claimed #1", record(type, "K20")   # the other arguments' claim, untouched
+  end
+
+  def test_a_retried_job_dies_with_sidekiqs_retry_fields
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K21', 'sha256:other', 'w')", [type])
+    _seen, _ran, dead, = dead_run(job_class(type), "K21", "retry_count" => 2, "failed_at" => 1.0,
+                                                         "retry_queue" => "later")
+    job, = dead.first
+    assert_equal [3, 1.0, "later"], [job["retry_count"], job["failed_at"], job["queue"]]
+    assert_kind_of Numeric, job["retried_at"]   # Float s; from Sidekiq 8 on, integer ms
+    refute job.key?("error_backtrace")
+  end
+
+  def test_bad_input_goes_to_the_dead_set_at_once
+    type = job_type("hold")
+    seen, ran, dead, raised = dead_run(job_class(type), "")   # an empty key: 22023
+    assert_nil raised
+    refute ran
+    assert_equal ["claim error:dead:22023"], seen
+    assert_equal ["22023"], dead.map { |_j, e| PgIdempotency.sqlstate(e) }
+  end
+
+  def test_death_handlers_and_retries_exhausted_see_the_dead_job
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K22', 'sha256:other', 'w')", [type])
+    exhausted = []
+    klass = job_class(type)
+    klass.sidekiq_retries_exhausted { |job, err| exhausted << [job["jid"], PgIdempotency.sqlstate(err)] }
+    died = []
+    handler = ->(job, err) { died << [job["jid"], job["error_class"], PgIdempotency.sqlstate(err)] }
+    PgIdempotency::SidekiqCompat.death_handlers << handler
+    _seen, _ran, dead, raised = dead_run(klass, "K22")
+    assert_nil raised
+    assert_equal 1, dead.size
+    assert_equal [["j-K22", "ID002"]], exhausted
+    assert_equal [["j-K22", dead.first[0]["error_class"], "ID002"]], died
+  ensure
+    PgIdempotency::SidekiqCompat.death_handlers.delete(handler)
+  end
+
+  def test_dead_false_keeps_the_job_out_of_the_dead_set
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K23', 'sha256:other', 'w')", [type])
+    seen, ran, dead, raised = dead_run(job_class(type), "K23", "dead" => false)
+    assert_nil raised
+    refute ran
+    assert_equal ["claim error:dead:ID002"], seen
+    assert_equal [], dead
+  end
+
+  # dead_run's result: the claim error `code` was raised (to Sidekiq's
+  # retries, or for Sidekiq to drop), perform not called, no dead-set write
+  def assert_raised_not_dead(result, code)
+    seen, ran, dead, raised = result
+    assert_kind_of PG::Error, raised
+    assert_equal code, PgIdempotency.sqlstate(raised)
+    refute ran
+    assert_equal ["claim error:raise:#{code}"], seen
+    assert_equal [], dead
+  end
+
+  def test_retry_false_raises_as_before
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K24', 'sha256:other', 'w')", [type])
+    assert_raised_not_dead(dead_run(job_class(type), "K24", "retry" => false), "ID002")
+  end
+
+  def test_an_error_that_may_heal_still_raises
+    # the job type is not registered (ID001): a deployment may register it
+    type = "sidekiq_unit_unregistered_#{Process.pid}"
+    assert_raised_not_dead(dead_run(job_class(type), "K25"), "ID001")
+  end
+
+  def test_under_sidekiq_testing_the_default_raises_as_before
+    type = job_type("hold")
+    @admin.exec_params("SELECT idempotency.claim_operation($1, 'K26', 'sha256:other', 'w')", [type])
+    refute PgIdempotency::SidekiqCompat.testing?
+    Sidekiq::Testing.fake! do
+      assert PgIdempotency::SidekiqCompat.testing?
+      seen = []
+      mw = PgIdempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}" })
+      err = assert_raises(PG::Error) do
+        mw.call(job_class(type).new, { "args" => ["K26"], "jid" => "j-K26" }, "q") { flunk "performed" }
+      end
+      assert_equal "ID002", PgIdempotency.sqlstate(err)
+      assert_equal ["claim error:raise"], seen
+      # a dead set of the test's own is used there too
+      seen, ran, dead, raised = dead_run(job_class(type), "K26")
+      assert_nil raised
+      refute ran
+      assert_equal ["claim error:dead:ID002"], seen
+      assert_equal 1, dead.size
+    end
+  end
+
+  def test_the_default_dead_set_is_sidekiqs
+    assert_same PgIdempotency::SidekiqMiddleware::DEAD_SET, PgIdempotency::SidekiqMiddleware.dead_set
   end
 
   # the middleware's fingerprint of UnitJob with args [key]

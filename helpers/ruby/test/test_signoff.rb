@@ -100,6 +100,7 @@ class SignoffTest < Minitest::Test
     Thread.current[:idempotency_pg]&.close
     Thread.current[:idempotency_pg_beat]&.close
     Thread.current[:idempotency_pg] = Thread.current[:idempotency_pg_beat] = nil
+    PgIdempotency::SidekiqMiddleware.dead_set = nil
     super
   end
 
@@ -224,8 +225,12 @@ class SignoffTest < Minitest::Test
     @admin.exec_params("SELECT idempotency.claim_operation($1, 'S8', $2, 'dead-worker')", [runs, fingerprint_of("S8")])
     run_job(klass, "S8") { flunk "performed a claimed job" }                    # in_progress
     @admin.exec_params("SELECT idempotency.claim_operation($1, 'S9', 'sha256:other', 'w')", [runs])
-    err = assert_raises(PG::Error) { run_job(klass, "S9") { flunk "performed" } } # ID002
-    assert_equal "ID002", PgIdempotency.sqlstate(err)
+    # ID002 cannot heal: the job goes to the dead set at once, nothing raised
+    dead = []
+    PgIdempotency::SidekiqMiddleware.dead_set = ->(job, e) { dead << [job["jid"], PgIdempotency.sqlstate(e)] }
+    run_job(klass, "S9") { flunk "performed" }
+    assert_equal ["claim error:dead"], @seen
+    assert_equal [["j-S9", "ID002"]], dead
     got = r.messages.map { |m| [m["point"], m["key"], m["verdict"], m["attempt"], m.fetch("sqlstate", "-")] }
     assert_equal [["claimed", "S7", "run", 1, "-"], ["handled", "S7", "run", 1, "-"],
                   ["judged", "S7", "completed", 1, "-"], ["judged", "S8", "in_progress", 1, "-"],

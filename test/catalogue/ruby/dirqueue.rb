@@ -43,3 +43,24 @@ def take(spool, mine)
   end
   nil
 end
+
+# this worker's processing directory (made) and its pid file, in the spool
+def register(spool)
+  mine = File.join(spool, "processing", Process.pid.to_s)
+  Dir.mkdir(mine) rescue Errno::EEXIST
+  File.write(File.join(spool, "pids", Process.pid.to_s), "#{Process.pid}\n")
+  mine
+end
+
+# yields each message taken (path, message) until stop.call is true,
+# looking again every 20 ms while the queue has nothing due
+def each_message(spool, mine, stop)
+  until stop.call
+    taken = take(spool, mine)
+    if taken.nil?
+      sleep 0.02
+      next
+    end
+    yield(*taken)
+  end
+end

@@ -13,6 +13,7 @@ require "net/http"
 require "securerandom"
 require "pg_idempotency"
 require_relative "dirqueue"
+require_relative "refund"
 
 JOB = "catalogue_refund"
 MUTATION = ENV.fetch("CATALOGUE_MUTATION", "").then { |m| m.empty? ? "correct" : m }
@@ -26,10 +27,7 @@ def log(msg) = warn("#{Time.now.utc.strftime('%H:%M:%S.%L')} refund worker #{Pro
 
 def refund(spool, run_key, op_key, attempt)
   unless HTTP
-    File.open(File.join(spool, "effects"), File::WRONLY | File::APPEND | File::CREAT, 0o644) do |f|
-      f.write("#{run_key} #{attempt} #{Process.pid}\n")
-      f.fsync
-    end
+    refund_to_file(spool, run_key, attempt)
     return { "refunded" => true }
   end
   uri = URI("#{HTTP}/refunds/#{op_key}")
@@ -61,14 +59,6 @@ def refund(spool, run_key, op_key, attempt)
     raise ProviderRefused, "provider answered #{code}" if code >= 400 && code < 500 && ![408, 429].include?(code)
     raise PgIdempotency::KnownFailure, "provider answered #{code}"
   end
-end
-
-# the lookup policy's question (verdict verify): was the refund made? (the
-# provider's own record; here the effects file)
-def refunded?(spool, run_key)
-  File.foreach(File.join(spool, "effects")).any? { |l| l.split(" ", 2).first == run_key }
-rescue Errno::ENOENT
-  false
 end
 
 def operation_key(run_key, path)
@@ -159,25 +149,16 @@ end
 stopping = false
 Signal.trap("TERM") { stopping = true }
 dir = spool
-mine = File.join(dir, "processing", Process.pid.to_s)
-Dir.mkdir(mine) rescue Errno::EEXIST
-File.write(File.join(dir, "pids", Process.pid.to_s), "#{Process.pid}\n")
+mine = register(dir)
 lease = PgIdempotency.signoff_lease || 30.0
 dsn = ENV["IDEMPOTENCY_SIGNOFF_DSN"].then { |d| d.nil? || d.empty? ? nil : d }   # nil: the PG* variables
 conn = PgIdempotency::Connection.new(dsn)
 beat_conn = PgIdempotency::Connection.new(dsn)
 log("started (mutation #{MUTATION}, key #{KEY_MODE}); lease #{lease} s")
-until stopping
-  taken = take(dir, mine)
-  if taken.nil?
-    sleep 0.02
-    next
-  end
-  begin
-    handle(conn, beat_conn, dir, *taken, lease)
-  rescue StandardError => e                 # a failed job: logged, its message dropped
-    log("#{taken[1]['key']} failed: #{e.class}: #{e.message}")
-    File.unlink(taken[0]) if File.exist?(taken[0])
-  end
+each_message(dir, mine, -> { stopping }) do |path, message|
+  handle(conn, beat_conn, dir, path, message, lease)
+rescue StandardError => e                   # a failed job: logged, its message dropped
+  log("#{message['key']} failed: #{e.class}: #{e.message}")
+  File.unlink(path) if File.exist?(path)
 end
 log("stopped (SIGTERM)")

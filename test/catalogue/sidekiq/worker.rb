@@ -6,8 +6,13 @@
 # No Redis: Sidekiq::Testing's fake mode keeps the jobs the middleware
 # schedules (perform_in: an in_progress claim after the lease, a released one
 # after its backoff), and this loop puts each back into the directory queue,
-# due when Sidekiq would run it. A job whose middleware raises (ID002: other
-# arguments under the key) is dropped, as a job with retry: false is.
+# due when Sidekiq would run it. The job has retry: false (this loop has no
+# retry set): a claim error that cannot heal (ID002: other arguments under
+# the key) is raised by the middleware, not sent to the dead set, so no
+# Redis is needed, and the job is dropped, as Sidekiq drops a job with
+# retry: false. (A job with retries would go to the dead set at once, in
+# Redis; under Sidekiq::Testing the middleware raises instead, unless
+# PgIdempotency::SidekiqMiddleware.dead_set is set.)
 #
 #   ruby -I ../../helpers/ruby/lib sidekiq/worker.rb
 require "json"
@@ -16,6 +21,7 @@ require "sidekiq"
 require "sidekiq/testing"
 require "pg_idempotency/sidekiq"
 require_relative "../ruby/dirqueue"
+require_relative "../ruby/refund"
 
 JOB = "catalogue_refund"
 $stderr.sync = true
@@ -37,37 +43,18 @@ class Refund
     # lookup (verdict verify): the provider's own record first, here the effects file
     return { "found" => true } if idempotency_verify? && refunded?(dir, key)
 
-    File.open(File.join(dir, "effects"), File::WRONLY | File::APPEND | File::CREAT, 0o644) do |f|
-      f.write("#{key} #{idempotency_attempt} #{Process.pid}\n")
-      f.fsync
-    end
-  end
-
-  private
-
-  def refunded?(dir, key)
-    File.foreach(File.join(dir, "effects")).any? { |l| l.split(" ", 2).first == key }
-  rescue Errno::ENOENT
-    false
+    refund_to_file(dir, key, idempotency_attempt)
   end
 end
 
 stopping = false
 Signal.trap("TERM") { stopping = true }   # as Sidekiq: the job in hand is finished
 dir = spool
-mine = File.join(dir, "processing", Process.pid.to_s)
-Dir.mkdir(mine) rescue Errno::EEXIST
-File.write(File.join(dir, "pids", Process.pid.to_s), "#{Process.pid}\n")
+mine = register(dir)
 dsn = ENV["IDEMPOTENCY_SIGNOFF_DSN"].then { |d| d.nil? || d.empty? ? nil : d }   # nil: the PG* variables
 middleware = PgIdempotency::SidekiqMiddleware.new(dsn: dsn)
 log("started (Sidekiq #{Sidekiq::VERSION}, the middleware); lease #{PgIdempotency.signoff_lease || 300} s")
-until stopping
-  taken = take(dir, mine)
-  if taken.nil?
-    sleep 0.02
-    next
-  end
-  path, message = taken
+each_message(dir, mine, -> { stopping }) do |path, message|
   # the job hash as Sidekiq's fetch gives it to the middleware
   job = { "class" => "Refund", "args" => [message["key"], message["args"]], "jid" => SecureRandom.hex(12),
           "queue" => "default", "retry" => false, "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f }

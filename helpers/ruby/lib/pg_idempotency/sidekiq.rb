@@ -38,7 +38,12 @@
 # with the attempt from "backoff" seconds, at most "backoff_max" and half the
 # lease); any other error leaves the claim to its lease and the job to
 # Sidekiq's retries. A database error of the claim itself goes to Sidekiq's
-# retries too (nothing is acknowledged away).
+# retries too (nothing is acknowledged away), unless retrying cannot heal it
+# (PgIdempotency.claim_error_heals? false: ID002, the key claimed with other
+# arguments; class 22, bad input): then the job goes to Sidekiq's dead set at
+# once, as Sidekiq kills a job whose retries are exhausted (the error fields,
+# sidekiq_retries_exhausted, the death handlers; a job with retry: false is
+# dropped by Sidekiq as before, one with dead: false too).
 #
 # Sign-off run (docs/signoff-protocol.md): with IDEMPOTENCY_SIGNOFF_JOB_TYPES
 # every call uses the run's job type for yours; with IDEMPOTENCY_SIGNOFF the
@@ -58,6 +63,7 @@ require "json"
 require "securerandom"
 require "sidekiq"
 require "socket"
+require "zlib"
 require "pg_idempotency"
 
 module PgIdempotency
@@ -65,10 +71,33 @@ module PgIdempotency
   # differ here, and nowhere else the middleware touches: 7 moved the
   # settings from the Sidekiq module (Sidekiq.options, Sidekiq.logger=) to a
   # Sidekiq::Config (Sidekiq.default_configuration; configure_server yields
-  # it, with [] and []=). Middleware, sidekiq_options, perform_async /
-  # perform_in, the job hash and the retry set are the same in all.
+  # it, with [] and []=; the death handlers with it). Middleware,
+  # sidekiq_options, perform_async / perform_in, the job hash, the retry set
+  # and Sidekiq::DeadSet#kill(payload, notify_failure: false) are the same in
+  # all. When a job dies (JobRetry#retries_exhausted): a
+  # sidekiq_retries_exhausted block may answer :discard from 7 on (7: nothing
+  # more is done; 8: no dead set, the death handlers run); 8 writes the job's
+  # times (failed_at, retried_at, discarded_at) in integer milliseconds, 6.4
+  # and 7 in Float seconds.
   module SidekiqCompat
     SIDEKIQ_7 = Gem::Version.new(Sidekiq::VERSION) >= Gem::Version.new("7")   # 7 or later
+    SIDEKIQ_8 = Gem::Version.new(Sidekiq::VERSION) >= Gem::Version.new("8")   # 8 or later
+
+    # now, as this Sidekiq writes a time into a job hash
+    def self.job_time
+      SIDEKIQ_8 ? Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond) : Time.now.to_f
+    end
+
+    # a test suite's Sidekiq::Testing mode is fake or inline: no Redis behind
+    # the jobs (sidekiq/testing on 6.4 and 7, Sidekiq.testing! on 8)
+    def self.testing?
+      defined?(Sidekiq::Testing) && Sidekiq::Testing.respond_to?(:enabled?) && Sidekiq::Testing.enabled? ? true : false
+    end
+
+    # the callables Sidekiq calls with (job, error) when a job dies
+    def self.death_handlers
+      SIDEKIQ_7 ? Sidekiq.default_configuration.death_handlers : Sidekiq.death_handlers
+    end
 
     # the logger of this process (client or server)
     def self.logger=(logger)
@@ -99,6 +128,26 @@ module PgIdempotency
   end
 
   class SidekiqMiddleware
+    # the dead-set write: Sidekiq's own, as its JobRetry#send_to_morgue does
+    DEAD_SET = lambda do |job, _error|
+      require "sidekiq/api"
+      Sidekiq::DeadSet.new.kill(Sidekiq.dump_json(job), notify_failure: false)
+    end
+
+    class << self
+      # callable(job, error) that adds the job hash (with Sidekiq's error
+      # fields) to the dead set; nil (the default) is DEAD_SET. For tests
+      # without Redis: PgIdempotency::SidekiqMiddleware.dead_set = ->(job, e) { ... }
+      attr_writer :dead_set
+
+      def dead_set = @dead_set || DEAD_SET
+
+      # false under Sidekiq::Testing (fake, inline) with the default write:
+      # no Redis there, and the claim error is raised into the test, as
+      # every job error is there; a dead_set of the test's own is used
+      def dead_set_here? = !@dead_set.nil? || !SidekiqCompat.testing?
+    end
+
     # options (chain.add passes them as one Hash):
     #   on_verdict: optional callable, called with a Hash per delivery
     #   dsn:        libpq connection string (default: the PG* environment)
@@ -150,8 +199,16 @@ module PgIdempotency
           worker.class.set(queue: queue).perform_in(lease, *args)
           return notify(error.merge("retry_in" => lease), "retry")
         end
-        # to Sidekiq's retries (then the dead set): ID002, other arguments
-        # under the key, ends there; a lost connection heals
+        # retrying cannot heal ID002 (other arguments under the key) or class
+        # 22: to the dead set at once, not through the retry set (a job with
+        # retry: false is Sidekiq's to drop, as before; under
+        # Sidekiq::Testing without a dead_set of its own: raised, as before)
+        if !PgIdempotency.claim_error_heals?(e) && retries?(worker, job) && self.class.dead_set_here?
+          kill(worker, job, queue, e, key, error["sqlstate"])
+          return notify(error, "dead")
+        end
+        # to Sidekiq's retries (then the dead set): a lost connection, 42501,
+        # ID001 ... may heal
         notify(error, "raise")
         raise
       end
@@ -223,6 +280,67 @@ module PgIdempotency
     end
 
     private
+
+    # Sidekiq would retry the job if it raised (JobRetry#local: the job's
+    # "retry", else its class's)
+    def retries?(worker, job)
+      retry_opt = job["retry"]
+      retry_opt = worker.class.get_sidekiq_options["retry"] if retry_opt.nil?
+      !!retry_opt   # retry: 0 too: Sidekiq's retries are exhausted at once
+    end
+
+    # the job dies now, as JobRetry does it when the retries are exhausted
+    # (process_retry's fields, then retries_exhausted): the error's fields
+    # in the job hash, the class's sidekiq_retries_exhausted block, the dead
+    # set (unless dead: false, or the block answered :discard: 7 does nothing
+    # more, 8 still calls the death handlers), the death handlers. The job is
+    # not raised: Sidekiq acknowledges it
+    def kill(worker, job, queue, err, key, code)
+      msg = job.dup
+      now = SidekiqCompat.job_time
+      msg["queue"] = msg["retry_queue"] || queue
+      msg["error_message"] = begin
+        err.message.to_s[0, 10_000].dup.force_encoding("utf-8").scrub
+      rescue StandardError
+        +"!!! ERROR MESSAGE THREW AN ERROR !!!"
+      end
+      msg["error_class"] = err.class.name
+      if msg["retry_count"]
+        msg["retried_at"] = now
+        msg["retry_count"] += 1
+      else
+        msg["failed_at"] = now
+        msg["retry_count"] = 0
+      end
+      if msg["backtrace"] && err.backtrace
+        lines = msg["backtrace"] == true ? err.backtrace : err.backtrace[0...msg["backtrace"].to_i]
+        msg["error_backtrace"] = [Zlib::Deflate.deflate(Sidekiq.dump_json(lines))].pack("m0")
+      end
+      rv = begin
+        block = worker.respond_to?(:sidekiq_retries_exhausted_block) ? worker.sidekiq_retries_exhausted_block : nil
+        block&.call(msg, err)
+      rescue StandardError => x
+        Sidekiq.logger.warn("#{key}: sidekiq_retries_exhausted: #{x.class}: #{x.message}")
+        nil
+      end
+      discard = SidekiqCompat::SIDEKIQ_7 && rv == :discard   # 6.4 ignores the block's answer
+      if discard || msg["dead"] == false
+        what = discard ? "discarded (sidekiq_retries_exhausted)" : "dropped (dead: false)"
+        msg["discarded_at"] = now if SidekiqCompat::SIDEKIQ_8
+      else
+        self.class.dead_set.call(msg, err)
+        what = "sent to the dead set"
+      end
+      Sidekiq.logger.error("#{key}: claim_operation: #{code}: #{PgIdempotency.error_message(err)}; " \
+                           "#{what}: retrying cannot heal it")
+      return if discard && !SidekiqCompat::SIDEKIQ_8   # 7: poof, no death handlers
+
+      SidekiqCompat.death_handlers.each do |handler|
+        handler.call(msg, err)
+      rescue StandardError => x
+        Sidekiq.logger.warn("#{key}: death handler: #{x.class}: #{x.message}")
+      end
+    end
 
     def written_again(key, function)
       ->(e) { Sidekiq.logger.warn("#{key}: #{function}: #{e.message.strip}; once more on a new connection") }
