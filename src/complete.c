@@ -237,18 +237,18 @@ complete_spi(const IdemCaps *caps, Store *store, text *job_type, text *key,
 /*
  * Complete one key (the single call): the fast path, else the fenced
  * update. False with *r filled in when the record refuses (see
- * explain_refusal()). `single`: the call is for this key alone, and its
- * store may be the key's own (store.c); otherwise the key goes to the
- * store of many keys.
+ * explain_refusal()). The call is for this key alone, so its store may be
+ * the key's own (store.c); a batch's keys go idem_complete_batch_key()'s
+ * way.
  */
 bool
-idem_complete_one(const IdemCaps *caps, bool single, text *job_type, text *key,
+idem_complete_one(const IdemCaps *caps, text *job_type, text *key,
 				  int32 attempt, Datum result, bool result_isnull, IdemRefusal *r)
 {
 	Store		store;
 
 	/* the common case, below SPI; anything else the SPI way */
-	idem_store_choose(single ? key : NULL, &store);
+	idem_store_choose(key, &store);
 	if (idem_fast_complete(store.rels, GetUserId(), caps, job_type, key, attempt,
 						   result, result_isnull))
 		return true;
@@ -346,7 +346,7 @@ complete_common(FunctionCallInfo fcinfo, int api_version)
 
 	PreventCommandDuringRecovery("complete_operation()");
 	PreventCommandIfReadOnly("complete_operation()");
-	if (!idem_complete_one(&caps, true, job_type, key, attempt, result, result_isnull, &r))
+	if (!idem_complete_one(&caps, job_type, key, attempt, result, result_isnull, &r))
 		raise_refusal(&r);
 
 	PG_RETURN_VOID();

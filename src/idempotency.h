@@ -134,7 +134,7 @@ typedef struct IdemRefusal
 	const char *hint;
 } IdemRefusal;
 
-extern bool idem_complete_one(const IdemCaps *caps, bool single, text *job_type, text *key,
+extern bool idem_complete_one(const IdemCaps *caps, text *job_type, text *key,
 							  int32 attempt, Datum result, bool result_isnull,
 							  IdemRefusal *r);
 typedef struct CompleteBatch CompleteBatch;

@@ -55,18 +55,9 @@ restart() {
     for n in w1 w2 coord; do citus_node_start "$n"; done
 }
 pmpid() { head -n 1 "$CITUS_DIR/$1/postmaster.pid"; }
-node_ticks() {
-    local pm=$1 p
-    {
-        awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat"
-        for p in $(ps -o pid= --ppid "$pm" 2>/dev/null); do
-            awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || true
-        done
-    } | awk '{ s += $1 } END { print s + 0 }'
-}
+# shellcheck source=bench/citus/ticks.sh
+source "$root/bench/citus/ticks.sh"
 servers_ticks() { local s=0 n; for n in "${N[@]}"; do s=$((s + $(node_ticks "$(pmpid "$n")"))); done; echo "$s"; }
-machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
-HZ=$(getconf CLK_TCK)
 
 citus_psql coord -c "CREATE EXTENSION idempotency" -c "SELECT idempotency.distribute()" >/dev/null
 citus_psql coord -c "INSERT INTO idempotency.job_types (job_type) VALUES ('send_confirmation')" \

@@ -292,21 +292,9 @@ script() { # NAME: the path of a pgbench script ready to run
 }
 
 # ------------------------------------------------------------- measuring
-machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
-# node_ticks PID: CPU ticks of a postmaster and all its children: its own
-# utime + stime + cutime + cstime (the reaped children: exited backends) and
-# utime + stime of every child alive now
-node_ticks() {
-    local pm=$1 p
-    {
-        awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat"
-        for p in $(ps -o pid= --ppid "$pm" 2>/dev/null); do
-            awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || true
-        done
-    } | awk '{ s += $1 } END { print s + 0 }'
-}
+# shellcheck source=bench/citus/ticks.sh
+source "$root/bench/citus/ticks.sh"
 all_ticks() { local n; for n in "${NODES[@]}"; do printf '%s ' "$(node_ticks "${PMPID[$n]}")"; done; machine_ticks; }
-HZ=$(getconf CLK_TCK)
 secs_of() { awk -v a="$1" -v b="$2" -v hz="$HZ" 'BEGIN { printf "%.3f", (b - a) / hz }'; }
 # others_share: the machine's busy share (0..1 of all CPUs) over half a
 # second while this benchmark is idle: the other work on a shared machine
