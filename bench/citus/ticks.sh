@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/citus/ticks.sh: CPU ticks from /proc, sourced by bench/citus/run.sh
 # and bench/citus/ab.sh (bash). HZ converts ticks to seconds.
 
@@ -15,4 +16,5 @@ node_ticks() {
         done
     } | awk '{ s += $1 } END { print s + 0 }'
 }
+# shellcheck disable=SC2034 # used by the scripts that source this
 HZ=$(getconf CLK_TCK)
