@@ -12,11 +12,15 @@
  * after the other, in one transaction. The probes and the fast updates of
  * complete (heap.c) open the table and its primary key's scan once per
  * batch and check the caller's worker_role once per batch (HeapBatch).
- * What a batch adds:
+ * Where Citus routes every statement (store_citus.c), a batch instead
+ * reads each shard's keys with one statement, inserts them with one and
+ * completes them with one (StoreBackend's batch members). What a batch
+ * adds:
  *
- * Order. The keys are taken in one deterministic order (by their bytes),
- * whatever order the caller gives them in, and answered in the caller's
- * order. Each key's write locks its record (the primary key's entry for a
+ * Order. The keys are taken in one deterministic order (by their bytes;
+ * where Citus routes the statements, shard by shard and by their bytes
+ * within a shard: idem_batch_groups()), whatever order the caller gives
+ * them in, and answered in the caller's order. Each key's write locks its record (the primary key's entry for a
  * new record, the row for an update) until the transaction ends, so two
  * batches that share keys lock the shared ones in the same order: one waits
  * for the other and neither waits for the one that waits (no deadlock),
@@ -311,6 +315,7 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 	Outcome    *outcomes;
 	IdemCaps	caps = idem_caps(IDEM_API_LATEST);
 	CompleteBatch *cb = NULL;
+	bool	   *done = NULL;
 	int			i;
 
 	(void) array_arg(fcinfo, 1, "operation_keys", TEXTOID, true, &keys);
@@ -347,14 +352,37 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 	PreventCommandDuringRecovery(fname);
 	PreventCommandIfReadOnly(fname);
 	if (complete)
+	{
+		text	  **sorted = palloc(sizeof(text *) * keys.n);
+		int32	   *sorted_attempts = palloc(sizeof(int32) * keys.n);
+		Datum	   *sorted_results = palloc0(sizeof(Datum) * keys.n);
+		bool	   *sorted_nulls = palloc(sizeof(bool) * keys.n);
+
+		/* where a store has batch statements, most keys are done here */
+		for (i = 0; i < keys.n; i++)
+		{
+			int			k = order[i].index;
+
+			sorted[i] = order[i].key;
+			sorted_attempts[i] = DatumGetInt32(attempts.values[k]);
+			sorted_nulls[i] = !have_results || results.nulls[k];
+			if (!sorted_nulls[i])
+				sorted_results[i] = results.values[k];
+		}
+		done = palloc0(sizeof(bool) * keys.n);
 		cb = idem_complete_batch_begin(&caps);
+		idem_complete_batch_many(cb, job_type, keys.n, sorted, sorted_attempts,
+								 sorted_results, sorted_nulls, done);
+	}
 	for (i = 0; i < keys.n; i++)
 	{
 		int			k = order[i].index;
 		int32		attempt = DatumGetInt32(attempts.values[k]);
 
 		CHECK_FOR_INTERRUPTS();
-		if (complete)
+		if (done != NULL && done[i])
+			outcomes[k].done = true;
+		else if (complete)
 		{
 			bool		result_isnull = !have_results || results.nulls[k];
 

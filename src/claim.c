@@ -251,15 +251,19 @@ apply_claim(const IdemCall *call, const ClaimArgs *a, const ClaimRequest *req,
 	return wrote;
 }
 
+/* The record as a probe that found none gives it */
+static const OperationState no_record;
+
 /*
  * The verdict for one claim: read the record, let the protocol decide
  * (idem_decide_claim(), the README's "Verdicts" table), apply; again while
  * a write finds the record changed under it. Runs inside an SPI
- * connection. `absent`: the probe saw no record; `late`: see
- * flush_inserts().
+ * connection. `first`: the record as read already (a probe that saw none:
+ * no_record; a batch's lookup), or NULL; `late`: see flush_inserts().
  */
 static void
-claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool late)
+claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, const OperationState *first,
+	  bool late)
 {
 	ClaimRequest req;
 	bool		done = false;
@@ -277,13 +281,12 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, bool absent, bool la
 			idem_too_many_tries("claim", a->job_type, a->key);
 
 		/*
-		 * The probe saw no record: insert at once. When the INSERT inserts
-		 * nothing the lookup of the next round says why. (Only a store with
-		 * the direct heap paths probes: in any other the lookup comes
-		 * first.)
+		 * The record as read already: decide on it at once (a probe saw no
+		 * record: insert). When the write finds it changed, the lookup of
+		 * the next round reads it again.
 		 */
-		if (tries == 0 && absent)
-			state.found = false;
+		if (tries == 0 && first != NULL)
+			state = *first;
 		else
 			idem_worker_lookup(call, a->job_type, a->key, &state);
 
@@ -354,9 +357,41 @@ idem_claim_one(const ClaimArgs *a, const IdemCaps *caps, Verdict *v)
 	if (probe != PROBE_COMPLETED)
 	{
 		idem_begin_worker(&call, "claim_operation()", caps, &store);
-		claim(&call, v, a, probe == PROBE_ABSENT, false);
+		claim(&call, v, a, probe == PROBE_ABSENT ? &no_record : NULL, false);
 		idem_end(&call);
 	}
+}
+
+/*
+ * Attempt 1 of many keys with one INSERT over arrays (OP_INSERT_BATCH),
+ * which also checks the job type and the caller's role; inserted[i] for
+ * each key it inserted (RETURNING lists them).
+ */
+static void
+insert_rows(const IdemCall *call, const InsertRows *rows, bool *inserted)
+{
+	Datum		values[7];
+	char		nulls[7];
+	int			dims[1] = {rows->n};
+	int			lbs[1] = {1};
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = PointerGetDatum(rows->job_type);
+	values[1] = PointerGetDatum(construct_md_array(rows->keys, NULL, 1, dims, lbs,
+												   TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = TimestampTzGetDatum(rows->now);
+	values[3] = PointerGetDatum(rows->worker);
+	if (rows->worker == NULL)
+		nulls[3] = 'n';
+	values[4] = PointerGetDatum(construct_md_array(rows->fingerprints, rows->fingerprint_nulls,
+												   1, dims, lbs, TEXTOID, -1, false,
+												   TYPALIGN_INT));
+	values[5] = ObjectIdGetDatum(rows->caller);
+	values[6] = PointerGetDatum(construct_md_array(rows->digests, rows->digest_nulls, 1, dims,
+												   lbs, INT8OID, 8, FLOAT8PASSBYVAL,
+												   TYPALIGN_DOUBLE));
+	(void) idem_execute(&call->store, OP_INSERT_BATCH, call->variant, values, nulls, 0);
+	idem_mark_returned(rows->n, rows->keys, inserted);
 }
 
 /*
@@ -376,18 +411,8 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 {
 	int			n = 0;
 	int			i;
-	uint64		r;
 	bool	   *was_inserted;
-	Datum	   *keys;
-	Datum	   *fps;
-	bool	   *fp_nulls;
-	Datum	   *digests;
-	bool	   *digest_nulls;
-	Datum		values[7];
-	char		nulls[7];
-	int			dims[1];
-	int			lbs[1] = {1};
-	uint64		inserted;
+	InsertRows	rows;
 
 	if (*npending == 0)
 		return;
@@ -413,71 +438,35 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 	if (n == 0)
 		return;
 
-	keys = palloc(sizeof(Datum) * n);
-	fps = palloc(sizeof(Datum) * n);
-	fp_nulls = palloc(sizeof(bool) * n);
-	digests = palloc(sizeof(Datum) * n);
-	digest_nulls = palloc(sizeof(bool) * n);
+	rows.n = n;
+	rows.job_type = a[pending[0]].job_type;
+	rows.now = GetCurrentTimestamp();
+	rows.worker = a[pending[0]].worker;
+	rows.caller = call->caller;
+	rows.keys = palloc(sizeof(Datum) * n);
+	rows.fingerprints = palloc(sizeof(Datum) * n);
+	rows.fingerprint_nulls = palloc(sizeof(bool) * n);
+	rows.digests = palloc(sizeof(Datum) * n);
+	rows.digest_nulls = palloc(sizeof(bool) * n);
 	for (i = 0; i < n; i++)
 	{
 		const ClaimArgs *k = &a[pending[i]];
 
-		keys[i] = PointerGetDatum(k->key);
-		fp_nulls[i] = k->fingerprint == NULL;
-		fps[i] = fp_nulls[i] ? (Datum) 0 : PointerGetDatum(k->fingerprint);
-		digest_nulls[i] = k->delivery == NULL;
-		digests[i] = digest_nulls[i] ? (Datum) 0 :
+		rows.keys[i] = PointerGetDatum(k->key);
+		rows.fingerprint_nulls[i] = k->fingerprint == NULL;
+		rows.fingerprints[i] = rows.fingerprint_nulls[i] ? (Datum) 0 :
+			PointerGetDatum(k->fingerprint);
+		rows.digest_nulls[i] = k->delivery == NULL;
+		rows.digests[i] = rows.digest_nulls[i] ? (Datum) 0 :
 			Int64GetDatum(idem_delivery_digest(k->delivery, false));
 	}
-	dims[0] = n;
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = PointerGetDatum(a[pending[0]].job_type);
-	values[1] = PointerGetDatum(construct_md_array(keys, NULL, 1, dims, lbs,
-												   TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
-	values[3] = PointerGetDatum(a[pending[0]].worker);
-	if (a[pending[0]].worker == NULL)
-		nulls[3] = 'n';
-	values[4] = PointerGetDatum(construct_md_array(fps, fp_nulls, 1, dims, lbs,
-												   TEXTOID, -1, false, TYPALIGN_INT));
-	values[5] = ObjectIdGetDatum(call->caller);
-	values[6] = PointerGetDatum(construct_md_array(digests, digest_nulls, 1, dims, lbs,
-												   INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
 	/* waits, key by key in this order, for uncommitted claims of the keys */
-	inserted = idem_execute(&call->store, OP_INSERT_BATCH, call->variant, values, nulls, 0);
-
-	/*
-	 * RETURNING lists the keys inserted, each once. Found by their bytes
-	 * among the pending keys, which are distinct and in the batch's order
-	 * (idem_text_cmp()), whatever order the rows come back in.
-	 */
 	was_inserted = palloc0(sizeof(bool) * n);
-	for (r = 0; r < inserted; r++)
-	{
-		bool		isnull;
-		text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
-													 SPI_tuptable->tupdesc, 1, &isnull));
-		int			lo = 0;
-		int			hi = n - 1;
-
-		while (lo <= hi)
-		{
-			int			mid = lo + (hi - lo) / 2;
-			int			c = idem_text_cmp(k, a[pending[mid]].key);
-
-			if (c == 0)
-			{
-				was_inserted[mid] = true;
-				break;
-			}
-			if (c < 0)
-				hi = mid - 1;
-			else
-				lo = mid + 1;
-		}
-		Assert(lo <= hi);
-	}
+	if (call->store.backend->insert_many != NULL)
+		call->store.backend->insert_many(&call->store, &rows, was_inserted);
+	else
+		insert_rows(call, &rows, was_inserted);
 	for (i = 0; i < n; i++)
 	{
 		int			p = pending[i];
@@ -492,7 +481,83 @@ flush_inserts(const IdemCall *call, const ClaimArgs *a, Verdict **v,
 	n = *npending;
 	*npending = 0;
 	for (i = 0; i < n; i++)
-		claim(call, v[pending[i]], &a[pending[i]], false, true);
+		claim(call, v[pending[i]], &a[pending[i]], NULL, true);
+}
+
+/*
+ * claim_operations() on a store with batch statements (the routed store):
+ * the keys group by group (idem_batch_groups()), each group's records read
+ * with one statement; a key without a record waits in the pending run,
+ * inserted with one statement at the end of the group or before the
+ * group's next write; every other key goes the single call's way from the
+ * record as read. A repeated key is read again, after what its first
+ * occurrence did.
+ *
+ * Where no dirty check is possible (the routed store has no heap path), a
+ * key the group's insert found claimed meanwhile goes the single call's
+ * way without it (flush_inserts()): it answers in_progress or completed
+ * without writing, unless that claim was also released or expired in the
+ * microseconds since; then its takeover may wait, and if the transaction it
+ * waits for waits for this batch, PostgreSQL's deadlock detection ends one
+ * of the two with 40P01.
+ */
+static void
+claim_groups(const IdemCall *call, int n, const ClaimArgs *a, const bool *repeat,
+			 Verdict **v)
+{
+	text	  **keys = palloc(sizeof(text *) * n);
+	int		   *perm = palloc(sizeof(int) * n);
+	int		   *starts = palloc(sizeof(int) * (n + 1));
+	int		   *pending = palloc(sizeof(int) * n);
+	text	  **group_keys = palloc(sizeof(text *) * n);
+	int		   *group_pos = palloc(sizeof(int) * n);
+	OperationState *states = palloc(sizeof(OperationState) * n);
+	BatchJobType jt = {0};
+	int			npending = 0;
+	int			ngroups;
+	int			g;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		keys[i] = a[i].key;
+	ngroups = idem_batch_groups(&call->store, n, keys, perm, starts);
+	for (g = 0; g < ngroups; g++)
+	{
+		int			m = 0;
+		int			j = 0;
+
+		/* the group's keys but the repeats, read with one statement */
+		for (i = starts[g]; i < starts[g + 1]; i++)
+			if (!repeat[perm[i]])
+			{
+				group_pos[m] = perm[i];
+				group_keys[m++] = a[perm[i]].key;
+			}
+		idem_worker_lookup_many(call, a[0].job_type, m, group_keys, states, &jt);
+
+		for (i = starts[g]; i < starts[g + 1]; i++)
+		{
+			int			k = perm[i];
+
+			CHECK_FOR_INTERRUPTS();
+			if (!repeat[k])
+			{
+				Assert(group_pos[j] == k);
+				if (!states[j].found)
+				{
+					pending[npending++] = k;
+					j++;
+					continue;
+				}
+				flush_inserts(call, a, v, pending, &npending);
+				claim(call, v[k], &a[k], &states[j++], false);
+				continue;
+			}
+			flush_inserts(call, a, v, pending, &npending);
+			claim(call, v[k], &a[k], NULL, false);
+		}
+		flush_inserts(call, a, v, pending, &npending);
+	}
 }
 
 /*
@@ -517,6 +582,12 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 	int			i;
 
 	idem_begin_worker(&call, "claim_operations()", &caps, NULL);
+	if (call.store.backend->lookup_many != NULL)
+	{
+		claim_groups(&call, n, a, repeat, v);
+		idem_end(&call);
+		return;
+	}
 	idem_heap_batch_begin(&heap, call.store.rels, false);
 	for (i = 0; i < n; i++)
 	{
@@ -540,7 +611,7 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 			}
 		}
 		flush_inserts(&call, a, v, pending, &npending);
-		claim(&call, v[i], &a[i], false, false);
+		claim(&call, v[i], &a[i], NULL, false);
 	}
 	flush_inserts(&call, a, v, pending, &npending);
 	idem_heap_batch_end(&heap);

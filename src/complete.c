@@ -298,6 +298,83 @@ idem_complete_batch_key(CompleteBatch *cb, text *job_type, text *key, int32 atte
 	return complete_spi(&cb->caps, &store, job_type, key, attempt, result, result_isnull, r);
 }
 
+/*
+ * On a store with batch statements (the routed store), complete the keys
+ * of a batch group by group, one statement a group, before they go one by
+ * one: keys[0..n) in the batch's order, done[i] set for each key completed
+ * here. A key the statement did not complete (a repeat, a record that
+ * refuses, one already completed by this attempt) is left to
+ * idem_complete_batch_key(), whose lookup says why. The caller's right is
+ * checked once, as the fenced updates check it (fenced_role()). Does
+ * nothing on a store without them.
+ */
+void
+idem_complete_batch_many(CompleteBatch *cb, text *job_type, int n, text *const *keys,
+						 const int32 *attempts, const Datum *results,
+						 const bool *result_nulls, bool *done)
+{
+	IdemCall	call;
+	Datum		caller;
+	Datum		role;
+	NameData	names[2];
+	StoreVariant v;
+	int		   *perm;
+	int		   *starts;
+	int			ngroups;
+	CompleteRows rows;
+	Store		store;
+
+	idem_store_choose(NULL, &store);
+	if (store.backend->complete_many == NULL || n == 0)
+		return;
+	idem_begin_worker(&call, "complete_operations()", &cb->caps, &store);
+	v = call.store.backend->fenced_role(&call.store, &call, job_type, &caller, &role, names);
+	perm = palloc(sizeof(int) * n);
+	starts = palloc(sizeof(int) * (n + 1));
+	ngroups = idem_batch_groups(&call.store, n, keys, perm, starts);
+	rows.job_type = job_type;
+	rows.keys = palloc(sizeof(Datum) * n);
+	rows.attempts = palloc(sizeof(Datum) * n);
+	rows.results = palloc(sizeof(Datum) * n);
+	rows.result_nulls = palloc(sizeof(bool) * n);
+	rows.done = palloc(sizeof(bool) * n);
+	for (int g = 0; g < ngroups; g++)
+	{
+		int			m = 0;
+
+		/* the group's distinct keys: a repeat follows its first */
+		for (int i = starts[g]; i < starts[g + 1]; i++)
+		{
+			int			k = perm[i];
+
+			if (i > starts[g] && idem_same_text(keys[k], keys[perm[i - 1]]))
+				continue;
+			rows.keys[m] = PointerGetDatum(keys[k]);
+			rows.attempts[m] = Int32GetDatum(attempts[k]);
+			rows.results[m] = results[k];
+			rows.result_nulls[m] = result_nulls[k];
+			rows.done[m] = false;
+			m++;
+		}
+		rows.n = m;
+		rows.now = GetCurrentTimestamp();
+		CHECK_FOR_INTERRUPTS();
+		call.store.backend->complete_many(&call.store, v, caller, role, &rows);
+
+		/* done: the first occurrence of each key the statement completed */
+		m = 0;
+		for (int i = starts[g]; i < starts[g + 1]; i++)
+		{
+			int			k = perm[i];
+
+			if (i > starts[g] && idem_same_text(keys[k], keys[perm[i - 1]]))
+				continue;
+			done[k] = rows.done[m++];
+		}
+	}
+	idem_end(&call);
+}
+
 void
 idem_complete_batch_end(CompleteBatch *cb)
 {

@@ -26,6 +26,7 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 
 #include "store.h"
 
@@ -352,6 +353,23 @@ static const StatementDef statements[SET_COUNT][OP_COUNT][VARIANT_COUNT] = {
 		},
 
 		/*
+		 * The records of many keys of one shard (a batch's group, see
+		 * StoreBackend's lookup_many), the key first; Citus prunes "=
+		 * ANY" of the bound array to the shards of its keys.
+		 */
+		[OP_LOOKUP_RECORDS] = {
+			[VARIANT_BASE] = {
+				"SELECT o.operation_key::pg_catalog.text,"
+				" o.status::pg_catalog.text, o.attempt::pg_catalog.int4,"
+				" o.heartbeat_at::pg_catalog.timestamptz, o.fingerprint::pg_catalog.text,"
+				" o.result::pg_catalog.jsonb, o.delivery::pg_catalog.int8"
+				" FROM idempotency.operations o WHERE o.job_type" EQ "$1"
+				" AND o.operation_key" EQ "ANY ($2)",
+				2, {P_JOB_TYPE, {"operation_keys", TEXTARRAYOID}}
+			},
+		},
+
+		/*
 		 * The insert as one row of VALUES, which Citus routes to the key's
 		 * shard and counts (INSERT ... SELECT from the reference table is
 		 * collected on the coordinator, whose count SPI cannot reconcile
@@ -381,6 +399,32 @@ static const StatementDef statements[SET_COUNT][OP_COUNT][VARIANT_COUNT] = {
 		[OP_COMPLETE] = {
 			[VARIANT_ROLE_NAME] = {
 				COMPLETE_SQL(ROLE_MAY_WORK_BY_NAME), 7, {ROUTED_FENCED_PARAMS}
+			},
+		},
+		/*
+		 * complete_operation()'s update of many keys of one shard (a
+		 * batch's group, distinct keys); $3 maps each key to
+		 * [attempt, result] ([attempt] for no result): an array parameter
+		 * subscripted in SET crashes Citus 13.2's deparser. Returns the
+		 * keys it completed.
+		 */
+#define COMPLETE_MANY_OF	" OPERATOR(pg_catalog.->) o.operation_key::pg_catalog.text"
+#define COMPLETE_MANY_SQL(extra) \
+	"UPDATE idempotency.operations o" \
+	" SET status = 'completed', completed_at = $4," \
+	" result = $3" COMPLETE_MANY_OF " OPERATOR(pg_catalog.->) 1" \
+	" WHERE o.job_type" EQ "$1 AND o.operation_key" EQ "ANY ($2)" \
+	" AND o.attempt" EQ "(($3" COMPLETE_MANY_OF ") OPERATOR(pg_catalog.->>) 0)::pg_catalog.int4" \
+	" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')" extra \
+	" RETURNING o.operation_key::pg_catalog.text"
+#define COMPLETE_MANY_PARAMS \
+	P_JOB_TYPE, {"operation_keys", TEXTARRAYOID}, {"attempts_results", JSONBOID}, P_NOW, \
+	P_UNUSED(JSONBOID)
+		[OP_COMPLETE_MANY] = {
+			[VARIANT_BASE] = {COMPLETE_MANY_SQL(""), 5, {COMPLETE_MANY_PARAMS}},
+			[VARIANT_ROLE_NAME] = {
+				COMPLETE_MANY_SQL(ROLE_MAY_WORK_BY_NAME), 7,
+				{COMPLETE_MANY_PARAMS, {"caller_name", NAMEOID}, {"worker_role_name", NAMEOID}}
 			},
 		},
 		[OP_RELEASE] = {
@@ -420,6 +464,40 @@ static const StatementDef statements[SET_COUNT][OP_COUNT][VARIANT_COUNT] = {
 		},
 	},
 };
+
+/*
+ * The routed store's insert of `rows` keys of one job type (a batch's group,
+ * StoreBackend's insert_many) as rows of VALUES, which Citus routes to their
+ * shard (an INSERT ... SELECT would be collected on the coordinator): the
+ * single routed insert's row once per key. Parameters: $1 job_type, $2
+ * now, $3 worker, then for row i (from 0) $(4+3i) operation_key,
+ * $(5+3i) fingerprint, $(6+3i) delivery_digest; returns the keys it
+ * inserted. Palloc'd.
+ */
+char *
+idem_insert_rows_sql(int rows, Oid *types)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, INSERT_COLUMNS ", delivery) VALUES ");
+	types[0] = TEXTOID;
+	types[1] = TIMESTAMPTZOID;
+	types[2] = TEXTOID;
+	for (int i = 0; i < rows; i++)
+	{
+		int			p = 4 + 3 * i;
+
+		appendStringInfo(&sql, "%s($1, $%d, 'claimed', 1, $2, $2, $3, $%d, $%d)",
+						 i > 0 ? ", " : "", p, p + 1, p + 2);
+		types[p - 1] = TEXTOID;
+		types[p] = TEXTOID;
+		types[p + 1] = INT8OID;
+	}
+	appendStringInfoString(&sql, " ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING"
+						   " RETURNING o.operation_key::pg_catalog.text");
+	return sql.data;
+}
 
 /*
  * The statement of `op` for `set` and variant `v`: the set's own, else

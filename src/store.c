@@ -186,14 +186,126 @@ idem_lookup(const IdemCall *call, text *job_type, text *key, OperationState *sta
  * or a member that inherits it; superusers have every role's). Raises 42501
  * otherwise, before anything about the record is told or changed.
  */
-void
-idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
-				   OperationState *state)
+static void
+require_worker(const IdemCall *call, text *job_type, const OperationState *state)
 {
-	call->store.backend->lookup(&call->store, call->variant, job_type, key, state);
 	idem_require_job_type(state, job_type);
 
 	if (state->worker_role_missing ? !superuser_arg(call->caller) :
 		!idem_role_may_work(call->caller, state->worker_role))
 		idem_deny_job_type(call->caller, job_type, state->worker_role);
+}
+
+void
+idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
+				   OperationState *state)
+{
+	call->store.backend->lookup(&call->store, call->variant, job_type, key, state);
+	require_worker(call, job_type, state);
+}
+
+/*
+ * The same for n distinct keys of one group of a batch (StoreBackend's
+ * lookup_many): the job type read, and checked, once per batch (*jt).
+ */
+void
+idem_worker_lookup_many(const IdemCall *call, text *job_type, int n, text *const *keys,
+						OperationState *states, BatchJobType *jt)
+{
+	bool		first = !jt->read;
+
+	call->store.backend->lookup_many(&call->store, job_type, n, keys, states, jt);
+	if (first)
+		require_worker(call, job_type, &jt->state);
+}
+
+/*
+ * The keys a batch statement returned (SPI_tuptable's first column, text,
+ * each at most once), marked among keys[0..n), which are distinct and in
+ * the batch's order (idem_text_cmp()), whatever order the rows come in.
+ */
+void
+idem_mark_returned(int n, const Datum *keys, bool *marks)
+{
+	uint64		r;
+
+	for (r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+		int			lo = 0;
+		int			hi = n - 1;
+
+		while (lo <= hi)
+		{
+			int			mid = lo + (hi - lo) / 2;
+			int			c = idem_text_cmp(k, DatumGetTextPP(keys[mid]));
+
+			if (c == 0)
+			{
+				marks[mid] = true;
+				break;
+			}
+			if (c < 0)
+				hi = mid - 1;
+			else
+				lo = mid + 1;
+		}
+		Assert(lo <= hi);
+	}
+}
+
+/* A batch's key, its group, and its place in the batch's order */
+typedef struct GroupedKey
+{
+	int64		group;
+	int			pos;
+} GroupedKey;
+
+static int
+grouped_key_cmp(const void *a, const void *b)
+{
+	const GroupedKey *x = (const GroupedKey *) a;
+	const GroupedKey *y = (const GroupedKey *) b;
+
+	if (x->group != y->group)
+		return x->group < y->group ? -1 : 1;
+	return x->pos - y->pos;
+}
+
+/*
+ * The groups of a batch's n keys (keys[], in the batch's order) on a store
+ * with batch statements (StoreBackend's group_of): perm[] lists the keys'
+ * positions group by group, each group's keys in the batch's order (so a
+ * repeated key stays right after its first occurrence), the groups in the
+ * order of their numbers (a shard's place among the table's shards); group
+ * g is perm[starts[g]] .. perm[starts[g + 1] - 1]. A key group_of() cannot
+ * place (-1) is a group of its own. Returns the number of groups.
+ *
+ * Every batch on the store takes its keys in this one order, so two batches
+ * that share keys still lock them in the same order (see batch.c).
+ */
+int
+idem_batch_groups(const Store *s, int n, text *const *keys, int *perm, int *starts)
+{
+	GroupedKey *g = palloc(sizeof(GroupedKey) * Max(n, 1));
+	int			ngroups = 0;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		g[i].group = s->backend->group_of(s, keys[i]);
+		g[i].pos = i;
+	}
+	qsort(g, n, sizeof(GroupedKey), grouped_key_cmp);
+	for (i = 0; i < n; i++)
+	{
+		perm[i] = g[i].pos;
+		if (i == 0 || g[i].group < 0 || g[i].group != g[i - 1].group)
+			starts[ngroups++] = i;
+	}
+	starts[ngroups] = n;
+	pfree(g);
+	return ngroups;
 }

@@ -41,6 +41,8 @@ typedef enum StoreOp
 	OP_LOOKUP_RECORD,			/* the record alone (routed store) */
 	OP_INSERT,					/* attempt 1 */
 	OP_INSERT_BATCH,			/* attempt 1 of many keys */
+	OP_LOOKUP_RECORDS,			/* many keys' records (routed store) */
+	OP_COMPLETE_MANY,			/* many keys' fenced completions (routed) */
 	OP_TAKE_OVER,				/* a record as read gets attempt + 1 */
 	OP_SKIP,					/* a stale claim as read becomes skipped */
 	OP_COMPLETE,				/* the fenced updates */
@@ -117,6 +119,45 @@ typedef struct Store Store;
 typedef struct IdemCall IdemCall;
 
 /*
+ * The job type of a batch as the batch statements read it: once per batch,
+ * at the first group (read false until then).
+ */
+typedef struct BatchJobType
+{
+	bool		read;
+	OperationState state;		/* the job type's fields; no record */
+	Interval	lease;
+} BatchJobType;
+
+/* Attempt 1 of many keys of one job type (claim_operations()) */
+typedef struct InsertRows
+{
+	int			n;
+	text	   *job_type;
+	TimestampTz now;
+	text	   *worker;			/* NULL: none */
+	Oid			caller;
+	Datum	   *keys;			/* text, distinct, in the batch's order */
+	Datum	   *fingerprints;	/* text */
+	bool	   *fingerprint_nulls;
+	Datum	   *digests;		/* int8: the delivery digests */
+	bool	   *digest_nulls;
+} InsertRows;
+
+/* The fenced completions of many keys of one job type, and what they did */
+typedef struct CompleteRows
+{
+	int			n;
+	text	   *job_type;
+	TimestampTz now;
+	Datum	   *keys;			/* text, in the batch's order */
+	Datum	   *attempts;		/* int4 */
+	Datum	   *results;		/* jsonb */
+	bool	   *result_nulls;
+	bool	   *done;			/* out: completed by this statement */
+} CompleteRows;
+
+/*
  * A backend: its statements and what it does differently. Every function
  * runs inside the call's SPI connection.
  */
@@ -140,6 +181,33 @@ typedef struct StoreBackend
 	int64		(*purge) (const Store *s, Datum now, int32 batch_size);
 	int64		(*purge_range) (const Store *s, Datum now, ItemPointer first,
 								ItemPointer end, int64 first_block);
+
+	/*
+	 * Optional: the batches' statements over many keys at once, for a
+	 * store that plans and routes every statement (NULL: a batch's keys go
+	 * one by one, each the single call's way, or the heap paths'). A batch
+	 * forms groups of keys that one statement can read and write together
+	 * (the routed store: one shard's keys) and takes them group by group:
+	 *
+	 * group_of: the group of a key (a hint: keys of two groups given to
+	 * one statement are still right, only slower);
+	 * lookup_many: the records of n distinct keys of one group into
+	 * states[i], each with the job type's fields, *jt read at the first
+	 * call of a batch and reused; the caller checks the job type and the
+	 * caller's right (idem_worker_lookup_many());
+	 * insert_many: attempt 1 of a group's keys, as OP_INSERT_BATCH does
+	 * (without its job type and role check: lookup_many's); sets
+	 * inserted[i] for each key it inserted;
+	 * complete_many: the fenced completion of a group's keys, as
+	 * OP_COMPLETE would do each, with the fenced_role() variant v and its
+	 * $6, $7; sets done[i] for each key it completed.
+	 */
+	int64		(*group_of) (const Store *s, text *key);
+	void		(*lookup_many) (const Store *s, text *job_type, int n, text *const *keys,
+								OperationState *states, BatchJobType *jt);
+	void		(*insert_many) (const Store *s, const InsertRows *rows, bool *inserted);
+	void		(*complete_many) (const Store *s, StoreVariant v, Datum caller, Datum role,
+								  CompleteRows *rows);
 } StoreBackend;
 
 struct Store
@@ -175,11 +243,18 @@ extern void idem_lookup(const IdemCall *call, text *job_type, text *key,
 						OperationState *state);
 extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 							   OperationState *state);
+extern void idem_mark_returned(int n, const Datum *keys, bool *marks);
+extern int	idem_batch_groups(const Store *s, int n, text *const *keys, int *perm,
+							  int *starts);
+extern void idem_worker_lookup_many(const IdemCall *call, text *job_type, int n,
+									text *const *keys, OperationState *states,
+									BatchJobType *jt);
 extern void idem_define_settings(void);
 
 /* statements.c: the statement table and its runner */
 extern uint64 idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values,
 						   const char *nulls, long count);
+extern char *idem_insert_rows_sql(int rows, Oid *types);
 extern Portal idem_cursor(const Store *s, StoreOp op, StoreVariant v, Datum *values,
 						  const char *nulls);
 
@@ -270,6 +345,7 @@ extern void idem_routed_store(Store *s);
 
 /* store_shard.c: the local shard */
 extern bool idem_shard_store(Oid ops_relid, Oid jt_relid, text *key, Store *s);
+extern int64 idem_shard_of(Oid ops_relid, Oid jt_relid, text *key);
 extern void idem_shard_define_settings(void);
 
 #endif							/* IDEMPOTENCY_STORE_H */

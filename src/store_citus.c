@@ -18,6 +18,10 @@
  *	- The insert is one row of VALUES, which Citus routes and counts.
  *	- The purge goes by job type, not by ctid (ctids are per shard).
  *	- Plans are custom at every execution (see routed_backend below).
+ *	- A batch's keys go by shard: one statement reads the records of one
+ *	  shard's keys, one inserts them, one completes them (the batch
+ *	  statements below), where a key alone would cost three routed
+ *	  statements to claim and two to complete.
  *	- No direct heap path: the tables here are empty shells.
  *
  *-------------------------------------------------------------------------
@@ -27,12 +31,17 @@
 #include "access/genam.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "catalog/pg_type.h"
 #include "catalog/pg_namespace.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 
@@ -60,6 +69,12 @@ static StoreVariant routed_fenced_role(const Store *s, const IdemCall *call, tex
 static int64 routed_purge(const Store *s, Datum now, int32 batch_size);
 static int64 routed_purge_range(const Store *s, Datum now, ItemPointer first,
 								ItemPointer end, int64 first_block);
+static int64 routed_group_of(const Store *s, text *key);
+static void routed_lookup_many(const Store *s, text *job_type, int n, text *const *keys,
+							   OperationState *states, BatchJobType *jt);
+static void routed_insert_many(const Store *s, const InsertRows *rows, bool *inserted);
+static void routed_complete_many(const Store *s, StoreVariant v, Datum caller, Datum role,
+								 CompleteRows *rows);
 
 /*
  * Plans are custom at every execution (CURSOR_OPT_CUSTOM_PLAN), never the
@@ -84,6 +99,10 @@ static const StoreBackend routed_backend = {
 	.fenced_role = routed_fenced_role,
 	.purge = routed_purge,
 	.purge_range = routed_purge_range,
+	.group_of = routed_group_of,
+	.lookup_many = routed_lookup_many,
+	.insert_many = routed_insert_many,
+	.complete_many = routed_complete_many,
 };
 
 static void
@@ -267,4 +286,201 @@ routed_purge_range(const Store *s, Datum now, ItemPointer first pg_attribute_unu
 				   ItemPointer end pg_attribute_unused(), int64 first_block)
 {
 	return first_block == 0 ? routed_purge(s, now, 0) : 0;
+}
+
+/*
+ * The batch statements (StoreBackend's batch members): a claim or
+ * complete batch's keys, grouped by shard (idem_batch_groups()), each
+ * group read with one statement, inserted and completed with one.
+ */
+
+/* A batch's group: the shard's place (store_shard.c's map), or -1 */
+static int64
+routed_group_of(const Store *s pg_attribute_unused(), text *key)
+{
+	return idem_shard_of(cache.ops_relid, cache.jt_relid, key);
+}
+
+/* A text[] of n keys */
+static Datum
+key_array(int n, const Datum *keys)
+{
+	return PointerGetDatum(construct_array(unconstify(Datum *, keys), n, TEXTOID, -1, false,
+										   TYPALIGN_INT));
+}
+
+/* The columns of OP_LOOKUP_RECORDS: the record's, after the key */
+static const LookupColumns routed_many_columns = {1, 2, 3, 0, 4, 2, 3, 4, 0, 5, 6, 7};
+
+/*
+ * The records of n distinct keys of one group, in the batch's order, with
+ * one statement; the job type once per batch (the batch calls have every
+ * capability: the worker_role by name). The records' fingerprints and
+ * results point into this statement's tuple table, kept until the batch's
+ * SPI connection ends.
+ */
+static void
+routed_lookup_many(const Store *s, text *job_type, int n, text *const *keys,
+				   OperationState *states, BatchJobType *jt)
+{
+	Datum		values[2];
+	Datum	   *k;
+	int			i;
+
+	values[0] = PointerGetDatum(job_type);
+	if (!jt->read)
+	{
+		idem_state_init(&jt->state);
+		if (idem_execute(s, OP_LOOKUP_JOB_TYPE, VARIANT_BASE, values, NULL, 1) == 1)
+			idem_decode_job_type(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								 &routed_many_columns, &jt->state, &jt->lease);
+		jt->read = true;
+	}
+	for (i = 0; i < n; i++)
+		states[i] = jt->state;
+	if (!jt->state.job_type_found || n == 0)
+		return;
+
+	k = palloc(sizeof(Datum) * n);
+	for (i = 0; i < n; i++)
+		k[i] = PointerGetDatum(keys[i]);
+	values[1] = key_array(n, k);
+	(void) idem_execute(s, OP_LOOKUP_RECORDS, VARIANT_BASE, values, NULL, 0);
+
+	/* each row to its key, among the keys in the batch's order */
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		SPITupleTable *t = SPI_tuptable;
+		bool		isnull;
+		text	   *key = DatumGetTextPP(SPI_getbinval(t->vals[r], t->tupdesc, 1, &isnull));
+		int			lo = 0;
+		int			hi = n - 1;
+
+		while (lo <= hi)
+		{
+			int			mid = lo + (hi - lo) / 2;
+			int			c = idem_text_cmp(key, keys[mid]);
+
+			if (c == 0)
+			{
+				(void) idem_decode_record(t->vals[r], t->tupdesc, &routed_many_columns,
+										  &states[mid], &jt->lease);
+				break;
+			}
+			if (c < 0)
+				hi = mid - 1;
+			else
+				lo = mid + 1;
+		}
+	}
+	pfree(k);
+}
+
+/*
+ * The insert's kept plans by number of rows (idem_insert_rows_sql()); a
+ * group of more keys goes in statements of at most this many.
+ */
+#define ROUTED_INSERT_ROWS	16
+static SPIPlanPtr insert_plans[ROUTED_INSERT_ROWS + 1];
+
+static SPIPlanPtr
+insert_plan(int rows)
+{
+	if (insert_plans[rows] == NULL)
+	{
+		Oid			types[3 + 3 * ROUTED_INSERT_ROWS];
+		char	   *sql = idem_insert_rows_sql(rows, types);
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, 3 + 3 * rows, types,
+											  routed_backend.cursor_options);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for the routed insert of %d rows: %s",
+				 rows, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		insert_plans[rows] = plan;
+		pfree(sql);
+	}
+	return insert_plans[rows];
+}
+
+/* Attempt 1 of a group's keys, ROUTED_INSERT_ROWS keys a statement */
+static void
+routed_insert_many(const Store *s pg_attribute_unused(), const InsertRows *rows,
+				   bool *inserted)
+{
+	Datum		values[3 + 3 * ROUTED_INSERT_ROWS];
+	char		nulls[3 + 3 * ROUTED_INSERT_ROWS];
+
+	for (int first = 0; first < rows->n; first += ROUTED_INSERT_ROWS)
+	{
+		int			m = Min(rows->n - first, ROUTED_INSERT_ROWS);
+		int			rc;
+
+		memset(nulls, ' ', sizeof(nulls));
+		values[0] = PointerGetDatum(rows->job_type);
+		values[1] = TimestampTzGetDatum(rows->now);
+		values[2] = PointerGetDatum(rows->worker);
+		if (rows->worker == NULL)
+			nulls[2] = 'n';
+		for (int i = 0; i < m; i++)
+		{
+			int			p = 3 + 3 * i;
+
+			values[p] = rows->keys[first + i];
+			values[p + 1] = rows->fingerprints[first + i];
+			nulls[p + 1] = rows->fingerprint_nulls[first + i] ? 'n' : ' ';
+			values[p + 2] = rows->digests[first + i];
+			nulls[p + 2] = rows->digest_nulls[first + i] ? 'n' : ' ';
+		}
+		rc = SPI_execute_plan(insert_plan(m), values, nulls, false, 0);
+		if (rc < 0)
+			elog(ERROR, "SPI_execute_plan failed for the routed insert of %d rows: %s",
+				 m, SPI_result_code_string(rc));
+		idem_mark_returned(m, rows->keys + first, inserted + first);
+	}
+}
+
+/*
+ * The fenced completions of a group's distinct keys, with one statement:
+ * each key's attempt and result in one jsonb object (OP_COMPLETE_MANY).
+ */
+static void
+routed_complete_many(const Store *s, StoreVariant v, Datum caller, Datum role,
+					 CompleteRows *rows)
+{
+	Datum		values[7];
+	char		nulls[7] = "       ";
+	StringInfoData json;
+
+	initStringInfo(&json);
+	appendStringInfoChar(&json, '{');
+	for (int i = 0; i < rows->n; i++)
+	{
+		if (i > 0)
+			appendStringInfoString(&json, ", ");
+		escape_json(&json, idem_text(DatumGetTextPP(rows->keys[i])));
+		appendStringInfo(&json, ": [%d", DatumGetInt32(rows->attempts[i]));
+		if (!rows->result_nulls[i])
+		{
+			Jsonb	   *r = DatumGetJsonbP(rows->results[i]);
+
+			appendStringInfoString(&json, ", ");
+			(void) JsonbToCString(&json, &r->root, VARSIZE(r));
+		}
+		appendStringInfoChar(&json, ']');
+	}
+	appendStringInfoChar(&json, '}');
+
+	values[0] = PointerGetDatum(rows->job_type);
+	values[1] = key_array(rows->n, rows->keys);
+	values[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+	values[3] = TimestampTzGetDatum(rows->now);
+	values[4] = (Datum) 0;		/* unused */
+	nulls[4] = 'n';
+	values[5] = caller;
+	values[6] = role;
+	(void) idem_execute(s, OP_COMPLETE_MANY, v, values, nulls, 0);
+	idem_mark_returned(rows->n, rows->keys, rows->done);
+	pfree(json.data);
 }

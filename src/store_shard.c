@@ -489,6 +489,14 @@ find_shard(int32 hash)
 	return -1;
 }
 
+/* The position of `key`'s shard, hashed as Citus hashes it, or -1 */
+static int
+key_shard(text *key)
+{
+	return find_shard(DatumGetInt32(DirectFunctionCall1Coll(hashtext, map.collation,
+															PointerGetDatum(key))));
+}
+
 /* Does this backend serve another node's connection (Citus's own)? */
 static bool
 citus_internal_backend(void)
@@ -625,7 +633,6 @@ idem_shard_store(Oid ops_relid, Oid jt_relid, text *key, Store *s)
 
 	for (tries = 0; tries < 3; tries++)
 	{
-		int32		hash;
 		int			i;
 		int64		shardid;
 		LOCKTAG		tag;
@@ -634,9 +641,7 @@ idem_shard_store(Oid ops_relid, Oid jt_relid, text *key, Store *s)
 			map_load(ops_relid, jt_relid);
 		if (!map.usable || (tries == 0 && !direct_allowed()))
 			return false;
-		hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, map.collation,
-													 PointerGetDatum(key)));
-		i = find_shard(hash);
+		i = key_shard(key);
 		if (i < 0 || !map.shards[i].local)
 		{
 			/*
@@ -682,6 +687,24 @@ idem_shard_store(Oid ops_relid, Oid jt_relid, text *key, Store *s)
 		}
 	}
 	return false;
+}
+
+/*
+ * The place of `key`'s shard among the shards of idempotency.operations
+ * (sorted by their hash ranges), or -1 where this node does not know the
+ * map (not the shape the direct path knows): how a batch on the routed
+ * store groups its keys (store_citus.c). No lock: Citus routes the batch's
+ * statements; a group whose keys a split or move has since parted is
+ * routed to each of their shards all the same.
+ */
+int64
+idem_shard_of(Oid ops_relid, Oid jt_relid, text *key)
+{
+	if (!map.valid || map.ops_relid != ops_relid || map.jt_relid != jt_relid)
+		map_load(ops_relid, jt_relid);
+	if (!map.usable)
+		return -1;
+	return key_shard(key);
 }
 
 /*

@@ -445,6 +445,7 @@ def main():
 
     direct_path_cases()
     in_place_cases()
+    batch_cases()
 
     # where the data is
     w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
@@ -728,6 +729,150 @@ def in_place_cases():
         got = outcome(tx)
         report("tx block: claim + colocated row + complete, %s" % where, mode + " (txworker)", want, got,
                got.startswith(want))
+
+
+def batch_cases():
+    """0.4: the batches through the coordinator go by shard: one statement
+    reads a shard's keys, one inserts them, one completes them (the routed
+    store's batch statements, src/store_citus.c); the verdicts and refusals
+    are one node's, under each isolation level; two batches racing on the
+    same keys run each key once and never deadlock."""
+    w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
+    mode = "batch"
+    claim = ("SELECT operation_key, verdict, attempt, result::text FROM idempotency.claim_operations("
+             "'email', %s, %s, 'w', %s)")
+    complete = ("SELECT operation_key, done, sqlstate FROM idempotency.complete_operations("
+                "'email', %s, %s, %s::jsonb[])")
+    levels = (None, "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
+    for level in levels:
+        tag = (level or "autocommit").replace(" ", "")
+        label = level or "autocommit"
+        # several keys on each of three shards of each worker, and more
+        # keys on shards of their own
+        keys = []
+        for port in (w1, w2):
+            first = keys_on(port, 1, "b-%s-a-" % tag)[0]
+            sid = held_by(first)[0]
+            keys += [first] + keys_on(port, 3, "b-%s-s%s-" % (tag, sid), shard=sid)
+            keys += keys_on(port, 6, "b-%s-o-" % tag, other_than=sid)
+        done_key, claimed_key = keys[0], keys[4]
+        admin("SELECT * FROM idempotency.claim_operation('email', %s)", (done_key,))
+        admin("SELECT idempotency.complete_operation('email', %s, 1, '{\"sent\": 1}')", (done_key,))
+        admin("SELECT * FROM idempotency.claim_operation('email', %s)", (claimed_key,))
+        # the caller's order is not the batch's; a key repeated
+        ask = list(reversed(keys)) + [keys[7]]
+        shards = {held_by(k)[0] for k in keys}
+        with connect() as c:
+            seen = []
+            c.add_notice_handler(lambda d: seen.append(d.message_primary or ""))
+            c.execute("SET citus.log_remote_commands = on")
+
+            def run(sql, args):
+                if level is None:
+                    return c.execute(sql, args).fetchall()
+                with c.transaction():
+                    c.execute("SET TRANSACTION ISOLATION LEVEL " + level)
+                    return c.execute(sql, args).fetchall()
+            got = outcome(lambda: run(claim, (ask, None, None)))
+            lookups = sum(1 for m in seen if m.startswith("issuing SELECT operation_key"))
+            inserts = sum(1 for m in seen if m.startswith("issuing INSERT INTO idempotency.operations_"))
+            want_rows = []
+            for i, k in enumerate(ask):
+                if k == done_key:
+                    want_rows.append((k, "completed", 1, '{"sent": 1}'))
+                elif k == claimed_key or i == len(ask) - 1:
+                    want_rows.append((k, "in_progress", 1, None))
+                else:
+                    want_rows.append((k, "run", 1, None))
+            report("claim batch, %d keys on %d shards, %s" % (len(ask), len(shards), label), mode,
+                   "one node's verdicts", "one node's verdicts" if got == str(want_rows) else got)
+            new_shards = {held_by(k)[0] for k in keys if k not in (done_key, claimed_key)}
+            report("... statements: a lookup per shard, an insert per shard of new keys", mode,
+                   "%d, %d" % (len(shards), len(new_shards)), "%d, %d" % (lookups, inserts))
+
+            # complete: the right attempts, one superseded (released and
+            # claimed again), one without a record, a repeat; results
+            other = keys[9]
+            admin("SELECT idempotency.release_operation('email', %s, 1)", (other,))
+            admin("SELECT * FROM idempotency.claim_operation('email', %s)", (other,))
+            fin = [k for k in keys if k not in (done_key, claimed_key)] + ["b-%s-none" % tag, keys[2]]
+            attempts = [1] * len(fin)
+            results = ['{"n": %d}' % i if i % 3 else None for i in range(len(fin))]
+            results[1] = "null"
+            results[-1] = '{"repeat": true}'
+            seen.clear()
+            got = outcome(lambda: run(complete, (fin, attempts, results)))
+            updates = sum(1 for m in seen if m.startswith("issuing UPDATE idempotency.operations_"))
+            want_rows = [(k, k not in (other, "b-%s-none" % tag),
+                          "ID003" if k == other else "ID004" if k.endswith("-none") else None) for k in fin]
+            report("complete batch: done, ID003 superseded, ID004 no record, a repeat, %s" % label, mode,
+                   "one node's outcomes", "one node's outcomes" if got == str(want_rows) else got)
+            fin_shards = {held_by(k)[0] for k in fin}
+            report("... statements: an update per shard, and one per refused or repeated key", mode,
+                   str(len(fin_shards) + 3), str(updates))
+            done_keys = sorted(set(fin) - {other, "b-%s-none" % tag})
+            stored = admin("SELECT string_agg(coalesce(result::text, 'NULL'), ',' ORDER BY operation_key) "
+                           "FROM idempotency.operations WHERE operation_key = ANY(%s) AND status = 'completed'",
+                           (done_keys,))[0][0]
+            # the repeat (last) is done by its first occurrence, whose result stays
+            given = admin("SELECT string_agg(coalesce(r::jsonb::text, 'NULL'), ',' ORDER BY k) "
+                          "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(k, r, n) "
+                          "WHERE k = ANY(%s) AND n < %s",
+                          (fin, results, done_keys, len(fin)))[0][0]
+            report("... the results stored (JSON null and no result apart)", mode, "as given",
+                   "as given" if stored == given and "null" in stored and "NULL" in stored else stored)
+
+        # a fingerprint mismatch raises ID002 and records nothing
+        fresh = keys_on(w1, 2, "b-%s-fp-" % tag) + keys_on(w2, 2, "b-%s-fp-" % tag)
+        admin("SELECT * FROM idempotency.claim_operation('email', %s, 'one')", (fresh[3],))
+        with connect() as c:
+            def fp_batch():
+                if level is None:
+                    return c.execute(claim, (fresh, ["two"] * 4, None)).fetchall()
+                with c.transaction():
+                    c.execute("SET TRANSACTION ISOLATION LEVEL " + level)
+                    return c.execute(claim, (fresh, ["two"] * 4, None)).fetchall()
+            got = outcome(fp_batch).split(":")[0]
+        n = admin("SELECT count(*) FROM idempotency.operations WHERE operation_key = ANY(%s)", (fresh,))[0][0]
+        report("claim batch with a fingerprint mismatch, %s" % label, mode, "ERROR ID002, 1 record",
+               "%s, %d record%s" % (got, n, "" if n == 1 else "s"))
+
+        # two batches on the same 60 keys (both workers), each in its own
+        # order, in transaction blocks at this level, retried on 40001:
+        # every key run exactly once, no deadlock
+        if level is None:
+            continue
+        race = keys_on(w1, 30, "b-%s-race-" % tag) + keys_on(w2, 30, "b-%s-race-" % tag)
+        runs = []
+        errors = []
+        lock = threading.Lock()
+
+        def racer(order):
+            with connect(autocommit=False) as c:
+                for attempt in range(20):
+                    try:
+                        c.execute("SET TRANSACTION ISOLATION LEVEL " + level)
+                        got = c.execute(claim, (order, None, None)).fetchall()
+                        c.commit()
+                        with lock:
+                            runs.extend(r[0] for r in got if r[1] == "run")
+                        return
+                    except psycopg.errors.SerializationFailure:
+                        c.rollback()
+                    except psycopg.Error as e:
+                        c.rollback()
+                        with lock:
+                            errors.append(e.sqlstate)
+                        return
+        ts = [threading.Thread(target=racer, args=(o,)) for o in (race, list(reversed(race)), race[::2] + race[1::2])]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        dup = len(runs) - len(set(runs))
+        report("three batches racing on 60 keys, %s" % label, mode, "60 run once, 0 errors",
+               "%d run once%s, %d errors%s" % (len(set(runs)), " (%d twice)" % dup if dup else "",
+                                                len(errors), (" " + ",".join(errors)) if errors else ""))
 
 
 if __name__ == "__main__":
