@@ -57,8 +57,8 @@
 # (roots run at once, default 2; the machine has 2 cores and most of a run
 # is apt and waiting), TEST_ROOT_TIMEOUT (seconds per root, default 3300).
 # Needs root (debootstrap, mount, chroot); as another user it says so and
-# exits 0. Logs: $CLUSTER_DIR/roots/RELEASE.log (the tail is printed on a
-# failure).
+# exits 0. Logs: $CLUSTER_DIR/roots/RELEASE.log (on a failure, each failed
+# hook's own part of it is printed, then its tail).
 set -uo pipefail
 
 srcdir=${TEST_SRCDIR:-$(pwd)}
@@ -124,10 +124,19 @@ for r in $releases; do
 done
 wait
 
+# hook NAME's part of a root's scripts/test output: from its "== hook"
+# line to the next hook's, or to the summary lines
+hook_output() {
+    awk -v name="$1" '
+        /^== hook / { on = index($0, "/" name ".sh") > 0 }
+        /^== (hooks'"'"' times|failed hooks|done in)/ { on = 0 }
+        on'
+}
+
 passed=0
 failed=0
 for r in $releases; do
-    read -r rc secs <"$logdir/$r.rc" || { rc=1; secs=?; }
+    read -r rc secs <"$logdir/$r.rc" || { rc=1; secs='?'; }
     log=$logdir/$r.log
     matrix=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | head -n 1)
     summary=$(grep -E '^summary: ' "$log" | tail -n 1)
@@ -140,8 +149,15 @@ for r in $releases; do
         echo "ok - $r: matrix $matrix; scripts/test $suites; $secs s${hook_times:+ ($hook_times)}"
         passed=$((passed + 1))
     else
-        echo "not ok - $r: exit $rc after $secs s (matrix: ${matrix:-none}; ${summary:-no summary}${failed_hooks:+; $failed_hooks}); last 150 lines of $log:"
-        tail -n 150 "$log" | sed 's/^/    /'
+        echo "not ok - $r: exit $rc after $secs s (matrix: ${matrix:-none}; ${summary:-no summary}${failed_hooks:+; $failed_hooks})"
+        # each failed hook's own output (the log's tail is mostly the
+        # background hooks' output), then the tail
+        for name in ${failed_hooks#failed hooks: }; do
+            echo "  the output of hook $name in the $r root (its last 150 lines):"
+            hook_output "$name" <"$log" | tail -n 150 | sed 's/^/    /'
+        done
+        echo "  last 60 lines of $log:"
+        tail -n 60 "$log" | sed 's/^/    /'
         failed=$((failed + 1))
     fi
 done
