@@ -14,8 +14,8 @@
  * batch and check the caller's worker_role once per batch (HeapBatch).
  * Where Citus routes every statement (store_citus.c), a batch instead
  * reads each shard's keys with one statement, inserts them with one and
- * completes them with one (StoreBackend's batch members). What a batch
- * adds:
+ * completes or releases them with one (StoreBackend's batch members). What
+ * a batch adds:
  *
  * Order. The keys are taken in one deterministic order (by their bytes;
  * where Citus routes the statements, shard by shard and by their bytes
@@ -315,7 +315,7 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 	Outcome    *outcomes;
 	IdemCaps	caps = idem_caps(IDEM_API_LATEST);
 	CompleteBatch *cb = NULL;
-	bool	   *done = NULL;
+	bool	   *done;
 	int			i;
 
 	(void) array_arg(fcinfo, 1, "operation_keys", TEXTOID, true, &keys);
@@ -351,7 +351,6 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 
 	PreventCommandDuringRecovery(fname);
 	PreventCommandIfReadOnly(fname);
-	if (complete)
 	{
 		text	  **sorted = palloc(sizeof(text *) * keys.n);
 		int32	   *sorted_attempts = palloc(sizeof(int32) * keys.n);
@@ -370,17 +369,18 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 				sorted_results[i] = results.values[k];
 		}
 		done = palloc0(sizeof(bool) * keys.n);
-		cb = idem_complete_batch_begin(&caps);
-		idem_complete_batch_many(cb, job_type, keys.n, sorted, sorted_attempts,
-								 sorted_results, sorted_nulls, done);
+		idem_fenced_batch_many(&caps, complete, job_type, keys.n, sorted, sorted_attempts,
+							   complete ? sorted_results : NULL, sorted_nulls, done);
 	}
+	if (complete)
+		cb = idem_complete_batch_begin(&caps);
 	for (i = 0; i < keys.n; i++)
 	{
 		int			k = order[i].index;
 		int32		attempt = DatumGetInt32(attempts.values[k]);
 
 		CHECK_FOR_INTERRUPTS();
-		if (done != NULL && done[i])
+		if (done[i])
 			outcomes[k].done = true;
 		else if (complete)
 		{

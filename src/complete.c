@@ -299,19 +299,19 @@ idem_complete_batch_key(CompleteBatch *cb, text *job_type, text *key, int32 atte
 }
 
 /*
- * On a store with batch statements (the routed store), complete the keys
- * of a batch group by group, one statement a group, before they go one by
- * one: keys[0..n) in the batch's order, done[i] set for each key completed
- * here. A key the statement did not complete (a repeat, a record that
- * refuses, one already completed by this attempt) is left to
- * idem_complete_batch_key(), whose lookup says why. The caller's right is
- * checked once, as the fenced updates check it (fenced_role()). Does
- * nothing on a store without them.
+ * On a store with batch statements (the routed store), complete (or
+ * release) the keys of a batch group by group, one statement a group,
+ * before they go one by one: keys[0..n) in the batch's order, done[i] set
+ * for each key done here. A key the statement did not update (a repeat, a
+ * record that refuses, one already done by this attempt) is left to the
+ * single call's way, whose lookup says why. The caller's right is checked
+ * once, as the fenced updates check it (fenced_role()). `results`: NULL
+ * for a release. Does nothing on a store without them.
  */
 void
-idem_complete_batch_many(CompleteBatch *cb, text *job_type, int n, text *const *keys,
-						 const int32 *attempts, const Datum *results,
-						 const bool *result_nulls, bool *done)
+idem_fenced_batch_many(const IdemCaps *caps, bool complete, text *job_type, int n,
+					   text *const *keys, const int32 *attempts, const Datum *results,
+					   const bool *result_nulls, bool *done)
 {
 	IdemCall	call;
 	Datum		caller;
@@ -321,13 +321,14 @@ idem_complete_batch_many(CompleteBatch *cb, text *job_type, int n, text *const *
 	int		   *perm;
 	int		   *starts;
 	int			ngroups;
-	CompleteRows rows;
+	FencedRows	rows;
 	Store		store;
 
 	idem_store_choose(NULL, &store);
-	if (store.backend->complete_many == NULL || n == 0)
+	if (store.backend->fenced_many == NULL || n == 0)
 		return;
-	idem_begin_worker(&call, "complete_operations()", &cb->caps, &store);
+	idem_begin_worker(&call, complete ? "complete_operations()" : "release_operations()",
+					  caps, &store);
 	v = call.store.backend->fenced_role(&call.store, &call, job_type, &caller, &role, names);
 	perm = palloc(sizeof(int) * n);
 	starts = palloc(sizeof(int) * (n + 1));
@@ -335,8 +336,8 @@ idem_complete_batch_many(CompleteBatch *cb, text *job_type, int n, text *const *
 	rows.job_type = job_type;
 	rows.keys = palloc(sizeof(Datum) * n);
 	rows.attempts = palloc(sizeof(Datum) * n);
-	rows.results = palloc(sizeof(Datum) * n);
-	rows.result_nulls = palloc(sizeof(bool) * n);
+	rows.results = complete ? palloc(sizeof(Datum) * n) : NULL;
+	rows.result_nulls = complete ? palloc(sizeof(bool) * n) : NULL;
 	rows.done = palloc(sizeof(bool) * n);
 	for (int g = 0; g < ngroups; g++)
 	{
@@ -351,17 +352,22 @@ idem_complete_batch_many(CompleteBatch *cb, text *job_type, int n, text *const *
 				continue;
 			rows.keys[m] = PointerGetDatum(keys[k]);
 			rows.attempts[m] = Int32GetDatum(attempts[k]);
-			rows.results[m] = results[k];
-			rows.result_nulls[m] = result_nulls[k];
+			if (complete)
+			{
+				rows.results[m] = results[k];
+				rows.result_nulls[m] = result_nulls[k];
+			}
 			rows.done[m] = false;
 			m++;
 		}
 		rows.n = m;
 		rows.now = GetCurrentTimestamp();
 		CHECK_FOR_INTERRUPTS();
-		call.store.backend->complete_many(&call.store, v, caller, role, &rows);
+		call.store.backend->fenced_many(&call.store,
+										complete ? OP_COMPLETE_MANY : OP_RELEASE_MANY,
+										v, caller, role, &rows);
 
-		/* done: the first occurrence of each key the statement completed */
+		/* done: the first occurrence of each key the statement updated */
 		m = 0;
 		for (int i = starts[g]; i < starts[g + 1]; i++)
 		{

@@ -142,10 +142,10 @@ extern CompleteBatch *idem_complete_batch_begin(const IdemCaps *caps);
 extern bool idem_complete_batch_key(CompleteBatch *cb, text *job_type, text *key,
 									int32 attempt, Datum result, bool result_isnull,
 									IdemRefusal *r);
-extern void idem_complete_batch_many(CompleteBatch *cb, text *job_type, int n,
-									 text *const *keys, const int32 *attempts,
-									 const Datum *results, const bool *result_nulls,
-									 bool *done);
+extern void idem_fenced_batch_many(const IdemCaps *caps, bool complete, text *job_type,
+								   int n, text *const *keys, const int32 *attempts,
+								   const Datum *results, const bool *result_nulls,
+								   bool *done);
 extern void idem_complete_batch_end(CompleteBatch *cb);
 extern bool idem_release_one(const IdemCaps *caps, bool single, text *job_type, text *key,
 							 int32 attempt, IdemRefusal *r);

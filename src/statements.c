@@ -427,6 +427,21 @@ static const StatementDef statements[SET_COUNT][OP_COUNT][VARIANT_COUNT] = {
 				{COMPLETE_MANY_PARAMS, {"caller_name", NAMEOID}, {"worker_role_name", NAMEOID}}
 			},
 		},
+		/* ... and release_operation()'s ($3: [attempt] per key) */
+#define RELEASE_MANY_SQL(extra) \
+	"UPDATE idempotency.operations o" \
+	" SET status = 'released', completed_at = NULL, result = NULL" \
+	" WHERE o.job_type" EQ "$1 AND o.operation_key" EQ "ANY ($2)" \
+	" AND o.attempt" EQ "(($3" COMPLETE_MANY_OF ") OPERATOR(pg_catalog.->>) 0)::pg_catalog.int4" \
+	" AND (o.status" EQ "'claimed' OR o.status" EQ "'skipped')" extra \
+	" RETURNING o.operation_key::pg_catalog.text"
+		[OP_RELEASE_MANY] = {
+			[VARIANT_BASE] = {RELEASE_MANY_SQL(""), 5, {COMPLETE_MANY_PARAMS}},
+			[VARIANT_ROLE_NAME] = {
+				RELEASE_MANY_SQL(ROLE_MAY_WORK_BY_NAME), 7,
+				{COMPLETE_MANY_PARAMS, {"caller_name", NAMEOID}, {"worker_role_name", NAMEOID}}
+			},
+		},
 		[OP_RELEASE] = {
 			[VARIANT_ROLE_NAME] = {
 				RELEASE_SQL(ROLE_MAY_WORK_BY_NAME), 7, {ROUTED_FENCED_PARAMS}

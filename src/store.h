@@ -43,6 +43,7 @@ typedef enum StoreOp
 	OP_INSERT_BATCH,			/* attempt 1 of many keys */
 	OP_LOOKUP_RECORDS,			/* many keys' records (routed store) */
 	OP_COMPLETE_MANY,			/* many keys' fenced completions (routed) */
+	OP_RELEASE_MANY,			/* many keys' fenced releases (routed) */
 	OP_TAKE_OVER,				/* a record as read gets attempt + 1 */
 	OP_SKIP,					/* a stale claim as read becomes skipped */
 	OP_COMPLETE,				/* the fenced updates */
@@ -144,18 +145,21 @@ typedef struct InsertRows
 	bool	   *digest_nulls;
 } InsertRows;
 
-/* The fenced completions of many keys of one job type, and what they did */
-typedef struct CompleteRows
+/*
+ * The fenced completions or releases of many keys of one job type, and what
+ * they did
+ */
+typedef struct FencedRows
 {
 	int			n;
 	text	   *job_type;
 	TimestampTz now;
 	Datum	   *keys;			/* text, in the batch's order */
 	Datum	   *attempts;		/* int4 */
-	Datum	   *results;		/* jsonb */
+	Datum	   *results;		/* jsonb (complete) */
 	bool	   *result_nulls;
-	bool	   *done;			/* out: completed by this statement */
-} CompleteRows;
+	bool	   *done;			/* out: done by this statement */
+} FencedRows;
 
 /*
  * A backend: its statements and what it does differently. Every function
@@ -198,16 +202,17 @@ typedef struct StoreBackend
 	 * insert_many: attempt 1 of a group's keys, as OP_INSERT_BATCH does
 	 * (without its job type and role check: lookup_many's); sets
 	 * inserted[i] for each key it inserted;
-	 * complete_many: the fenced completion of a group's keys, as
-	 * OP_COMPLETE would do each, with the fenced_role() variant v and its
-	 * $6, $7; sets done[i] for each key it completed.
+	 * fenced_many: the fenced completion (op OP_COMPLETE_MANY) or release
+	 * (OP_RELEASE_MANY) of a group's distinct keys, as OP_COMPLETE or
+	 * OP_RELEASE would do each, with the fenced_role() variant v and its
+	 * $6, $7; sets done[i] for each key it updated.
 	 */
 	int64		(*group_of) (const Store *s, text *key);
 	void		(*lookup_many) (const Store *s, text *job_type, int n, text *const *keys,
 								OperationState *states, BatchJobType *jt);
 	void		(*insert_many) (const Store *s, const InsertRows *rows, bool *inserted);
-	void		(*complete_many) (const Store *s, StoreVariant v, Datum caller, Datum role,
-								  CompleteRows *rows);
+	void		(*fenced_many) (const Store *s, StoreOp op, StoreVariant v, Datum caller,
+								Datum role, FencedRows *rows);
 } StoreBackend;
 
 struct Store

@@ -73,8 +73,8 @@ static int64 routed_group_of(const Store *s, text *key);
 static void routed_lookup_many(const Store *s, text *job_type, int n, text *const *keys,
 							   OperationState *states, BatchJobType *jt);
 static void routed_insert_many(const Store *s, const InsertRows *rows, bool *inserted);
-static void routed_complete_many(const Store *s, StoreVariant v, Datum caller, Datum role,
-								 CompleteRows *rows);
+static void routed_fenced_many(const Store *s, StoreOp op, StoreVariant v, Datum caller,
+							   Datum role, FencedRows *rows);
 
 /*
  * Plans are custom at every execution (CURSOR_OPT_CUSTOM_PLAN), never the
@@ -102,7 +102,7 @@ static const StoreBackend routed_backend = {
 	.group_of = routed_group_of,
 	.lookup_many = routed_lookup_many,
 	.insert_many = routed_insert_many,
-	.complete_many = routed_complete_many,
+	.fenced_many = routed_fenced_many,
 };
 
 static void
@@ -442,12 +442,13 @@ routed_insert_many(const Store *s pg_attribute_unused(), const InsertRows *rows,
 }
 
 /*
- * The fenced completions of a group's distinct keys, with one statement:
- * each key's attempt and result in one jsonb object (OP_COMPLETE_MANY).
+ * The fenced completions or releases of a group's distinct keys, with one
+ * statement: each key's attempt and result in one jsonb object
+ * (OP_COMPLETE_MANY, OP_RELEASE_MANY).
  */
 static void
-routed_complete_many(const Store *s, StoreVariant v, Datum caller, Datum role,
-					 CompleteRows *rows)
+routed_fenced_many(const Store *s, StoreOp op, StoreVariant v, Datum caller, Datum role,
+				   FencedRows *rows)
 {
 	Datum		values[7];
 	char		nulls[7] = "       ";
@@ -461,7 +462,7 @@ routed_complete_many(const Store *s, StoreVariant v, Datum caller, Datum role,
 			appendStringInfoString(&json, ", ");
 		escape_json(&json, idem_text(DatumGetTextPP(rows->keys[i])));
 		appendStringInfo(&json, ": [%d", DatumGetInt32(rows->attempts[i]));
-		if (!rows->result_nulls[i])
+		if (rows->results != NULL && !rows->result_nulls[i])
 		{
 			Jsonb	   *r = DatumGetJsonbP(rows->results[i]);
 
@@ -480,7 +481,7 @@ routed_complete_many(const Store *s, StoreVariant v, Datum caller, Datum role,
 	nulls[4] = 'n';
 	values[5] = caller;
 	values[6] = role;
-	(void) idem_execute(s, OP_COMPLETE_MANY, v, values, nulls, 0);
+	(void) idem_execute(s, op, v, values, nulls, 0);
 	idem_mark_returned(rows->n, rows->keys, rows->done);
 	pfree(json.data);
 }

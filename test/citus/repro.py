@@ -733,7 +733,7 @@ def in_place_cases():
 
 def batch_cases():
     """0.4: the batches through the coordinator go by shard: one statement
-    reads a shard's keys, one inserts them, one completes them (the routed
+    reads a shard's keys, one inserts them, one completes or releases them (the routed
     store's batch statements, src/store_citus.c); the verdicts and refusals
     are one node's, under each isolation level; two batches racing on the
     same keys run each key once and never deadlock."""
@@ -821,6 +821,23 @@ def batch_cases():
                           (fin, results, done_keys, len(fin)))[0][0]
             report("... the results stored (JSON null and no result apart)", mode, "as given",
                    "as given" if stored == given and "null" in stored and "NULL" in stored else stored)
+
+            # release: fresh claims, and a completed key (ID005)
+            rel = keys_on(w1, 4, "b-%s-rel-" % tag) + keys_on(w2, 4, "b-%s-rel-" % tag)
+            admin("SELECT count(*) FROM idempotency.claim_operations('email', %s)", (rel,))
+            rel_shards = {held_by(k)[0] for k in rel} | {held_by(done_key)[0]}
+            seen.clear()
+            got = outcome(lambda: run("SELECT operation_key, done, sqlstate FROM idempotency.release_operations("
+                                      "'email', %s, %s)", (rel + [done_key], [1] * (len(rel) + 1))))
+            updates = sum(1 for m in seen if m.startswith("issuing UPDATE idempotency.operations_"))
+            want_rows = [(k, True, None) for k in rel] + [(done_key, False, "ID005")]
+            report("release batch: done, ID005 completed, %s" % label, mode, "one node's outcomes",
+                   "one node's outcomes" if got == str(want_rows) else got)
+            report("... statements: an update per shard, and one per refused key", mode,
+                   str(len(rel_shards) + 1), str(updates))
+            got = admin("SELECT string_agg(DISTINCT status::text, ',') FROM idempotency.operations "
+                        "WHERE operation_key = ANY(%s)", (rel,))[0][0]
+            report("... the records", mode, "released", got)
 
         # a fingerprint mismatch raises ID002 and records nothing
         fresh = keys_on(w1, 2, "b-%s-fp-" % tag) + keys_on(w2, 2, "b-%s-fp-" % tag)
