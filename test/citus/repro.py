@@ -839,6 +839,14 @@ def batch_cases():
                         "WHERE operation_key = ANY(%s)", (rel,))[0][0]
             report("... the records", mode, "released", got)
 
+        # the same batches, with fingerprints, deliveries, wait => false,
+        # repeats, refusals and takeovers, on a plain one-node database on
+        # the coordinator (no Citus there) and through Citus: the same rows
+        # and the same errors, statement by statement
+        same, first_diff = batch_differential(tag, level)
+        report("batches with deliveries etc.: Citus answers as a plain database, %s" % label, mode,
+               "the same", "the same" if same else first_diff)
+
         # a fingerprint mismatch raises ID002 and records nothing
         fresh = keys_on(w1, 2, "b-%s-fp-" % tag) + keys_on(w2, 2, "b-%s-fp-" % tag)
         admin("SELECT * FROM idempotency.claim_operation('email', %s, 'one')", (fresh[3],))
@@ -891,6 +899,62 @@ def batch_cases():
                "%d run once%s, %d errors%s" % (len(set(runs)), " (%d twice)" % dup if dup else "",
                                                 len(errors), (" " + ",".join(errors)) if errors else ""))
 
+
+def batch_differential(tag, level):
+    """Run one script of batch calls on the coordinator's distributed tables
+    and on a plain database of the coordinator (created once, no Citus in
+    it); returns (True, None) when every statement answered alike, else
+    (False, the first difference)."""
+    with connect() as c:
+        if not c.execute("SELECT 1 FROM pg_database WHERE datname = 'plain_batches'").fetchone():
+            c.execute("CREATE DATABASE plain_batches")
+    plain = psycopg.connect(user="postgres", dbname="plain_batches", autocommit=True)
+    if not plain.execute("SELECT 1 FROM pg_extension WHERE extname = 'idempotency'").fetchone():
+        plain.execute("CREATE EXTENSION idempotency")
+        plain.execute("INSERT INTO idempotency.job_types (job_type, lease, stale_policy) "
+                      "VALUES ('email', '10 minutes', 'hold')")
+    k = ["bd-%s-%d" % (tag, i) for i in range(8)]
+    script = [
+        ("claim", [k[:4], ["f", "f", None, "g"], ["t1", "t2", "t3", None], True]),
+        ("claim", [[k[3], k[2], k[1], k[0], k[4]], ["g", None, "f", "f", "h"],
+                   [None, "t3", "x2", "t1", "t5"], False]),
+        ("complete", [[k[0], k[1], k[4]], [1, 1, 1], ['{"a": 1}', None, '"s"']]),
+        ("claim", [[k[0], k[1], k[2], k[4], k[4]], ["f", "f", None, "h", "h"],
+                   ["t1", "t9", "t3", "t5", "t5"], True]),
+        ("release", [[k[2], k[3], k[0]], [1, 1, 1]]),
+        ("claim", [[k[2], k[3], k[5]], None, ["n3", "n4", "n6"], True]),
+        ("complete", [[k[2], k[3], k[5], k[6]], [1, 2, 1, 1], None]),
+        ("claim", [[k[0], k[7]], ["zzz", "q"], None, True]),
+        ("records", [k]),
+    ]
+    sql = {
+        "claim": "SELECT * FROM idempotency.claim_operations('email', %s::text[], %s::text[], 'w', %s::text[], %s)",
+        "complete": "SELECT operation_key, done, sqlstate, message FROM idempotency.complete_operations("
+                    "'email', %s::text[], %s::int[], %s::jsonb[])",
+        "release": "SELECT operation_key, done, sqlstate, message FROM idempotency.release_operations("
+                   "'email', %s::text[], %s::int[])",
+        "records": "SELECT operation_key, status::text, attempt, fingerprint, result::text, delivery IS NOT NULL "
+                   "FROM idempotency.operations WHERE operation_key = ANY(%s) ORDER BY 1",
+    }
+    dist = connect()
+
+    def answer(conn, what, args):
+        def go():
+            if level is None:
+                return conn.execute(sql[what], args).fetchall()
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL " + level)
+                return conn.execute(sql[what], args).fetchall()
+        return outcome(go)
+    try:
+        for n, (what, args) in enumerate(script):
+            a, b = answer(plain, what, args), answer(dist, what, args)
+            if a != b:
+                return False, "step %d (%s): plain %s, Citus %s" % (n + 1, what, a[:150], b[:150])
+        return True, None
+    finally:
+        plain.close()
+        dist.close()
 
 if __name__ == "__main__":
     sys.exit(main())
