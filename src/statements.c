@@ -584,6 +584,43 @@ idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values, const ch
 	return SPI_processed;
 }
 
+/*
+ * The keys a batch statement returned (SPI_tuptable's first column, text,
+ * each at most once), marked among keys[0..n), which are distinct and in
+ * the batch's order (idem_text_cmp()), whatever order the rows come in.
+ */
+void
+idem_mark_returned(int n, const Datum *keys, bool *marks)
+{
+	uint64		r;
+
+	for (r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+		int			lo = 0;
+		int			hi = n - 1;
+
+		while (lo <= hi)
+		{
+			int			mid = lo + (hi - lo) / 2;
+			int			c = idem_text_cmp(k, DatumGetTextPP(keys[mid]));
+
+			if (c == 0)
+			{
+				marks[mid] = true;
+				break;
+			}
+			if (c < 0)
+				hi = mid - 1;
+			else
+				lo = mid + 1;
+		}
+		Assert(lo <= hi);
+	}
+}
+
 /* Open a cursor on one prepared statement */
 Portal
 idem_cursor(const Store *s, StoreOp op, StoreVariant v, Datum *values, const char *nulls)

@@ -248,7 +248,6 @@ extern void idem_lookup(const IdemCall *call, text *job_type, text *key,
 						OperationState *state);
 extern void idem_worker_lookup(const IdemCall *call, text *job_type, text *key,
 							   OperationState *state);
-extern void idem_mark_returned(int n, const Datum *keys, bool *marks);
 extern int	idem_batch_groups(const Store *s, int n, text *const *keys, int *perm,
 							  int *starts);
 extern void idem_worker_lookup_many(const IdemCall *call, text *job_type, int n,
@@ -260,6 +259,7 @@ extern void idem_define_settings(void);
 extern uint64 idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values,
 						   const char *nulls, long count);
 extern char *idem_insert_rows_sql(int rows, Oid *types);
+extern void idem_mark_returned(int n, const Datum *keys, bool *marks);
 extern Portal idem_cursor(const Store *s, StoreOp op, StoreVariant v, Datum *values,
 						  const char *nulls);
 

@@ -451,7 +451,7 @@ routed_fenced_many(const Store *s, StoreOp op, StoreVariant v, Datum caller, Dat
 				   FencedRows *rows)
 {
 	Datum		values[7];
-	char		nulls[7] = "       ";
+	char		nulls[7];
 	StringInfoData json;
 
 	initStringInfo(&json);
@@ -473,6 +473,7 @@ routed_fenced_many(const Store *s, StoreOp op, StoreVariant v, Datum caller, Dat
 	}
 	appendStringInfoChar(&json, '}');
 
+	memset(nulls, ' ', sizeof(nulls));
 	values[0] = PointerGetDatum(rows->job_type);
 	values[1] = key_array(rows->n, rows->keys);
 	values[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
