@@ -3,6 +3,7 @@
 # into queue/, taken by a rename into the worker's processing directory),
 # for the catalogue's Ruby workers (worker.rb on the plain calls,
 # ../sidekiq/worker.rb on the Sidekiq middleware).
+require "fileutils"
 require "json"
 require "securerandom"
 
@@ -10,7 +11,9 @@ def spool
   base = [ENV["SIGNOFF_TEST_DIR"], ENV["TMPDIR"], "/tmp"].find { |d| d && !d.empty? }
   run = ENV["IDEMPOTENCY_SIGNOFF_RUN"] or abort("#{$PROGRAM_NAME}: IDEMPOTENCY_SIGNOFF_RUN is not set")
   path = File.join(base, "spool-#{run}")
-  %w[queue tmp processing pids].each { |d| Dir.mkdir(File.join(path, d)) rescue Errno::EEXIST }
+  # with its parents, as dirqueue.py and dirqueue.mjs do: a worker may start
+  # before the runner's first enqueue has made the spool
+  %w[queue tmp processing pids].each { |d| FileUtils.mkdir_p(File.join(path, d)) }
   path
 end
 
@@ -47,7 +50,7 @@ end
 # this worker's processing directory (made) and its pid file, in the spool
 def register(spool)
   mine = File.join(spool, "processing", Process.pid.to_s)
-  Dir.mkdir(mine) rescue Errno::EEXIST
+  FileUtils.mkdir_p(mine)
   File.write(File.join(spool, "pids", Process.pid.to_s), "#{Process.pid}\n")
   mine
 end
