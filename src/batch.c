@@ -351,6 +351,8 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 
 	PreventCommandDuringRecovery(fname);
 	PreventCommandIfReadOnly(fname);
+	done = palloc0(sizeof(bool) * keys.n);
+	if (idem_batch_statements())
 	{
 		text	  **sorted = palloc(sizeof(text *) * keys.n);
 		int32	   *sorted_attempts = palloc(sizeof(int32) * keys.n);
@@ -368,7 +370,6 @@ finish_batch(FunctionCallInfo fcinfo, bool complete)
 			if (!sorted_nulls[i])
 				sorted_results[i] = results.values[k];
 		}
-		done = palloc0(sizeof(bool) * keys.n);
 		idem_fenced_batch_many(&caps, complete, job_type, keys.n, sorted, sorted_attempts,
 							   complete ? sorted_results : NULL, sorted_nulls, done);
 	}

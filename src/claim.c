@@ -510,7 +510,6 @@ claim_groups(const IdemCall *call, int n, const ClaimArgs *a, const bool *repeat
 	int		   *starts = palloc(sizeof(int) * (n + 1));
 	int		   *pending = palloc(sizeof(int) * n);
 	text	  **group_keys = palloc(sizeof(text *) * n);
-	int		   *group_pos = palloc(sizeof(int) * n);
 	OperationState *states = palloc(sizeof(OperationState) * n);
 	BatchJobType jt = {0};
 	int			npending = 0;
@@ -529,10 +528,7 @@ claim_groups(const IdemCall *call, int n, const ClaimArgs *a, const bool *repeat
 		/* the group's keys but the repeats, read with one statement */
 		for (i = starts[g]; i < starts[g + 1]; i++)
 			if (!repeat[perm[i]])
-			{
-				group_pos[m] = perm[i];
 				group_keys[m++] = a[perm[i]].key;
-			}
 		idem_worker_lookup_many(call, a[0].job_type, m, group_keys, states, &jt);
 
 		for (i = starts[g]; i < starts[g + 1]; i++)
@@ -542,7 +538,7 @@ claim_groups(const IdemCall *call, int n, const ClaimArgs *a, const bool *repeat
 			CHECK_FOR_INTERRUPTS();
 			if (!repeat[k])
 			{
-				Assert(group_pos[j] == k);
+				Assert(group_keys[j] == a[k].key);
 				if (!states[j].found)
 				{
 					pending[npending++] = k;

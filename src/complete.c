@@ -320,6 +320,7 @@ idem_fenced_batch_many(const IdemCaps *caps, bool complete, text *job_type, int 
 	StoreVariant v;
 	int		   *perm;
 	int		   *starts;
+	int		   *pos;
 	int			ngroups;
 	FencedRows	rows;
 	Store		store;
@@ -332,6 +333,7 @@ idem_fenced_batch_many(const IdemCaps *caps, bool complete, text *job_type, int 
 	v = call.store.backend->fenced_role(&call.store, &call, job_type, &caller, &role, names);
 	perm = palloc(sizeof(int) * n);
 	starts = palloc(sizeof(int) * (n + 1));
+	pos = palloc(sizeof(int) * n);
 	ngroups = idem_batch_groups(&call.store, n, keys, perm, starts);
 	rows.job_type = job_type;
 	rows.keys = palloc(sizeof(Datum) * n);
@@ -350,6 +352,7 @@ idem_fenced_batch_many(const IdemCaps *caps, bool complete, text *job_type, int 
 
 			if (i > starts[g] && idem_same_text(keys[k], keys[perm[i - 1]]))
 				continue;
+			pos[m] = k;
 			rows.keys[m] = PointerGetDatum(keys[k]);
 			rows.attempts[m] = Int32GetDatum(attempts[k]);
 			if (complete)
@@ -368,15 +371,8 @@ idem_fenced_batch_many(const IdemCaps *caps, bool complete, text *job_type, int 
 										v, caller, role, &rows);
 
 		/* done: the first occurrence of each key the statement updated */
-		m = 0;
-		for (int i = starts[g]; i < starts[g + 1]; i++)
-		{
-			int			k = perm[i];
-
-			if (i > starts[g] && idem_same_text(keys[k], keys[perm[i - 1]]))
-				continue;
-			done[k] = rows.done[m++];
-		}
+		for (int i = 0; i < m; i++)
+			done[pos[i]] = rows.done[i];
 	}
 	idem_end(&call);
 }

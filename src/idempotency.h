@@ -142,6 +142,7 @@ extern CompleteBatch *idem_complete_batch_begin(const IdemCaps *caps);
 extern bool idem_complete_batch_key(CompleteBatch *cb, text *job_type, text *key,
 									int32 attempt, Datum result, bool result_isnull,
 									IdemRefusal *r);
+extern bool idem_batch_statements(void);
 extern void idem_fenced_batch_many(const IdemCaps *caps, bool complete, text *job_type,
 								   int n, text *const *keys, const int32 *attempts,
 								   const Datum *results, const bool *result_nulls,

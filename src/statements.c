@@ -539,6 +539,19 @@ find_statement(StatementSet set, StoreOp op, StoreVariant v)
 	pg_unreachable();
 }
 
+/* Prepare a statement and keep its plan for the backend's life */
+SPIPlanPtr
+idem_prepare_kept(const char *sql, int nargs, Oid *types, int cursor_options)
+{
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, types, cursor_options);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
 /*
  * The kept plan of a statement in store `s`, prepared at its first use in
  * this backend and owned by the store's backend (s->plans).
@@ -556,17 +569,10 @@ get_plan(const Store *s, StoreOp op, StoreVariant v)
 		const char *sql = s->backend->statement_text ?
 			s->backend->statement_text(s, def->sql) : def->sql;
 		Oid			types[MAX_PARAMS];
-		SPIPlanPtr	plan;
 
 		for (int i = 0; i < def->nparams; i++)
 			types[i] = def->params[i].type;
-		plan = SPI_prepare_cursor(sql, def->nparams, types, s->backend->cursor_options);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for operation %d of the %s store: %s",
-				 (int) op, s->backend->name, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		*kept = plan;
+		*kept = idem_prepare_kept(sql, def->nparams, types, s->backend->cursor_options);
 	}
 	return *kept;
 }
@@ -592,33 +598,42 @@ idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values, const ch
 void
 idem_mark_returned(int n, const Datum *keys, bool *marks)
 {
-	uint64		r;
-
-	for (r = 0; r < SPI_processed; r++)
+	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		bool		isnull;
-		text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
-													 SPI_tuptable->tupdesc, 1, &isnull));
-		int			lo = 0;
-		int			hi = n - 1;
+		int			i = idem_returned_key(r, n, keys);
 
-		while (lo <= hi)
-		{
-			int			mid = lo + (hi - lo) / 2;
-			int			c = idem_text_cmp(k, DatumGetTextPP(keys[mid]));
-
-			if (c == 0)
-			{
-				marks[mid] = true;
-				break;
-			}
-			if (c < 0)
-				hi = mid - 1;
-			else
-				lo = mid + 1;
-		}
-		Assert(lo <= hi);
+		Assert(i >= 0);
+		if (i >= 0)
+			marks[i] = true;
 	}
+}
+
+/*
+ * Where row r of SPI_tuptable's first column (a key) is among keys[0..n),
+ * distinct and in the batch's order (idem_text_cmp()); -1: not there.
+ */
+int
+idem_returned_key(uint64 r, int n, const Datum *keys)
+{
+	bool		isnull;
+	text	   *k = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
+												 SPI_tuptable->tupdesc, 1, &isnull));
+	int			lo = 0;
+	int			hi = n - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+		int			c = idem_text_cmp(k, DatumGetTextPP(keys[mid]));
+
+		if (c == 0)
+			return mid;
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
+	}
+	return -1;
 }
 
 /* Open a cursor on one prepared statement */

@@ -219,6 +219,19 @@ idem_worker_lookup_many(const IdemCall *call, text *job_type, int n, text *const
 		require_worker(call, job_type, &jt->state);
 }
 
+/*
+ * Does a call on many keys get a store with batch statements (the routed
+ * store)? One node's batches need not arrange their keys for them.
+ */
+bool
+idem_batch_statements(void)
+{
+	Store		s;
+
+	idem_store_choose(NULL, &s);
+	return s.backend->fenced_many != NULL;
+}
+
 /* A batch's key, its group, and its place in the batch's order */
 typedef struct GroupedKey
 {

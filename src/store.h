@@ -259,7 +259,10 @@ extern void idem_define_settings(void);
 extern uint64 idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values,
 						   const char *nulls, long count);
 extern char *idem_insert_rows_sql(int rows, Oid *types);
+extern SPIPlanPtr idem_prepare_kept(const char *sql, int nargs, Oid *types,
+									int cursor_options);
 extern void idem_mark_returned(int n, const Datum *keys, bool *marks);
+extern int	idem_returned_key(uint64 r, int n, const Datum *keys);
 extern Portal idem_cursor(const Store *s, StoreOp op, StoreVariant v, Datum *values,
 						  const char *nulls);
 

@@ -350,28 +350,11 @@ routed_lookup_many(const Store *s, text *job_type, int n, text *const *keys,
 	/* each row to its key, among the keys in the batch's order */
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		SPITupleTable *t = SPI_tuptable;
-		bool		isnull;
-		text	   *key = DatumGetTextPP(SPI_getbinval(t->vals[r], t->tupdesc, 1, &isnull));
-		int			lo = 0;
-		int			hi = n - 1;
+		int			i = idem_returned_key(r, n, k);
 
-		while (lo <= hi)
-		{
-			int			mid = lo + (hi - lo) / 2;
-			int			c = idem_text_cmp(key, keys[mid]);
-
-			if (c == 0)
-			{
-				(void) idem_decode_record(t->vals[r], t->tupdesc, &routed_many_columns,
-										  &states[mid], &jt->lease);
-				break;
-			}
-			if (c < 0)
-				hi = mid - 1;
-			else
-				lo = mid + 1;
-		}
+		if (i >= 0)
+			(void) idem_decode_record(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+									  &routed_many_columns, &states[i], &jt->lease);
 	}
 	pfree(k);
 }
@@ -390,15 +373,9 @@ insert_plan(int rows)
 	{
 		Oid			types[3 + 3 * ROUTED_INSERT_ROWS];
 		char	   *sql = idem_insert_rows_sql(rows, types);
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, 3 + 3 * rows, types,
-											  routed_backend.cursor_options);
 
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for the routed insert of %d rows: %s",
-				 rows, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		insert_plans[rows] = plan;
+		insert_plans[rows] = idem_prepare_kept(sql, 3 + 3 * rows, types,
+											   routed_backend.cursor_options);
 		pfree(sql);
 	}
 	return insert_plans[rows];
