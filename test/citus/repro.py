@@ -847,6 +847,20 @@ def batch_cases():
         report("batches with deliveries etc.: Citus answers as a plain database, %s" % label, mode,
                "the same", "the same" if same else first_diff)
 
+        # 20 new keys of one shard: the insert goes 16 rows a statement
+        # (once, in autocommit: the statement count does not depend on the level)
+        if level is None:
+            first = keys_on(w1, 1, "b-one-")[0]
+            one = [first] + keys_on(w1, 19, "b-one-s-", shard=held_by(first)[0])
+            with connect() as c:
+                seen = []
+                c.add_notice_handler(lambda d: seen.append(d.message_primary or ""))
+                c.execute("SET citus.log_remote_commands = on")
+                got = outcome(lambda: sorted({r[1] for r in c.execute(claim, (one, None, None)).fetchall()}))
+            inserts = sum(1 for m in seen if m.startswith("issuing INSERT INTO idempotency.operations_"))
+            report("claim batch of 20 keys on one shard", mode, "['run'], 2 inserts",
+                   "%s, %d inserts" % (got, inserts))
+
         # a fingerprint mismatch raises ID002 and records nothing
         fresh = keys_on(w1, 2, "b-%s-fp-" % tag) + keys_on(w2, 2, "b-%s-fp-" % tag)
         admin("SELECT * FROM idempotency.claim_operation('email', %s, 'one')", (fresh[3],))
