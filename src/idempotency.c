@@ -44,9 +44,9 @@
  * key once more with a dirty snapshot before a write that could wait
  * (idem_key_busy(), heap.c): another transaction's uncommitted insert or update of
  * the record answers in_progress instead; the write itself then runs with
- * lock_timeout at 1 ms, so the rare lock that appears after that check
- * raises 55P03 instead of a wait. Neither makes a verdict that guarantee 1
- * or 2 would not.
+ * lock_timeout at 1 s, so the short waits any insert may meet (a table's
+ * extension) are waited out and a lock held longer raises 55P03. Neither
+ * makes a verdict that guarantee 1 or 2 would not.
  *
  * Decide, then act. What a call does with the record it read is decided in
  * one place, protocol.c, by pure functions (no PostgreSQL header, no I/O)

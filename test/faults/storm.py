@@ -172,7 +172,7 @@ def deliver_tx(c, jt, key, wname, stats, nowait):
                 r['completed'] = r['verdict'] in ('run', 'verify')
                 return r
             except errors.LockNotAvailable:
-                r['verdict'] = '55P03'       # lock_timeout (or wait => false's 1 ms): like in_progress
+                r['verdict'] = '55P03'       # lock_timeout (or wait => false's 1 s): like in_progress
                 return r
             except psycopg.OperationalError as e:
                 c.lost(e)

@@ -59,7 +59,32 @@ sub check_exactly_once
 	is($unbooked, '0', "$label: no record without its invoice, none left claimed");
 }
 
-# 1. Load: 8 clients deliver 50 keys over and over (each key ~32 times).
+# 1. wait => false under load: 8 clients claim new keys at once in the
+# empty table, so the table and its index grow under them and the inserts wait for one
+# another's extension locks (a millisecond or two, more under load). No
+# other claim of those keys exists, so every call must answer run: a
+# claim that will not wait for another claim still waits out these
+# (before 0.4, with lock_timeout at 1 ms, most clients got 55P03 in the
+# first second).
+$node->safe_psql('postgres',
+	q{INSERT INTO idempotency.job_types (job_type, lease, stale_policy) VALUES ('nowait', '1 minute', 'hold')});
+$node->pgbench(
+	'--no-vacuum --client=8 --jobs=2 --transactions=1000',
+	0,
+	[qr{processed: 8000/8000}],
+	[qr{^$}],
+	'8 clients claim 8000 new keys with wait => false: no call fails',
+	{
+		'004_nowait' => q{
+SELECT verdict FROM idempotency.claim_operation('nowait', 'N-' || :client_id || '-' || random(), wait => false);
+}
+	});
+is($node->safe_psql('postgres',
+	q{SELECT count(*) FILTER (WHERE status = 'claimed' AND attempt = 1) || '/' || count(*)
+      FROM idempotency.operations WHERE job_type = 'nowait'}),
+	'8000/8000', 'each of the 8000 new keys claimed once, attempt 1');
+
+# 2. Load: 8 clients deliver 50 keys over and over (each key ~32 times).
 $node->pgbench(
 	'--no-vacuum --client=8 --jobs=2 --transactions=200',
 	0,
@@ -76,7 +101,7 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM invoices'),
 	'50', 'after 1600 deliveries of 50 keys, 50 invoices');
 check_exactly_once('load');
 
-# 2. Crash under load: immediate shutdown while clients deliver new keys.
+# 3. Crash under load: immediate shutdown while clients deliver new keys.
 my ($out, $err) = ('', '');
 my $script = "$PostgreSQL::Test::Utils::tmp_check/deliver_new.sql";
 PostgreSQL::Test::Utils::append_to_file($script,
@@ -107,7 +132,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM invoices WHERE order_ref 
 	'5000', 'after a redelivery of all 5000 keys, 5000 invoices');
 check_exactly_once('redelivery after recovery');
 
-# 3. A committed claim survives kill -9 of a backend (the server restarts
+# 4. A committed claim survives kill -9 of a backend (the server restarts
 # every backend and recovers), and its lease runs on the database clock
 # across the restart.
 my $claim = $node->safe_psql('postgres',
