@@ -350,11 +350,11 @@ routed_lookup_many(const Store *s, text *job_type, int n, text *const *keys,
 	/* each row to its key, among the keys in the batch's order */
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		int			i = idem_returned_key(r, n, k);
+		int			at = idem_returned_key(r, n, k);
 
-		if (i >= 0)
+		if (at >= 0)
 			(void) idem_decode_record(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
-									  &routed_many_columns, &states[i], &jt->lease);
+									  &routed_many_columns, &states[at], &jt->lease);
 	}
 	pfree(k);
 }
