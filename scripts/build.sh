@@ -9,7 +9,8 @@
 #   make_var DIR NAME        print a variable of DIR's Makefile (e.g. REGRESS)
 #
 # Settings (environment):
-#   PG_CFLAGS  extra compiler flags, default "-Wall -Wextra -Werror"
+#   PG_CFLAGS  extra compiler flags, default "-Wall -Wextra -Werror" and,
+#              when the compiler knows it, "-Wshadow=compatible-local"
 #   WITH_LLVM  default "no": no LLVM bitcode is built or installed (it would
 #              need clang and only serves JIT inlining of the module's
 #              functions). Any stale bitcode of the module from an earlier
@@ -18,7 +19,16 @@
 # shellcheck source=scripts/versions.sh
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
 versions_resolve
-: "${PG_CFLAGS=-Wall -Wextra -Werror}"
+# PostgreSQL 16 and later build with -Wshadow=compatible-local, 15 does not:
+# asked here too (when the compiler knows it), so the host's build fails
+# where the newer servers' would
+if [[ -z ${PG_CFLAGS+set} ]]; then
+    PG_CFLAGS="-Wall -Wextra -Werror"
+    cc=$("$PG_CONFIG" --cc 2>/dev/null) && [[ -n $cc ]] &&
+        $cc -Werror -Wshadow=compatible-local -fsyntax-only -x c /dev/null 2>/dev/null &&
+        PG_CFLAGS+=" -Wshadow=compatible-local"
+    unset cc
+fi
 : "${WITH_LLVM:=no}"
 
 # the same variables for every make call, so no call rebuilds with other flags
