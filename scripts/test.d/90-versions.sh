@@ -150,6 +150,9 @@ for r in $releases; do
         passed=$((passed + 1))
     else
         echo "not ok - $r: exit $rc after $secs s (matrix: ${matrix:-none}; ${summary:-no summary}${failed_hooks:+; $failed_hooks})"
+        # its first errors right under it: the lines scripts/test's summary
+        # repeats (a compiler's error, a failed test)
+        grep -E -m 4 '(^|[ :])error:|^ *not ok' "$log" | cut -c1-300 | sed 's/^ */    /'
         # each failed hook's own output (the log's tail is mostly the
         # background hooks' output), then the tail
         for name in ${failed_hooks#failed hooks: }; do
