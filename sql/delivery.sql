@@ -145,6 +145,29 @@ SELECT * FROM idempotency.claim_operation('send', 'W3', wait => false);
 SELECT * FROM idempotency.claim_operation('send', 'W3', delivery => 'x', wait => false);
 COMMIT;
 
+-- the bound of a wait => false call's write (0.4): lock_timeout 1 s, or the
+-- caller's if it is shorter and not 0; wait => true leaves the caller's. A
+-- trigger on the table shows the setting while the claim inserts.
+CREATE FUNCTION show_lock_timeout() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'lock_timeout while % is inserted: %', NEW.operation_key, current_setting('lock_timeout');
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER show_lock_timeout BEFORE INSERT ON idempotency.operations
+    FOR EACH ROW EXECUTE FUNCTION show_lock_timeout();
+SELECT verdict FROM idempotency.claim_operation('send', 'LT1', wait => false);
+SET lock_timeout = '200ms';
+SELECT verdict FROM idempotency.claim_operation('send', 'LT2', wait => false);
+SET lock_timeout = '5s';
+SELECT verdict FROM idempotency.claim_operation('send', 'LT3', wait => false);
+SELECT verdict FROM idempotency.claim_operation('send', 'LT4');
+SHOW lock_timeout;
+RESET lock_timeout;
+SELECT verdict, attempt FROM idempotency.claim_operations('send', ARRAY['LT5'], wait => false);
+DROP TRIGGER show_lock_timeout ON idempotency.operations;
+DROP FUNCTION show_lock_timeout();
+
 DROP TABLE k1, before_bad;
 DROP FUNCTION pg_temp.rec(text);
 DROP EXTENSION idempotency;

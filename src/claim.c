@@ -319,8 +319,8 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, const OperationState
 /*
  * The bound of a wait => false call's write. Until 0.4 it was 1 ms, and a
  * claim of a new key raised 55P03 whenever another backend was extending
- * the table at that moment: 7 of 8 clients claiming new keys at once in an
- * empty table (test/t/001_crash_and_load.pl), and more under load. Those
+ * the table at that moment: 2 to 7 of 8 clients claiming new keys at once
+ * in an empty table (test/t/001_crash_and_load.pl), and more under load. Those
  * waits last a millisecond or two, tens under load; the bound is far above
  * them and still ends a wait for a DDL or a stuck transaction.
  */
@@ -336,13 +336,12 @@ int
 idem_nowait_begin(bool wait)
 {
 	int			level;
-	char		value[32];
 
 	if (wait || (LockTimeout > 0 && LockTimeout <= NOWAIT_LOCK_TIMEOUT_MS))
 		return -1;
-	snprintf(value, sizeof(value), "%d", NOWAIT_LOCK_TIMEOUT_MS);
 	level = NewGUCNestLevel();
-	(void) set_config_option("lock_timeout", value, PGC_USERSET, PGC_S_SESSION,
+	(void) set_config_option("lock_timeout", CppAsString2(NOWAIT_LOCK_TIMEOUT_MS),
+							 PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	return level;
 }
