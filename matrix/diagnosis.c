@@ -35,10 +35,16 @@
  *			after it that ran: the effect came after the point
  *	new-key	a claim that ran under another key holding the case's key:
  *			a copy the job scheduled under a key of its own
- *	verdict	more effects than deliveries that ran through the claim when
- *			the case ended, and the count grew after a delivery judged
- *			completed, in_progress, held or skipped: the job ignores the
- *			verdict
+ *	verdict	more effects than deliveries that ran through the claim, and
+ *			the count grew after a delivery judged completed,
+ *			in_progress, held or skipped: the job ignores the verdict.
+ *			The extra effect may come after the case ended (the run
+ *			cannot see a judged delivery's handler return, and counts at
+ *			the point); then, or when the run's other cases show that
+ *			the job makes copies, the other cases decide (copies()): a
+ *			case whose every delivery ran through the claim and has as
+ *			many effects as deliveries rules copies out, one with more
+ *			rules them in (below); neither: both are named
  *	unclaimed	more effects than deliveries that ran through the claim,
  *			none judged to blame (or the extra came only in the drain):
  *			something made the effect without a claim (a copy of itself
@@ -101,6 +107,72 @@ key_of(const signoff_state *s, int c, const delivery *d)
 }
 
 /*
+ * the cases of one delivery at a time; the faults at the effect, the storm
+ * and the batch (14 and later) and case 8 say what went wrong themselves
+ */
+static bool
+diagnosed_here(const char *id)
+{
+	static const char *const ids[] = {"1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13"};
+	int			i;
+
+	for (i = 0; i < (int) (sizeof(ids) / sizeof(ids[0])); i++)
+		if (strcmp(id, ids[i]) == 0)
+			return true;
+	return false;
+}
+
+/* did delivery d make an effect of its own? (a verify that found: none) */
+static bool
+made_one(const delivery *d)
+{
+	return d->runs && d->handled &&
+		!(strcmp(d->verdict, "verify") == 0 && d->eff_after >= 0 && d->eff_after == d->eff_before);
+}
+
+/*
+ * Does the job make its effect in copies of itself that skip the claim?
+ * The policy's other cases tell, on their final counts (after the drain):
+ * a case whose every delivery ran through the claim and returned (none
+ * judged, killed or failed) and that has more effects than those
+ * deliveries made says yes (1); such cases with exactly as many say no
+ * (-1); no such case: 0.
+ */
+static int
+copies(const signoff_state *s, const policy_result *pr, int c)
+{
+	int			said = 0;
+	int			o,
+				i;
+
+	for (o = 0; o < pr->ncases; o++)
+	{
+		const case_result *cr = &pr->cases[o];
+		int			made = 0;
+		bool		clean = true;
+
+		if (o == c || !cr->ran || !diagnosed_here(cr->id) || s->case_nkeys[o] == 0 || cr->obs_emails < 0)
+			continue;
+		for (i = 0; i < s->nd && clean; i++)
+		{
+			const delivery *d = &s->d[i];
+
+			if (key_of(s, o, d) < 0)
+				continue;
+			clean = d->runs && d->handled && !d->killed && !d->failed;
+			made += clean && made_one(d);
+		}
+		if (!clean || made == 0)
+			continue;
+		if (cr->obs_emails > made)
+			return 1;
+		if (cr->obs_emails == made)
+			said = -1;
+	}
+	return said;
+}
+
+/*
  * The sentence for case c of the policy (an index into pr's cases, the
  * same as s->case_keys'), or false when the observations point at no one
  * mistake.
@@ -122,17 +194,8 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 	int			at_end;
 	int			made_in_case = 0;	/* of those, before the case ended */
 	int			bare = -1;		/* returned at handled without an effect */
-	static const char *const judged_here[] = {"1", "2", "3", "4", "5", "6", "7a", "7b", "9", "10", "11", "12", "13"};
-	bool		mine = false;
 
-	/*
-	 * the cases of one delivery at a time; the faults at the effect, the
-	 * storm and the batch (14 and later) and case 8 say what went wrong
-	 * themselves
-	 */
-	for (i = 0; i < (int) (sizeof(judged_here) / sizeof(judged_here[0])); i++)
-		mine = mine || strcmp(cr->id, judged_here[i]) == 0;
-	if (nk == 0 || !cr->ran || !mine)
+	if (nk == 0 || !cr->ran || !diagnosed_here(cr->id))
 		return false;
 
 	/* the count when the case ended (the drain may have changed obs_emails) */
@@ -172,8 +235,7 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 			first[k] = i;
 		if (!d->runs && strcmp(d->verdict, "error") == 0 && strcmp(d->sqlstate, "ID002") == 0)
 			id002++;
-		if (d->runs && d->handled &&
-			!(strcmp(d->verdict, "verify") == 0 && d->eff_after >= 0 && d->eff_after == d->eff_before))
+		if (made_one(d))
 		{
 			made++;
 			if (!d->stray)
@@ -261,16 +323,36 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 
 	/*
 	 * verdict: the count grew after a delivery the claim told to run
-	 * nothing, and before the case ended (an effect that came only in the
-	 * drain is a copy's, below)
+	 * nothing. Before the case ended, that delivery made it, unless the
+	 * other cases show copies; only after (in the drain), it did if the
+	 * other cases rule copies out, and a copy did if they show them (below)
 	 */
-	if (blamed >= 0 && at_end > made_in_case)
+	if (blamed >= 0 && (at_end > made_in_case || cr->obs_emails > made))
 	{
-		snprintf(out, sz, "a delivery of %s judged %s still made a %s (%d made, %d deliver%s ran through "
-				 "the claim): the job ignores the claim's verdict",
-				 s->case_keys[c][key_of(s, c, &s->d[blamed])], s->d[blamed].verdict, eff,
-				 at_end, made_in_case, made_in_case == 1 ? "y" : "ies");
-		return true;
+		const char *k = s->case_keys[c][key_of(s, c, &s->d[blamed])];
+		int			copy = copies(s, pr, c);
+		bool		in_case = at_end > made_in_case;
+
+		if ((in_case && copy <= 0) || (!in_case && copy < 0))
+		{
+			snprintf(out, sz, "a delivery of %s judged %s still made a %s (%d made, %d deliver%s ran through "
+					 "the claim): the job ignores the claim's verdict%s",
+					 k, s->d[blamed].verdict, eff, in_case ? at_end : cr->obs_emails, made_in_case,
+					 made_in_case == 1 ? "y" : "ies",
+					 in_case ? "" : " (the last came after the case had ended, from a handler still running "
+					 "when the case was counted; the run's other cases show no copies that skip the claim)");
+			return true;
+		}
+		if (!in_case && copy == 0)
+		{
+			snprintf(out, sz, "%d %ss of %s were made where %d deliver%s ran through the claim, the last "
+					 "after the case had ended and after a delivery judged %s: either the job ignores the "
+					 "claim's verdict, or it makes the %s in a copy of itself that skips the claim; run "
+					 "case 1 with it to tell which (a copy fails case 1 too)",
+					 cr->obs_emails, eff, k, made_in_case, made_in_case == 1 ? "y" : "ies",
+					 s->d[blamed].verdict, eff);
+			return true;
+		}
 	}
 
 	/* unclaimed: more effects than claims that ran, no verdict to blame */

@@ -179,7 +179,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
         [[ " $langs " == *" $lang "* ]] || continue
         # the wrappers run in a lane of their own
         if is_wrapper "$name"; then [[ $lane == wrapper ]] || continue; else [[ $lane != wrapper ]] || continue; fi
-        tag=$name
+        tag=${name//\//-}              # late-verdict/alone: late-verdict-alone
         [[ $kind == *-http ]] && tag=$name@http
         job=$out/$lang-$tag.job log=$out/$lang-$tag.log json=$out/$lang-$tag.json
         base=$here/$lang.job
@@ -203,7 +203,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
             correct:correct | correct:wrapper | correct:batch-wrapper) ;;
             correct:prefix) env=(CATALOGUE_KEY=prefix) ;;
             correct:hash) env=(CATALOGUE_KEY=hash); echo "$hash_command" >>"$job" ;;
-            broken:*) env=("CATALOGUE_MUTATION=$name") ;;
+            broken:*) env=("CATALOGUE_MUTATION=${name%%/*}") ;;
             *) echo "not ok	$lang $name: unknown entry $kind $name"; continue ;;
         esac
         args=(--job "$job" --policy "$policy" --json "$json")
