@@ -148,6 +148,43 @@ def main():
         c.release("email", k, 1)
         report("release, then claim", mode, "run|2", outcome(lambda: c.claim("email", k)))
 
+        # 3b. wait => false (0.4: its write waits at most 1 s), a key of
+        # the node the call is made on (w1 in w1's modes): another
+        # transaction's uncommitted claim of the key answers in_progress at
+        # once where the call runs on the key's shard (delegated, or on its
+        # worker outside a transaction block); inside a transaction block
+        # on the worker, where Citus runs the statements (local execution),
+        # there is no such check and the write raises 55P03 after the bound.
+        # A lock on the key's shard, held on its worker, raises 55P03 after
+        # the bound (were the bound not where the write runs, the call would
+        # wait for the holder until statement_timeout: 57014), and nothing
+        # is recorded
+        k = keys_on(os.environ["CITUS_PORT_W1"], 1, p + "nowait-")[0] if mode.startswith("w1") else p + "nowait"
+        nowait = ("SELECT verdict, attempt FROM " + c.fn("claim_operation") +
+                  "('email', %s, NULL, NULL, %s, wait => false)")
+        holder = connect(autocommit=False)
+        holder.execute("SELECT idempotency.claim_operation('email', %s)", (k,))
+        got = outcome(lambda: "%s|%s" % c.call(nowait, (k, "d1"))[0])
+        report("wait => false: a claim another transaction has not committed", mode,
+               "ERROR 55P03" if mode.startswith("w1") and mode.endswith("tx block") else "in_progress|1",
+               got.split(":")[0])
+        holder.rollback()
+        sid, port = held_by(k)
+        holder = connect(port=port, autocommit=False)
+        holder.execute("SET citus.enable_manual_changes_to_shards = on")
+        holder.execute("LOCK TABLE idempotency.operations_%d IN SHARE ROW EXCLUSIVE MODE" % sid)
+        c.conn.execute("SET statement_timeout = '20s'")
+        got = outcome(lambda: "%s|%s" % c.call(nowait, (k, "d2"))[0])
+        c.conn.execute("RESET statement_timeout")
+        report("wait => false: the key's shard locked on its worker", mode, "ERROR 55P03", got,
+               got.startswith("ERROR 55P03"))
+        holder.rollback()
+        holder.close()
+        got = admin("SELECT count(*) FROM idempotency.operations WHERE operation_key = %s", (k,))[0][0]
+        report("... records of the key", mode, "0", str(got))
+        got = outcome(lambda: "%s|%s" % c.call(nowait, (k, "d3"))[0])
+        report("... the key once the lock is gone", mode, "run|1", got)
+
         # 4. another fingerprint
         k = p + "fp"
         c.claim("email", k, "sha:a")
