@@ -314,7 +314,10 @@ claim(const IdemCall *call, Verdict *v, const ClaimArgs *a, const OperationState
  * index) are waited out, and a lock held longer (a DDL on the tables,
  * another transaction's claim that appeared in the microseconds between
  * the check and the write and is not committed within the bound) raises
- * 55P03.
+ * 55P03. Where the store's statements run on other nodes (Citus), the
+ * store carries the bound there (idem_carry_lock_timeout()); it has no
+ * check before the write, so another transaction's claim raises 55P03
+ * after the bound.
  */
 /*
  * The bound of a wait => false call's write. Until 0.4 it was 1 ms, and a
@@ -372,7 +375,11 @@ idem_claim_one(const ClaimArgs *a, const IdemCaps *caps, Verdict *v)
 	if (probe != PROBE_COMPLETED)
 	{
 		idem_begin_worker(&call, "claim_operation()", caps, &store);
+		if (!a->wait)
+			idem_carry_lock_timeout(&call, true);
 		claim(&call, v, a, probe == PROBE_ABSENT ? &no_record : NULL, false);
+		if (!a->wait)
+			idem_carry_lock_timeout(&call, false);
 		idem_end(&call);
 	}
 }
@@ -595,7 +602,11 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 	idem_begin_worker(&call, "claim_operations()", &caps, NULL);
 	if (call.store.backend->lookup_many != NULL)
 	{
+		if (!a[0].wait)
+			idem_carry_lock_timeout(&call, true);
 		claim_groups(&call, n, a, repeat, v);
+		if (!a[0].wait)
+			idem_carry_lock_timeout(&call, false);
 		idem_end(&call);
 		return;
 	}

@@ -161,6 +161,18 @@ idem_begin_worker(IdemCall *call, const char *fname, const IdemCaps *caps,
 	call->variant = idem_variant(caps);
 }
 
+/*
+ * wait => false: the session's lock_timeout (claim.c sets the call's
+ * bound) holds where the call's statements run, from on = true until
+ * on = false; on error, transaction abort undoes it.
+ */
+void
+idem_carry_lock_timeout(const IdemCall *call, bool on)
+{
+	if (call->store.backend->carry_lock_timeout != NULL)
+		call->store.backend->carry_lock_timeout(&call->store, on);
+}
+
 /* End a call begun with idem_begin. (On error, transaction abort does both.) */
 void
 idem_end(IdemCall *call)

@@ -213,6 +213,14 @@ typedef struct StoreBackend
 	void		(*insert_many) (const Store *s, const InsertRows *rows, bool *inserted);
 	void		(*fenced_many) (const Store *s, StoreOp op, StoreVariant v, Datum caller,
 								Datum role, FencedRows *rows);
+
+	/*
+	 * Optional, for a store whose statements may run on other nodes: make
+	 * the session's lock_timeout (wait => false's bound) hold there too,
+	 * from on = true until on = false (NULL: they run in this backend,
+	 * which has it already).
+	 */
+	void		(*carry_lock_timeout) (const Store *s, bool on);
 } StoreBackend;
 
 struct Store
@@ -254,6 +262,7 @@ extern void idem_worker_lookup_many(const IdemCall *call, text *job_type, int n,
 									text *const *keys, OperationState *states,
 									BatchJobType *jt);
 extern void idem_define_settings(void);
+extern void idem_carry_lock_timeout(const IdemCall *call, bool on);
 
 /* statements.c: the statement table and its runner */
 extern uint64 idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values,

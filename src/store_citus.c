@@ -40,6 +40,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/inval.h"
@@ -73,6 +74,7 @@ static int64 routed_group_of(const Store *s, text *key);
 static void routed_lookup_many(const Store *s, text *job_type, int n, text *const *keys,
 							   OperationState *states, BatchJobType *jt);
 static void routed_insert_many(const Store *s, const InsertRows *rows, bool *inserted);
+static void routed_carry_lock_timeout(const Store *s, bool on);
 static void routed_fenced_many(const Store *s, StoreOp op, StoreVariant v, Datum caller,
 							   Datum role, FencedRows *rows);
 
@@ -103,6 +105,7 @@ static const StoreBackend routed_backend = {
 	.lookup_many = routed_lookup_many,
 	.insert_many = routed_insert_many,
 	.fenced_many = routed_fenced_many,
+	.carry_lock_timeout = routed_carry_lock_timeout,
 };
 
 static void
@@ -462,4 +465,40 @@ routed_fenced_many(const Store *s, StoreOp op, StoreVariant v, Datum caller, Dat
 	(void) idem_execute(s, op, v, values, nulls, 0);
 	idem_mark_returned(rows->n, rows->keys, rows->done);
 	pfree(json.data);
+}
+
+/*
+ * wait => false's bound where the statements run. lock_timeout set in this
+ * backend does not reach the nodes Citus sends the statements to, so there
+ * a write would wait for another transaction's uncommitted claim of the key
+ * until that transaction ends. Citus carries one kind of setting: a SET
+ * LOCAL, when citus.propagate_set_commands is local and the transaction is
+ * one of several statements (a DO block's is); it sends it to the
+ * connections the transaction has, and with the BEGIN of those it opens
+ * later. So on = true sends SET LOCAL lock_timeout = (this session's), and
+ * on = false SET LOCAL lock_timeout TO DEFAULT (each node's own setting,
+ * which is what Citus's connections have unless a SET LOCAL of the
+ * caller's was carried before). Here, both run at a GUC nest level of
+ * their own that saves lock_timeout and citus.propagate_set_commands, so
+ * this session's settings are as they were.
+ */
+static void
+routed_carry_lock_timeout(const Store *s pg_attribute_unused(), bool on)
+{
+	char	   *now = pstrdup(GetConfigOption("lock_timeout", false, false));
+	int			level = NewGUCNestLevel();
+	char		sql[160];
+
+	(void) set_config_option("lock_timeout", now, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, ERROR, false);
+	(void) set_config_option("citus.propagate_set_commands", "local", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, ERROR, false);
+	if (on)
+		snprintf(sql, sizeof(sql), "DO $idem$BEGIN SET LOCAL lock_timeout = %s; END$idem$",
+				 quote_literal_cstr(now));
+	else
+		snprintf(sql, sizeof(sql), "DO $idem$BEGIN SET LOCAL lock_timeout TO DEFAULT; END$idem$");
+	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not carry lock_timeout to the nodes");
+	AtEOXact_GUC(true, level);
 }

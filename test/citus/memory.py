@@ -34,7 +34,9 @@ Scenarios (a call is one function call; the run path's operation is two):
                  COMMIT (force_delegation: the transaction runs on the
                  key's worker)
   coord_batch    Citus, through the coordinator: claim_operations of 2 new
-                 keys, complete_operations of them
+                 keys with wait => false (the helpers' way: its bound is
+                 carried to the workers with a SET LOCAL each call),
+                 complete_operations of them
   worker_run     Citus, connected to worker w1: the run path (keys held by
                  w1 run there; keys held by w2 are delegated from w1)
   worker_batch   Citus, connected to worker w2: the batch calls
@@ -80,6 +82,8 @@ CLAIM_IN_PLACE = "SELECT verdict, attempt FROM idempotency.claim_operation_in_pl
 COMPLETE_IN_PLACE = "SELECT idempotency.complete_operation_in_place(%s, %s, %s)"
 CLAIM_BATCH = ("SELECT operation_key, verdict, attempt"
                " FROM idempotency.claim_operations(%s, %s)")
+CLAIM_BATCH_NOWAIT = ("SELECT operation_key, verdict, attempt"
+                      " FROM idempotency.claim_operations(%s, %s, wait => false)")
 COMPLETE_BATCH = ("SELECT done, sqlstate"
                   " FROM idempotency.complete_operations(%s, %s, %s)")
 
@@ -174,7 +178,8 @@ def batch_path(conn, name, calls, state):
         for _ in range(2):
             state["n"] += 1
             keys.append(f"{RUN_ID}-{name}-{state['n']}")
-        rows = conn.execute(CLAIM_BATCH, (JOB, keys), prepare=True).fetchall()
+        claim = CLAIM_BATCH_NOWAIT if name == "coord_batch" else CLAIM_BATCH
+        rows = conn.execute(claim, (JOB, keys), prepare=True).fetchall()
         if sorted(r[0] for r in rows) != sorted(keys) or any(r[1] != "run" for r in rows):
             raise Failure(f"{name}: claim_operations of new keys answered {rows}")
         att = {r[0]: r[2] for r in rows}

@@ -483,6 +483,7 @@ def main():
     direct_path_cases()
     in_place_cases()
     batch_cases()
+    nowait_routed_cases()
 
     # where the data is
     w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
@@ -766,6 +767,63 @@ def in_place_cases():
         got = outcome(tx)
         report("tx block: claim + colocated row + complete, %s" % where, mode + " (txworker)", want, got,
                got.startswith(want))
+
+
+def nowait_routed_cases():
+    """0.4: wait => false where the call's statements go to another node
+    (src/store_citus.c carries the bound there with a SET LOCAL): a batch
+    through the coordinator, in autocommit and in a transaction block, and
+    an in-place call in a transaction block on w1 for a key of w2. Another
+    transaction's uncommitted claim of a key holds the write at most 1 s
+    (55P03, nothing recorded), where it used to wait for that transaction
+    to end (here: it rolls back after 4 s, so an unbounded wait would
+    answer run after 4 s); after the call, in the same transaction, the
+    worker's connection has its own lock_timeout again (both keys on w2:
+    the statements go there)."""
+    w1, w2 = os.environ["CITUS_PORT_W1"], os.environ["CITUS_PORT_W2"]
+    tag = "%d" % (time.time() * 1000)
+    batch = ("SELECT operation_key, verdict FROM idempotency.claim_operations("
+             "'email', %s, NULL, NULL, %s, wait => false)")
+    in_place = ("SELECT verdict, attempt FROM idempotency.claim_operation_in_place("
+                "'email', %s, NULL, NULL, %s, wait => false)")
+    cases = (("coordinator autocommit", None, True), ("coordinator tx block", None, False),
+             ("w1 in place tx block", w1, False))
+    for n, (mode, port, autocommit) in enumerate(cases):
+        held = keys_on(w2, 1, "nw-%s-%d-h-" % (tag, n))[0]
+        other = keys_on(w2, 1, "nw-%s-%d-o-" % (tag, n))[0]
+        holder = connect(autocommit=False)
+        holder.execute("SELECT idempotency.claim_operation('email', %s)", (held,))
+        undo = threading.Timer(4, holder.rollback)
+        undo.start()
+        with connect(port=port, autocommit=autocommit) as c:
+            c.execute("SET lock_timeout = '30s'")
+            if port is None:
+                call = lambda: c.execute(batch, ([held, other], ["d1", "d2"])).fetchall()
+            else:
+                call = lambda: c.execute(in_place, (held, "d1")).fetchall()
+            got = outcome(call)
+            report("wait => false, statements sent to w2: a claim not committed", mode, "ERROR 55P03",
+                   got.split(":")[0])
+            if not autocommit:
+                c.rollback()
+                # the bound stays the call's: the workers' connections of
+                # the same transaction have their own setting after it
+                c.execute("SET LOCAL lock_timeout = '30s'")
+                if port is None:
+                    c.execute(batch, ([other], ["d3"])).fetchall()
+                else:
+                    c.execute(in_place, (other, "d3")).fetchall()
+                got = ",".join(sorted(r[0] for r in c.execute(
+                    "SELECT current_setting('lock_timeout') FROM idempotency.operations "
+                    "WHERE job_type = 'email' AND operation_key = %s", (other,)).fetchall()))
+                report("... the worker's lock_timeout after a call, same transaction", mode, "0", got)
+                report("... this session's", mode, "30s", c.execute("SHOW lock_timeout").fetchone()[0])
+                c.rollback()
+        undo.join()
+        holder.close()
+        got = admin("SELECT count(*) FROM idempotency.operations WHERE operation_key = ANY(%s)",
+                    ([held, other],))[0][0]
+        report("... records of its keys", mode, "0", str(got))
 
 
 def batch_cases():
