@@ -480,7 +480,8 @@ routed_fenced_many(const Store *s, StoreOp op, StoreVariant v, Datum caller, Dat
  * which is what Citus's connections have unless a SET LOCAL of the
  * caller's was carried before). Here, both run at a GUC nest level of
  * their own that saves lock_timeout and citus.propagate_set_commands, so
- * this session's settings are as they were.
+ * this session's settings are as they were. The DO block needs PL/pgSQL,
+ * which every database has unless it was dropped.
  */
 static void
 routed_carry_lock_timeout(const Store *s pg_attribute_unused(), bool on)

@@ -212,7 +212,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
         env "${env[@]}" "$runner" "${args[@]}" >"$log" 2>&1
         rc=$?
         judge "$kind" "$tag" "$lang" "$rc" "$fails" "${sentence//\{effect\}/$effect}" "$json" "$log" "$wrapper" |
-            sed "s/\$/ ($((SECONDS - start)) s)/"
+            sed "1s/\$/ ($((SECONDS - start)) s)/"
     done
 }
 
@@ -248,16 +248,26 @@ wait
 pids=()
 for lane in "${lanes[@]}"; do
     lang=${lane%-wrapper}
+    # one line per entry: judge's indented lines (a failing case's first
+    # note) joined to the entry's line by \x1f
     while IFS=$'\t' read -r verdict text; do
-        echo "$verdict - $text"
+        echo "$verdict - ${text%%$'\x1f'*}"
         if [[ $verdict == ok ]]; then
             passed=$((passed + 1))
         else
             failed=$((failed + 1))
+            # right under it (scripts/test's summary shows 4 lines): what
+            # each failing case said, then the end of the report
+            [[ $text == *$'\x1f'* ]] && tr '\037' '\n' <<<"${text#*$'\x1f'}"
             log=$out/$lang-$(awk '{print $2}' <<<"$text" | tr -d :).log
-            [[ -f $log ]] && sed 's/^/    /' "$log" | tail -n 40
+            if [[ -f $log ]]; then
+                grep -A2 -E '^  case [^ ]+ \([a-z]+\):$' "$log" | grep -v '^--$' | head -n 12 | sed 's/^/    /'
+                echo "    ... the end of $log:"
+                sed 's/^/    /' "$log" | tail -n 40
+            fi
         fi
-    done <"$out/$lane.results"
+    done < <(awk '/^[[:space:]]/ { printf "\037%s", $0; next } NR > 1 { print "" } { printf "%s", $0 } END { if (NR) print "" }' \
+                 "$out/$lane.results")
     [[ -s $out/$lane.err ]] && { echo "# $lane: stderr:"; sed 's/^/    /' "$out/$lane.err"; failed=$((failed + 1)); }
 done
 pending=0
