@@ -375,11 +375,9 @@ idem_claim_one(const ClaimArgs *a, const IdemCaps *caps, Verdict *v)
 	if (probe != PROBE_COMPLETED)
 	{
 		idem_begin_worker(&call, "claim_operation()", caps, &store);
-		if (!a->wait)
-			idem_carry_lock_timeout(&call, true);
+		idem_carry_lock_timeout(&call, a->wait, true);
 		claim(&call, v, a, probe == PROBE_ABSENT ? &no_record : NULL, false);
-		if (!a->wait)
-			idem_carry_lock_timeout(&call, false);
+		idem_carry_lock_timeout(&call, a->wait, false);
 		idem_end(&call);
 	}
 }
@@ -602,11 +600,9 @@ idem_claim_batch(int n, const ClaimArgs *a, const bool *repeat, Verdict **v)
 	idem_begin_worker(&call, "claim_operations()", &caps, NULL);
 	if (call.store.backend->lookup_many != NULL)
 	{
-		if (!a[0].wait)
-			idem_carry_lock_timeout(&call, true);
+		idem_carry_lock_timeout(&call, a[0].wait, true);
 		claim_groups(&call, n, a, repeat, v);
-		if (!a[0].wait)
-			idem_carry_lock_timeout(&call, false);
+		idem_carry_lock_timeout(&call, a[0].wait, false);
 		idem_end(&call);
 		return;
 	}

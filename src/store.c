@@ -162,14 +162,15 @@ idem_begin_worker(IdemCall *call, const char *fname, const IdemCaps *caps,
 }
 
 /*
- * wait => false: the session's lock_timeout (claim.c sets the call's
- * bound) holds where the call's statements run, from on = true until
- * on = false; on error, transaction abort undoes it.
+ * A call with wait => false: the session's lock_timeout (claim.c sets the
+ * call's bound) holds where the call's statements run, from on = true until
+ * on = false; on error, transaction abort undoes it. Nothing for a call
+ * that waits, or a store whose statements run in this backend.
  */
 void
-idem_carry_lock_timeout(const IdemCall *call, bool on)
+idem_carry_lock_timeout(const IdemCall *call, bool wait, bool on)
 {
-	if (call->store.backend->carry_lock_timeout != NULL)
+	if (!wait && call->store.backend->carry_lock_timeout != NULL)
 		call->store.backend->carry_lock_timeout(&call->store, on);
 }
 

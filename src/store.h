@@ -262,7 +262,7 @@ extern void idem_worker_lookup_many(const IdemCall *call, text *job_type, int n,
 									text *const *keys, OperationState *states,
 									BatchJobType *jt);
 extern void idem_define_settings(void);
-extern void idem_carry_lock_timeout(const IdemCall *call, bool on);
+extern void idem_carry_lock_timeout(const IdemCall *call, bool wait, bool on);
 
 /* statements.c: the statement table and its runner */
 extern uint64 idem_execute(const Store *s, StoreOp op, StoreVariant v, Datum *values,
