@@ -51,8 +51,11 @@
 #   fanout  stale_claims() and the job_type_stats view (every shard), timed
 #           on both
 #   perf    (if perf works) perf record -a -g during $CB_PERF_SECONDS s of the
-#           run path, then of the duplicate path, through the coordinator:
-#           where the CPU goes, per node (perf-run-coord.txt, perf-dup-coord.txt)
+#           run path, then of the duplicate path, through the coordinator,
+#           then of the raw routed statements they are compared with
+#           (sql_run.sql, pk_dup.sql): where the CPU goes, per node
+#           (perf-run-coord.txt, perf-dup-coord.txt, perf-raw-coord.txt,
+#           perf-pk-coord.txt)
 # Per run: tps, latency (pgbench -l, bench/lat.py), the CPU of each server
 # (its postmaster and all its children, living and reaped, /proc), of pgbench
 # and of the whole machine (/proc/stat). bench/citus/report.py writes
@@ -586,6 +589,9 @@ if [[ $perf_ok == yes ]]; then
     log "perf: $CB_PERF_SECONDS s of each path through the coordinator ($(( SECONDS - started )) s so far)"
     profile run fn_run
     profile dup fn_dup
+    # the raw routed statements the two paths are compared with (coordfn)
+    profile raw sql_run
+    profile pk pk_dup
     kvput perf "yes"
 else
     kvput perf "no"
