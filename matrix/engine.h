@@ -165,6 +165,13 @@ struct signoff_state
 	arm			arms[8];
 	bool		not_armed;		/* a case found no worker reaching its point */
 	char		record_early[CELL]; /* the record, read before the case's end */
+	/*
+	 * Why the try did not test its case, "" when it did: the machine, not
+	 * the job, missed the case's premise (7a, 7b: the message came again
+	 * only after the lease had run out). signoff_run() runs the case again
+	 * under new keys, CASE_TRIES times in all.
+	 */
+	char		missed[400];
 	char		stopped[700];	/* why the run stops (hello.c: another database); "" */
 	bool		stop_said;		/* a case failed with it */
 	const case_result *claim_failed;	/* the case a claim error failed at once */

@@ -79,7 +79,11 @@
 #      schema idempotency", instead of the timeout; a job file whose
 #      job_type is not the one the worker claims under fails case 1 within
 #      15 s with one sentence naming both job types, case 2 not run.
-# Steps 11 and 12 start first and run beside the others (a spool directory
+#  14. a redelivery slower than the lease in 7a/7b (worker.py
+#      --slow-redelivery): once, the case notes that try 1 tested nothing,
+#      runs again under new keys and holds; always, it fails after 3 tries
+#      with the sentence to give a longer lease.
+# Steps 11, 12 and 14 start first and run beside the others (a spool directory
 # of their own); they are judged at the end.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
 # file's lease) to save time; the good job runs with the default lease.
@@ -186,7 +190,7 @@ EOF
 }
 
 # ---------------------------------------------------------------------
-# Steps 11 and 12 (faults at the effect, the batch) are runs of their own
+# Steps 11, 12 and 14 (faults at the effect, the batch, a slow redelivery) are runs of their own
 # (a run id, a spool in spools-bg, an endpoint each): they start now, beside
 # the others, and are judged at the end.
 # ---------------------------------------------------------------------
@@ -216,6 +220,14 @@ batch_run() {   # batch_run NAME WORKER-ARGS
 }
 batch_run good "--batch 10" & bg_pids+=($!)
 batch_run drop "--batch 10 --broken batch-drop" & bg_pids+=($!)
+slow_run() {   # slow_run ONCE|ALWAYS POLICY CASES
+    local name=$1 job=$out/slow-$1.job
+    make_job "$job" "worker=/usr/bin/python3 worker.py --slow-redelivery $1" "lease=1.5" "policies=-"
+    SIGNOFF_TEST_DIR=$out/spools-bg "$runner" --job "$job" --policy "$2" --cases "$3" --json "$out/slow-$name.json" >"$out/slow-$name.log" 2>&1
+    echo $? >"$out/slow-$name.rc"
+}
+slow_run once retry 7a,7b & bg_pids+=($!)
+slow_run always hold 7a & bg_pids+=($!)
 
 # ---------------------------------------------------------------------
 # 1. the good job, every policy, the default lease
@@ -863,6 +875,44 @@ make_job "$job" "batch=sometimes"
 line=$(grep -n '^batch' "$job" | cut -d: -f1)
 bad_input "a batch that is neither yes nor no" \
     "idempotency-matrix: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
+
+# ---------------------------------------------------------------------
+# 14. a redelivery that comes after the lease in 7a/7b (worker.py
+# --slow-redelivery: a message seen before waits lease + 0.5 s): that try
+# tested nothing and the case runs again under new keys, at most 3 times
+# ---------------------------------------------------------------------
+# the notes of a case of a JSON report, one per line
+case_notes() {   # case_notes REPORT POLICY CASE
+    "$python" - "$@" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for p in r["policies"]:
+    for c in p["cases"]:
+        if p["policy"] == sys.argv[2] and c["case"] == sys.argv[3]:
+            print("\n".join(c["notes"]))
+EOF
+}
+rc=$(cat "$out/slow-once.rc")
+got=$(failing_cases "$out/slow-once.json" 2>&1)
+notes=$(case_notes "$out/slow-once.json" retry 7a 2>&1)
+try1="^Try 1 under signoff-[0-9a-f]+-retry-7a-1 did not test the case: the message came again [0-9.]+ s after the first claim, when the 1.5 seconds lease had run out, and was judged run \(attempt 2\), as after the lease. The case ran again under new keys.$"
+if ((rc == 0)) && [[ -z $got ]] && grep -qE "$try1" <<<"$notes" &&
+    grep -q "The message came again inside the lease: pid [0-9]* was judged in_progress" <<<"$notes" &&
+    grep -q "case 7a: redelivery of case 5 inside the lease (try 2: the lease ran out before the redelivery)" "$out/slow-once.log"; then
+    ok "a redelivery slower than the lease once: 7a notes that try 1 tested nothing and holds on its next try, 7b holds"
+else
+    not_ok "$out/slow-once.log" "--slow-redelivery once: expected exit 0, no failing case, 7a's note on try 1; got exit $rc, failing '$got', notes: $notes"
+fi
+rc=$(cat "$out/slow-always.rc")
+got=$(failing_cases "$out/slow-always.json" 2>&1)
+notes=$(case_notes "$out/slow-always.json" hold 7a 2>&1)
+if ((rc == 1)) && [[ $got == "hold:7a" ]] && grep -qE "^Try 1 under signoff-[0-9a-f]+-hold-7a-1 did not test" <<<"$notes" &&
+    grep -qE "^Try 2 under signoff-[0-9a-f]+-hold-7a-try2-1 did not test" <<<"$notes" &&
+    grep -qE "^FAILED: the message came again [0-9.]+ s after the first claim, when the 1.5 seconds lease had run out, and was judged held \(attempt 1\), as after the lease, in each of 3 tries: the worker or the queue took longer than the lease \(1.5 seconds\) to bring the message again; give a longer lease in the job file$" <<<"$notes"; then
+    ok "a redelivery always slower than the lease: 7a fails after 3 tries, saying so and to give a longer lease"
+else
+    not_ok "$out/slow-always.log" "--slow-redelivery always: expected exit 1, failing 'hold:7a' after 3 tries; got exit $rc, failing '$got', notes: $notes"
+fi
 
 # ---------------------------------------------------------------------
 # 13. a diagnosis: which helper ran; another database; a claim error

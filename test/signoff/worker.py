@@ -107,6 +107,7 @@ import pg_idempotency as idem  # noqa: E402
 JOB = "signoff_test_job"      # the job type in the job file
 log = logging.getLogger("worker")
 stopping = False
+slow_redelivery = None   # --slow-redelivery: once, always
 
 
 def on_term(signum, frame):
@@ -220,6 +221,25 @@ def operation_key(run_key, path, key_mode):
     return "msg-" + os.path.basename(path)      # message-id
 
 
+def seen_before(spool, run_key):
+    """has a delivery of run_key come to a worker of this spool before?"""
+    os.makedirs(os.path.join(spool, "seen"), exist_ok=True)
+    try:
+        os.close(os.open(os.path.join(spool, "seen", run_key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return False
+    except FileExistsError:
+        return True
+
+
+def first_slowed(spool):
+    """the spool's first slowed delivery (--slow-redelivery once)?"""
+    try:
+        os.close(os.open(os.path.join(spool, "slowed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
 def handle(spool, path, message, lease, broken, key_mode=None, c=None):
     """one message; c: its claim, made already (a batch's), else claimed here"""
     run_key = message["key"]
@@ -237,6 +257,10 @@ def handle(spool, path, message, lease, broken, key_mode=None, c=None):
         dirqueue.put(spool, {k: v for k, v in message.items() if k != "not_before"}, delay)
         os.unlink(path)
 
+    if slow_redelivery and c is None and seen_before(spool, run_key):
+        if slow_redelivery == "always" or first_slowed(spool):
+            log.info("%s: again; its claim waits %.1f s (--slow-redelivery %s)", key, lease + 0.5, slow_redelivery)
+            time.sleep(lease + 0.5)
     try:
         if c is None:
             c = idem.claim(JOB, key, fp)
@@ -421,8 +445,13 @@ def main():
                         help="take up to N messages at once and claim them in one call")
     parser.add_argument("--key", dest="key_mode", default=None,
                         help="format:TEMPLATE (with {key}), hash, or message-id: the operation key")
+    parser.add_argument("--slow-redelivery", choices=("once", "always"), default=None,
+                        help="a message that came before waits the lease and 0.5 s before its claim: "
+                             "the first such delivery of the run (a machine slow once), or every one")
     args = parser.parse_args()
     broken = args.broken
+    global slow_redelivery
+    slow_redelivery = args.slow_redelivery
     conn = psycopg.connect("", autocommit=True) if args.transactional else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s worker {os.getpid()}: %(message)s")
