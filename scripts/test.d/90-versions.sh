@@ -9,7 +9,8 @@
 #                                        50-54 (see below)
 #   trixie    Debian 13, PostgreSQL 17   scripts/matrix; scripts/test (whole,
 #                                        with hook 93: Citus 14.0 built for
-#                                        17; but hook 55: see below)
+#                                        17; but hooks 55, 60 and 85: see
+#                                        below)
 #   forky     Debian testing, 18         scripts/matrix; scripts/test regress
 #                                        isolation tap, and hook 93: Citus
 #                                        14.0 built for 18
@@ -51,7 +52,14 @@
 # under hold, retry and skip, through each real broker, beside the
 # end-to-end scenarios; hook 84 (the sign-off run itself) runs there on
 # PostgreSQL 17. Neither Debian 13 nor testing runs hook 55 (the release
-# tarball): the host does.
+# tarball): the host does. Debian 13 leaves out hooks 60 (the benchmarks'
+# smoke run: 417 s on the host, and the pgbench scripts are the same SQL on
+# every major) and 85 (the helpers' catalogue of broken jobs through the
+# runner: 557 s on the host, and what it judges is the runner's and the
+# helpers', not the server's): with them that root ran out of its 3300 s
+# in hook 93, its last, in stop 37's CI (3329-3340 s, CI and here). The
+# extension's own behaviour on 17 stays covered there by the suites, the
+# matrix, the faults (74), the brokers (80-82) and the sign-off run (84).
 #
 # Settings: TEST_RELEASES (default "bookworm trixie forky"), TEST_ROOT_JOBS
 # (roots run at once, default 2; the machine has 2 cores and most of a run
@@ -79,7 +87,7 @@ signoff="SIGNOFF_CASES=1-7 SIGNOFF_SECOND_JOB=0"
 job_of() {
     case $1 in
         bookworm) echo "scripts/matrix && TEST_HOOKS='5[0-4]-*' scripts/test" ;;
-        trixie) echo "scripts/matrix && TEST_SKIP_HOOKS='@(9[0-2]*|55-*)' MEMORY_CALLS=5000 $signoff scripts/test" ;;
+        trixie) echo "scripts/matrix && TEST_SKIP_HOOKS='@(9[0-2]*|55-*|60-*|85-*)' MEMORY_CALLS=5000 $signoff scripts/test" ;;
         forky) echo "scripts/matrix && TEST_HOOKS=93-citus MEMORY_CALLS=5000 scripts/test" ;;
         *) return 1 ;;
     esac
