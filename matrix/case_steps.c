@@ -357,19 +357,58 @@ out:
 }
 
 /*
+ * A verdict the database gives only once the claim's lease has run out: the
+ * stale-claim policy's (held, skipped, verify) or a takeover (run with
+ * attempt 2 or more). The protocol has no way to shorten a claim's lease, so
+ * in 7a and 7b such an answer means the message came back too late.
+ */
+static bool
+judged_stale(const delivery *d)
+{
+	return (d->runs && d->attempt > 1) || strcmp(d->verdict, "verify") == 0 ||
+		strcmp(d->verdict, "held") == 0 || strcmp(d->verdict, "skipped") == 0;
+}
+
+/*
+ * 7a, 7b after an in_progress verdict: the database judged the claim young
+ * when the message came again (in_progress is the verdict of a claim whose
+ * lease still runs). A runner slowed between that verdict and its read of
+ * the record finds the same claim with its lease run out since: that is
+ * the runner's clock, not the job's doing, so the record is what the
+ * redelivery found, and a note says so. A claim taken over by then (a
+ * later delivery, after the lease) leaves nothing of what the redelivery
+ * found: the try tested nothing (s->missed). Anything else (completed,
+ * released) is the job's, and the case judges it.
+ */
+static void
+in_progress_record(signoff_state *s, double came)
+{
+	if (strcmp(s->record_early, "claimed #1 (stale)") == 0)
+	{
+		copy_str(s->record_early, sizeof(s->record_early), "claimed #1 (young)");
+		case_note(s->cr, "The runner read the record only after the %s lease had run out (%.1f s after the first claim "
+				  "its report arrived); the claim was still attempt 1's, and young when the message came again, "
+				  "as the in_progress verdict gives.", s->ctx->lease_sql, came);
+	}
+	else if (strncmp(s->record_early, "claimed #", 9) == 0 && strncmp(s->record_early, "claimed #1 ", 11) != 0)
+		snprintf(s->missed, sizeof(s->missed),
+				 "the message came again inside the lease and was judged in_progress, but the runner read the record "
+				 "only when a later delivery had taken the claim over (%s), %.1f s after the first claim",
+				 s->record_early, came);
+}
+
+/*
  * 5, 6: the worker is killed at claimed (before the handler) or at handled
  * (after it, before the completion); after the lease a new worker gets the
  * same message again. 7a, 7b: the same deaths, the message again inside the
  * lease (a second worker is started with the first, so that no worker start
  * stands between the death and the redelivery). On a loaded machine the
  * enqueue, the queue and the second worker may together take longer than
- * the lease: a redelivery judged as after the lease that came at least the
- * lease (less LEASE_SLACK_S, for the points' own latency) after the first
- * claim did not test the case, and the case runs again (s->missed); one
- * judged so sooner than that is the job's (a shorter lease of its own, say)
- * and fails the case.
+ * the lease: a redelivery the database judged stale (judged_stale()) did
+ * not test the case, and the case runs again (s->missed). Any other answer
+ * (completed, say, from a job that completes before its handler) is the
+ * job's, and the case judges it.
  */
-#define LEASE_SLACK_S 0.2
 static void
 death(signoff_state *s, const char *point, bool after_lease)
 {
@@ -389,23 +428,26 @@ death(signoff_state *s, const char *point, bool after_lease)
 	if (!after_lease)
 	{
 		int			i = wait_nth(s, 0, 2);
-		int			f;
+		double		came;
 
 		if (i < 0)
 			goto out;
-		/* the record now, while the lease still runs */
+		came = s->d[i].at - s->d[nth_delivery(s, 0, 1)].at;
+
+		/* the record now, while the lease still runs (unless the runner is slow) */
 		record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], s->record_early,
 					   sizeof(s->record_early), NULL, 0);
 		if (!s->d[i].runs && strcmp(s->d[i].verdict, "in_progress") == 0)
+		{
 			case_note(s->cr, "The message came again inside the lease: pid %ld was judged in_progress, and the attempt is still 1.",
 					  s->d[i].pid);
-		else if ((f = nth_delivery(s, 0, 1)) >= 0 &&
-				 s->d[i].at - s->d[f].at >= s->job->lease_s - LEASE_SLACK_S)
+			in_progress_record(s, came);
+		}
+		else if (judged_stale(&s->d[i]))
 			snprintf(s->missed, sizeof(s->missed),
 					 "the message came again %.1f s after the first claim, when the %s lease had run out, "
 					 "and was judged %s (attempt %d), as after the lease",
-					 s->d[i].at - s->d[f].at, s->ctx->lease_sql,
-					 s->d[i].verdict[0] ? s->d[i].verdict : "-", s->d[i].attempt);
+					 came, s->ctx->lease_sql, s->d[i].verdict, s->d[i].attempt);
 		else if (strstr(s->record_early, "stale"))
 			case_fail(s->cr, "the lease had already run out when the message came again: the worker or the queue "
 					  "took longer than the lease (%s); give a longer lease in the job file", s->ctx->lease_sql);
@@ -1660,6 +1702,86 @@ run_cleanup(signoff_state *s)
 	sb_free(&notes.notes);
 }
 
+/*
+ * The reference run's job type for case c's try: <prefix>_<policy>_<case>,
+ * and _try<N> after the first, so that each try's seed keys (ORD-1001, ...)
+ * are new keys. Registered; false with err set when it cannot be.
+ */
+static bool
+case_job_type(signoff_state *s, const case_spec *c, int tries, char *err, size_t errsz)
+{
+	int			n = snprintf(s->job_type, sizeof(s->job_type), "%s_%s_%s", s->ctx->prefix,
+							 policy_names[s->policy], c->id);
+
+	if (tries > 1)
+		snprintf(s->job_type + n, sizeof(s->job_type) - n, "_try%d", tries);
+	snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
+	return job_type_register(s->ctx, s->job_type, s->policy, err, errsz);
+}
+
+/*
+ * One try of case c (tries: 1, 2, ...): its keys (signoff-<run>-<policy>-
+ * <case>-<n>, -<case>-try<N>-<n> after the first try; the reference run's
+ * are the seed's, in a job type of the try's own), its steps, its workers
+ * stopped. True when the try did not test the case (s->missed says why), so
+ * that it runs again; false when it did, was interrupted, or failed.
+ */
+static bool
+case_try(signoff_state *s, const case_spec *c, case_result *cr, int tries, char *err, size_t errsz)
+{
+	const char *policy = policy_names[s->policy];
+	char		part[40];		/* the case's part of its keys: 7a, 7a-try2 */
+	int			ki;
+
+	if (tries == 1)
+		copy_str(part, sizeof(part), c->id);
+	else
+	{
+		snprintf(part, sizeof(part), "%s-try%d", c->id, tries);
+		if (s->job->reference && !case_job_type(s, c, tries, err, errsz))
+		{
+			case_fail(cr, "%s", err);
+			return false;
+		}
+	}
+	/* the case's own keys, workers and deliveries */
+	s->cr = cr;
+	s->case_id = cr->id;
+	s->nkeys = c->nkeys;
+	s->nworkers = 0;
+	s->took_kept = false;
+	s->record_early[0] = '\0';
+	s->missed[0] = '\0';
+	memset(s->arms, 0, sizeof(s->arms));
+	for (ki = 0; ki < s->nkeys; ki++)
+	{
+		if (s->job->reference)
+			snprintf(s->keys[ki], KEYSZ, "ORD-%d", 1001 + ki);
+		else
+			snprintf(s->keys[ki], KEYSZ, "signoff-%s-%s-%s-%d", s->ctx->run_id, policy, part, ki + 1);
+		s->enqueued[ki] = 0;
+		copy_str(s->opkey[ki], KEYSZ, s->keys[ki]);
+		s->opkey_known[ki] = false;
+	}
+	case_first_delivery = s->nd;
+	cr->ran = true;
+	for (ki = 0; ki < s->nkeys; ki++)
+	{
+		if (!operation_key(s, ki))
+			break;
+		if (s->job->effect != EFFECT_NONE)
+			effect_key(s->keys[ki], s->opkey_known[ki] ? s->opkey[ki] : NULL);
+	}
+	if (ki == s->nkeys)
+		steps_of(c->id) (s);
+	/* nothing of the case outlives it */
+	stop_workers(s);
+	for (ki = 0; ki < s->nworkers; ki++)
+		forget_proc(s->workers[ki]);
+	s->nworkers = 0;
+	return s->missed[0] && !matrix_interrupted;
+}
+
 /* ---------------------------------------------------------------------
  * The run
  * --------------------------------------------------------------------- */
@@ -1830,12 +1952,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			cr = &pr->cases[pr->ncases++];
 			case_expectations(c, pr->checked_as, words, job->stress, ctx->utf8, cr);
 			if (job->reference)
-			{
-				/* the seed's keys, in a job type per case */
-				snprintf(s->job_type, sizeof(s->job_type), "%s_%s_%s", ctx->prefix, policy_names[p], c->id);
-				snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
-				registered = job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err));
-			}
+				registered = case_job_type(s, c, 1, err, sizeof(err));
 			progress(ctx, "[%d/%d] policy %s, case %s: %s", ++done, total,
 					 policy_names[p], cr->id, cr->title);
 			tc = now_seconds();
@@ -1872,66 +1989,8 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 				case_finish(cr);
 				continue;
 			}
-			for (tries = 1;; tries++)
+			for (tries = 1; case_try(s, c, cr, tries, err, sizeof(err)); tries++)
 			{
-				char		part[40];	/* the case's part of its keys: 7a, 7a-try2 */
-
-				if (tries == 1)
-					copy_str(part, sizeof(part), cr->id);
-				else
-				{
-					snprintf(part, sizeof(part), "%s-try%d", cr->id, tries);
-					if (job->reference)
-					{
-						/* the seed's keys again: in a job type of the try's own */
-						snprintf(s->job_type, sizeof(s->job_type), "%s_%s_%s_try%d", ctx->prefix,
-								 policy_names[p], c->id, tries);
-						snprintf(s->map, sizeof(s->map), "%s=%s", s->job->value[JF_JOB_TYPE], s->job_type);
-						if (!job_type_register(s->ctx, s->job_type, s->policy, err, sizeof(err)))
-						{
-							case_fail(cr, "%s", err);
-							break;
-						}
-					}
-				}
-				/* the case's own keys, workers and deliveries */
-				s->cr = cr;
-				s->case_id = cr->id;
-				s->nkeys = c->nkeys;
-				s->nworkers = 0;
-				s->took_kept = false;
-				s->record_early[0] = '\0';
-				s->missed[0] = '\0';
-				memset(s->arms, 0, sizeof(s->arms));
-				for (ki = 0; ki < s->nkeys; ki++)
-				{
-					if (job->reference)
-						snprintf(s->keys[ki], KEYSZ, "ORD-%d", 1001 + ki);
-					else
-						snprintf(s->keys[ki], KEYSZ, "signoff-%s-%s-%s-%d", ctx->run_id,
-								 policy_names[p], part, ki + 1);
-					s->enqueued[ki] = 0;
-					copy_str(s->opkey[ki], KEYSZ, s->keys[ki]);
-					s->opkey_known[ki] = false;
-				}
-				case_first_delivery = s->nd;
-				cr->ran = true;
-				for (ki = 0; ki < s->nkeys; ki++)
-				{
-					if (!operation_key(s, ki))
-						break;
-					if (job->effect != EFFECT_NONE)
-						effect_key(s->keys[ki], s->opkey_known[ki] ? s->opkey[ki] : NULL);
-				}
-				if (ki == s->nkeys)
-					steps_of(c->id) (s);
-				/* nothing of the case outlives it */
-				stop_workers(s);
-				for (ki = 0; ki < s->nworkers; ki++)
-					forget_proc(s->workers[ki]);
-				s->nworkers = 0;
-				if (!s->missed[0] || matrix_interrupted)
-					break;
 				if (tries == CASE_TRIES)
 				{
 					case_fail(cr, "%s, in each of %d tries: the worker or the queue took longer than the lease "

@@ -220,14 +220,15 @@ batch_run() {   # batch_run NAME WORKER-ARGS
 }
 batch_run good "--batch 10" & bg_pids+=($!)
 batch_run drop "--batch 10 --broken batch-drop" & bg_pids+=($!)
-slow_run() {   # slow_run ONCE|ALWAYS POLICY CASES
+slow_run() {   # slow_run NAME WORKER-FLAGS POLICY CASES
     local name=$1 job=$out/slow-$1.job
-    make_job "$job" "worker=/usr/bin/python3 worker.py --slow-redelivery $1" "lease=1.5" "policies=-"
-    SIGNOFF_TEST_DIR=$out/spools-bg "$runner" --job "$job" --policy "$2" --cases "$3" --json "$out/slow-$name.json" >"$out/slow-$name.log" 2>&1
+    make_job "$job" "worker=/usr/bin/python3 worker.py $2" "lease=1.5" "policies=-"
+    SIGNOFF_TEST_DIR=$out/spools-bg "$runner" --job "$job" --policy "$3" --cases "$4" --json "$out/slow-$name.json" >"$out/slow-$name.log" 2>&1
     echo $? >"$out/slow-$name.rc"
 }
-slow_run once retry 7a,7b & bg_pids+=($!)
-slow_run always hold 7a & bg_pids+=($!)
+slow_run once "--slow-redelivery once" retry 7a,7b & bg_pids+=($!)
+slow_run always "--slow-redelivery always" hold 7a & bg_pids+=($!)
+slow_run runner --slow-runner hold 7a,7b & bg_pids+=($!)
 
 # ---------------------------------------------------------------------
 # 1. the good job, every policy, the default lease
@@ -879,7 +880,9 @@ bad_input "a batch that is neither yes nor no" \
 # ---------------------------------------------------------------------
 # 14. a redelivery that comes after the lease in 7a/7b (worker.py
 # --slow-redelivery: a message seen before waits lease + 0.5 s): that try
-# tested nothing and the case runs again under new keys, at most 3 times
+# tested nothing and the case runs again under new keys, at most 3 times;
+# a runner that reads the record late (--slow-runner) tests the case all
+# the same
 # ---------------------------------------------------------------------
 # the notes of a case of a JSON report, one per line
 case_notes() {   # case_notes REPORT POLICY CASE
@@ -912,6 +915,20 @@ if ((rc == 1)) && [[ $got == "hold:7a" ]] && grep -qE "^Try 1 under signoff-[0-9
     ok "a redelivery always slower than the lease: 7a fails after 3 tries, saying so and to give a longer lease"
 else
     not_ok "$out/slow-always.log" "--slow-redelivery always: expected exit 1, failing 'hold:7a' after 3 tries; got exit $rc, failing '$got', notes: $notes"
+fi
+# the runner stopped between the in_progress verdict and its read of the
+# record (worker.py --slow-runner): the record is the one the redelivery
+# found, the case holds on its first try, and a note says why
+rc=$(cat "$out/slow-runner.rc")
+got=$(failing_cases "$out/slow-runner.json" 2>&1)
+late="^The runner read the record only after the 1.5 seconds lease had run out \([0-9.]+ s after the first claim its report arrived\); the claim was still attempt 1's, and young when the message came again, as the in_progress verdict gives.$"
+notes_7a=$(case_notes "$out/slow-runner.json" hold 7a 2>&1)
+notes_7b=$(case_notes "$out/slow-runner.json" hold 7b 2>&1)
+if ((rc == 0)) && [[ -z $got ]] && grep -qE "$late" <<<"$notes_7a" && grep -qE "$late" <<<"$notes_7b" &&
+    ! grep -q "^Try 1 " <<<"$notes_7a$notes_7b" && grep -q '^✓  7a .*claimed #1 (young)' "$out/slow-runner.log"; then
+    ok "a runner stopped past the lease after the in_progress verdict: 7a and 7b hold on their first try, noting the late read"
+else
+    not_ok "$out/slow-runner.log" "--slow-runner: expected exit 0, 7a and 7b holding with the late-read note; got exit $rc, failing '$got', notes: $notes_7a $notes_7b"
 fi
 
 # ---------------------------------------------------------------------

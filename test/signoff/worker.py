@@ -81,7 +81,22 @@ transactional = yes and counts the rows with effects_sql), on one psycopg
 connection: BEGIN; claim; point claimed; INSERT the row; point handled;
 complete; COMMIT. Its broken variant, --broken commit-first, commits the
 claim on its own first (the row and the completion in a second
-transaction): the run's case 8 must fail it."""
+transaction): the run's case 8 must fail it.
+
+--slow-redelivery once|always: a machine too slow for cases 7a and 7b, not
+a broken job: a message that came before (a marker per key in the spool)
+waits the lease and 0.5 s before its claim, so that the database judges it
+after the lease. once: only the spool's first such delivery (the case must
+hold on its next try); always: every one (the case must fail after its
+tries, saying to give a longer lease).
+
+--slow-runner: a runner descheduled between the verdict and its read of
+the record (a loaded machine), not a broken job: before the claim of a
+message that came before, the worker stops the runner (SIGSTOP; the
+runner is the parent of the worker's process group leader) and a process
+of its own session resumes it (SIGCONT) the lease and 0.5 s later. The
+claim is judged in_progress at once, and the runner reads the record
+only after the lease ran out: 7a and 7b must hold all the same."""
 import argparse
 import hashlib
 import json
@@ -89,6 +104,7 @@ import logging
 import os
 import signal
 import smtplib
+import subprocess
 import socket
 import sys
 import time
@@ -108,6 +124,7 @@ JOB = "signoff_test_job"      # the job type in the job file
 log = logging.getLogger("worker")
 stopping = False
 slow_redelivery = None   # --slow-redelivery: once, always
+slow_runner = False      # --slow-runner
 
 
 def on_term(signum, frame):
@@ -221,20 +238,25 @@ def operation_key(run_key, path, key_mode):
     return "msg-" + os.path.basename(path)      # message-id
 
 
-def seen_before(spool, run_key):
-    """has a delivery of run_key come to a worker of this spool before?"""
-    os.makedirs(os.path.join(spool, "seen"), exist_ok=True)
-    try:
-        os.close(os.open(os.path.join(spool, "seen", run_key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        return False
-    except FileExistsError:
-        return True
+def runner_pid():
+    """the runner: the parent of this worker's process group leader"""
+    with open(f"/proc/{os.getpgid(0)}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def first_slowed(spool):
-    """the spool's first slowed delivery (--slow-redelivery once)?"""
+def stop_runner(seconds):
+    """SIGSTOP the runner; a process of its own session resumes it later"""
+    pid = runner_pid()
+    subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {pid}"], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.kill(pid, signal.SIGSTOP)
+
+
+def first_time(path):
+    """creates the marker file path: True if no worker of the spool had"""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
-        os.close(os.open(os.path.join(spool, "slowed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         return True
     except FileExistsError:
         return False
@@ -257,8 +279,13 @@ def handle(spool, path, message, lease, broken, key_mode=None, c=None):
         dirqueue.put(spool, {k: v for k, v in message.items() if k != "not_before"}, delay)
         os.unlink(path)
 
-    if slow_redelivery and c is None and seen_before(spool, run_key):
-        if slow_redelivery == "always" or first_slowed(spool):
+    # a delivery of a message that came before: slowed always, or the first
+    # one; or the runner stopped for as long (--slow-runner)
+    if (slow_redelivery or slow_runner) and c is None and not first_time(os.path.join(spool, "seen", run_key)):
+        if slow_runner:
+            log.info("%s: again; the runner stops for %.1f s (--slow-runner)", key, lease + 0.5)
+            stop_runner(lease + 0.5)
+        elif slow_redelivery == "always" or first_time(os.path.join(spool, "slowed")):
             log.info("%s: again; its claim waits %.1f s (--slow-redelivery %s)", key, lease + 0.5, slow_redelivery)
             time.sleep(lease + 0.5)
     try:
@@ -448,10 +475,13 @@ def main():
     parser.add_argument("--slow-redelivery", choices=("once", "always"), default=None,
                         help="a message that came before waits the lease and 0.5 s before its claim: "
                              "the first such delivery of the run (a machine slow once), or every one")
+    parser.add_argument("--slow-runner", action="store_true",
+                        help="a message that came before stops the runner for the lease and 0.5 s before its claim")
     args = parser.parse_args()
     broken = args.broken
-    global slow_redelivery
+    global slow_redelivery, slow_runner
     slow_redelivery = args.slow_redelivery
+    slow_runner = args.slow_runner
     conn = psycopg.connect("", autocommit=True) if args.transactional else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s worker {os.getpid()}: %(message)s")
