@@ -64,7 +64,8 @@
 # Node.js: the unit tests run on 22 and on 24 (the LTS lines the package
 # supports, its engines); each mode with a broker runs on one of them, so
 # that both run real workers, fauxqs and sqs-consumer in every run, also in
-# the clean Debian 13 root, which leaves the second job out (hook 90):
+# the clean Debian 13 root, which runs single, sigterm and signoff only
+# (hook 90):
 # single, signoff-batch and second on 22, batch and signoff on 24 (each
 # handler then runs on both: its scenarios on one, its sign-off on the
 # other), sigterm on both. Running every
