@@ -34,12 +34,17 @@ import threading
 _lock = threading.Lock()
 
 
-def count(log, key):
+def keys(log):
+    """the key of each effect in log (none while there is no log)"""
     try:
         with open(log, encoding="utf-8") as f:
-            return sum(1 for line in f if line.split("\t")[1:2] == [key])
+            return [line.split("\t")[1] for line in f if "\t" in line]
     except FileNotFoundError:
-        return 0
+        return []
+
+
+def count(log, key):
+    return keys(log).count(key)
 
 
 def record(log, *fields):

@@ -225,9 +225,9 @@ batch_run() {   # batch_run NAME WORKER-ARGS
 batch_run good "--batch 10" & bg_pids+=($!)
 batch_run drop "--batch 10 --broken batch-drop" & bg_pids+=($!)
 # a 5 s lease: the slowed redelivery waits lease + 0.5 s, and an unslowed
-# one (the second try, 7b) must still come inside the lease while hooks 85
-# and 90-92 load the machine (1.7-4.1 s from the first claim was seen with
-# a 1.5 s lease)
+# one (--slow-redelivery once's later tries, --slow-runner's every try)
+# must still come inside the lease while hooks 85 and 90-92 load the
+# machine (1.7-4.1 s from the first claim was seen with a 1.5 s lease)
 slow_lease=5
 slow_run() {   # slow_run NAME WORKER-FLAGS POLICY CASES
     local name=$1 job=$out/slow-$1.job
