@@ -15,8 +15,8 @@
 # the judged lines, the run's lease (IDEMPOTENCY_SIGNOFF_LEASE), the map
 # without the socket, a child worker killed at claimed and handled; no
 # broker).
-# Six modes, in this order (SQS_E2E_MODES=single, batch, sigterm, signoff,
-# signoff-batch and/or second runs some of them):
+# Seven modes, in this order (SQS_E2E_MODES=single, batch, sigterm, signoff,
+# signoff-batch, second and/or sink runs some of them):
 #   single   e2e.py with the single handler (handleMessage): the scenarios
 #            queue-redelivery-after-kill-claimed and -handled (the killed
 #            worker's own message comes back after its visibility timeout
@@ -60,13 +60,18 @@
 #   second   a job the examples do not have, signed off the same way under
 #            retry (examples/sqs/second-job/signoff.job: notify_shipment, one
 #            webhook POST per shipment, effect = http: the runner's endpoint),
-#            the faults at the effect (14-18).
+#            the faults at the effect (14-18);
+#   sink     the example job with its emails counted by the job file's own
+#            command (examples/sqs/signoff-sink.job: effects = sink.py count
+#            on the log of the SMTP sink signoff.py starts, where the worker
+#            sends), cases 1-7 under retry: the report must say the effects
+#            were counted by the command and the sink must have received some.
 # Node.js: the unit tests run on 22 and on 24 (the LTS lines the package
 # supports, its engines); each mode with a broker runs on one of them, so
 # that both run real workers, fauxqs and sqs-consumer in every run, also in
 # the clean Debian 13 root, which runs single, sigterm and signoff only
 # (hook 90):
-# single, signoff-batch and second on 22, batch and signoff on 24 (each
+# single, signoff-batch and second on 22, batch, signoff and sink on 24 (each
 # handler then runs on both: its scenarios on one, its sign-off on the
 # other), sigterm on both. Running every
 # mode on both would add about 6 minutes (their time in the hook) to CI.
@@ -125,7 +130,7 @@ done
 rc=0
 policies=${E2E_POLICIES:-hold,retry,skip}
 signoff=(--policy "${SIGNOFF_POLICIES:-$policies}" ${SIGNOFF_CASES:+--cases "$SIGNOFF_CASES"})
-for mode in ${SQS_E2E_MODES:-single batch sigterm signoff signoff-batch second}; do
+for mode in ${SQS_E2E_MODES:-single batch sigterm signoff signoff-batch second sink}; do
     t0=$SECONDS
     major=$(major_of "$mode")
     case $mode in
@@ -163,7 +168,11 @@ for mode in ${SQS_E2E_MODES:-single batch sigterm signoff signoff-batch second};
             [[ ${SIGNOFF_SECOND_JOB:-1} == 0 ]] && { echo "== 80-sqs: second job left out (SIGNOFF_SECOND_JOB=0)"; continue; }
             echo "== 80-sqs: the sign-off of a second job, notify_shipment (examples/sqs/second-job/signoff.job), Node.js $major"
             with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job examples/sqs/second-job/signoff.job --policy retry --cases 14-18 || rc=1 ;;
-        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, sigterm, signoff, signoff-batch, second)" >&2; exit 2 ;;
+        sink)
+            [[ ${SIGNOFF_POLICIES:-} == none ]] && { echo "== 80-sqs: $mode left out (SIGNOFF_POLICIES=none)"; continue; }
+            echo "== 80-sqs: the sign-off of examples/sqs/signoff-sink.job (effects = sink.py count), Node.js $major"
+            with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job examples/sqs/signoff-sink.job --policy retry --cases "${SIGNOFF_CASES:-1-7}" || rc=1 ;;
+        *) echo "80-sqs: unknown mode in SQS_E2E_MODES: $mode (single, batch, sigterm, signoff, signoff-batch, second, sink)" >&2; exit 2 ;;
     esac
     echo "== 80-sqs: $mode: $((SECONDS - t0)) s"
 done
