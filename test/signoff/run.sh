@@ -167,11 +167,11 @@ make_job() {   # make_job FILE [NAME=VALUE...]
 prefix_of() { sed -n 's/^job types \(signoff_[0-9a-f]*\)_<policy>.*/\1/p' "$1" | head -n 1; }
 rundir_of() { sed -n 's/^job types .*, worker logs in \(.*\)$/\1/p' "$1" | head -n 1; }
 
-# workers of a run still alive (their pid files in the spool)
-# A pid counts only while it is still that run's worker: the pid files
-# outlive their processes, and with pid_max 32768 (Debian's default) a busy
-# CI machine reuses a pid within minutes (seen once: "1 workers alive"
-# after the good run, whose runner waits for every worker group it stops).
+# workers of a run still alive: their pid files in the spool, each pid
+# only while it is still that run's worker (the pid files outlive their
+# processes, and with pid_max 32768, Debian's default, a busy CI machine
+# reuses a pid within minutes, while the runner waits for every worker
+# group it stops)
 alive_workers() {   # alive_workers PREFIX
     local run=${1#signoff_} f pid n=0
     for f in "$SIGNOFF_TEST_DIR/spool-$run"/pids/*; do
