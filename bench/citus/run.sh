@@ -53,9 +53,9 @@
 #   perf    (if perf works) perf record -a -g during $CB_PERF_SECONDS s of the
 #           run path, then of the duplicate path, through the coordinator,
 #           then of the raw routed statements they are compared with
-#           (sql_run.sql, pk_dup.sql): where the CPU goes, per node
-#           (perf-run-coord.txt, perf-dup-coord.txt, perf-raw-coord.txt,
-#           perf-pk-coord.txt)
+#           (sql_run.sql, pk_dup.sql): where the CPU goes, per node, as
+#           shares and per 1 000 operations (perf-run-coord.txt,
+#           perf-dup-coord.txt, perf-raw-coord.txt, perf-pk-coord.txt)
 # Per run: tps, latency (pgbench -l, bench/lat.py), the CPU of each server
 # (its postmaster and all its children, living and reaped, /proc), of pgbench
 # and of the whole machine (/proc/stat). bench/citus/report.py writes
@@ -576,12 +576,15 @@ profile() { # PATH SCRIPTNAME: perf record -a during the path through the coordi
         awk -v pm="${PMPID[$n]}" -v node="$n" '$2 == pm { print $1, node }' "$dir/ps1" | sort -u >>"$dir/pidmap"
     done
     awk '$3 == "pgbench" { print $1, "pgbench" }' "$dir/ps1" | sort -u >>"$dir/pidmap"
+    local tps
+    tps=$(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$dir/out-coord")
     {
         echo "# perf record -e cpu-clock -F 499 -a -g, $CB_PERF_SECONDS s: $path path ($name.sql) through the coordinator, $C clients"
-        echo "# tps during the recording: $(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$dir/out-coord")"
+        echo "# tps during the recording: $tps (operations: tps x $CB_PERF_SECONDS s)"
         echo
         perf script -i "$dir/perf.data" 2>/dev/null >"$dir/script.txt" || true
-        /usr/bin/python3 "$here/perfsplit.py" "$dir/script.txt" "$dir/pidmap"
+        /usr/bin/python3 "$here/perfsplit.py" "$dir/script.txt" "$dir/pidmap" \
+            "$(awk -v t="${tps:-0}" -v s="$CB_PERF_SECONDS" 'BEGIN { printf "%d", t * s }')"
     } >"$f" 2>&1 || true
     cp "$f" "$out/perf-$path-coord.txt"
 }
