@@ -49,7 +49,8 @@ FRAME = re.compile(r"^\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
 
 def main(argv):
     script, pidmap = argv[0], argv[1]
-    ops = float(argv[2]) if len(argv) > 2 and float(argv[2]) > 0 else None
+    ops = float(argv[2]) if len(argv) > 2 else 0.0
+    ops = ops if ops > 0 else None
     group_of = {}
     for line in open(pidmap):
         parts = line.split()
@@ -139,8 +140,8 @@ def main(argv):
 
 
 def below_main(frames):
-    """The first named frame below PostgresMain (frames: leaf first)."""
-    names = [name.split("+0x")[0] for name, _ in frames]
+    """The first named frame below PostgresMain (frames: leaf first, as read)."""
+    names = [name for name, _ in frames]
     if "PostgresMain" not in names:
         return "(not below PostgresMain)"
     for name in reversed(names[:names.index("PostgresMain")]):
