@@ -25,13 +25,14 @@ BEGIN
         RAISE EXCEPTION 'the idempotency extension is not installed in this database'
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus')
-       AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL
-       AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+    -- nested: pg_dist_partition is read only where Citus is
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition
                    WHERE logicalrelid OPERATOR(pg_catalog.=) 'idempotency.operations'::pg_catalog.regclass) THEN
-        RAISE EXCEPTION 'the idempotency install is distributed with Citus'
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'The portable edition has no Citus support.';
+            RAISE EXCEPTION 'the idempotency install is distributed with Citus'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'The portable edition has no Citus support.';
+        END IF;
     END IF;
 END
 $check$;

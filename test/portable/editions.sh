@@ -50,7 +50,7 @@ catalog() {
         SELECT p.oid::regprocedure::text || p.prosrc || coalesce(p.proacl::text, '') || coalesce(p.proconfig::text, '')
                || coalesce(obj_description(p.oid, 'pg_proc'), '') AS t
         FROM pg_proc p WHERE p.pronamespace = 'idempotency'::regnamespace
-        UNION ALL SELECT c.oid::regclass::text || c.relkind || coalesce(c.relacl::text, '') || coalesce(obj_description(c.oid, 'pg_class'), '')
+        UNION ALL SELECT c.oid::regclass::text || c.relkind::text || coalesce(c.relacl::text, '') || coalesce(obj_description(c.oid, 'pg_class'), '')
         FROM pg_class c WHERE c.relnamespace = 'idempotency'::regnamespace
         UNION ALL SELECT a.attrelid::regclass::text || a.attname || format_type(a.atttypid, a.atttypmod) || a.attnum
         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
