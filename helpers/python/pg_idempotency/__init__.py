@@ -75,7 +75,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import psycopg
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery, wait)
 
 __all__ = [

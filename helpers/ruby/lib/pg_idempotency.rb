@@ -60,7 +60,7 @@ require "securerandom"
 require "socket"
 
 module PgIdempotency
-  VERSION = "0.4.0"
+  VERSION = "0.5.0"
   # the extension version these calls need (delivery =>, wait =>)
   EXTENSION_VERSION = "0.3"
 
