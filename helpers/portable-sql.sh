@@ -11,8 +11,9 @@
 #           -> idempotency-portable.sql
 #
 # and the helpers' test suites run it before testing a checkout's sources.
-# DEST is written whole or not at all (a temporary file, then mv). Needs
-# only sh, sed and cat, as portable/build.sh.
+# DEST is written whole or not at all (a temporary file of this process,
+# then mv: test processes that run at once may each write it). Needs only
+# sh, sed and cat, as portable/build.sh.
 set -eu
 [ $# -eq 1 ] || { echo "usage: helpers/portable-sql.sh DEST" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,5 +21,5 @@ dest=$1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/portable-sql.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 sh "$here/../portable/build.sh" "$tmp" >/dev/null
-cp "$tmp/idempotency-portable.sql" "$dest.tmp"
-mv "$dest.tmp" "$dest"
+cp "$tmp/idempotency-portable.sql" "$dest.$$.tmp"
+mv "$dest.$$.tmp" "$dest"
