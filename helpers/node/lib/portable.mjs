@@ -36,10 +36,10 @@ export function portableSql() {
 // or a pool's client, as the database's owner) and resolves to what
 // idempotency.edition() then answers, { edition: 'portable', version }. The
 // script is one transaction of its own, so a client must not be in a
-// transaction (rejected otherwise, where the pg version can tell: 8.12 or
-// later). An error (e.g. 55000: the C extension is installed in that
-// database) rejects after the script's transaction was rolled back:
-// nothing changed.
+// transaction (rejected otherwise, where the client reports its status:
+// getTransactionStatus(), as pg 8.23 does). An error (e.g. 55000: the C
+// extension is installed in that database) rejects after the script's
+// transaction was rolled back: nothing changed.
 export async function installPortable(db) {
   if (db instanceof pg.Pool) {
     const client = await db.connect();
