@@ -4,6 +4,7 @@
 -- retention; everything else stays), by ranges of heap pages, one
 -- transaction per range; purge_block_range() is one range.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE FUNCTION pg_temp.age_record(k text, by interval) RETURNS void

@@ -4,6 +4,7 @@
 -- configuration, audit, grants and comments come through unchanged; the
 -- protocol goes on from where 0.1 left it; 0.2's per-job-type roles apply.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency VERSION '0.1';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 -- 0.1's functions call 0.1's entry points of the library
