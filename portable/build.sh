@@ -50,8 +50,8 @@ plain=$out/idempotency-portable.sql
         " * a fresh install, or the upgrade of an older portable install in place" \
         " * (every record, job type and audit row kept); run again, it changes" \
         " * nothing. Made by portable/build.sh; see portable/README.md." \
+        " * Plain SQL, no psql meta-command: a migration tool can run it as it is." \
         " */" \
-        '\set ON_ERROR_STOP on' \
         'BEGIN;'
     sed "s/@VERSION@/$version/g" "$here/plain-guard.sql"
     sed 1d "$body"

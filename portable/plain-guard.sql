@@ -4,12 +4,11 @@
  * database where the C extension or a pg_tle install is (ALTER EXTENSION
  * updates those) and one whose portable install is newer than itself.
  */
-SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('idempotency portable install'));
-
 DO $guard$
 DECLARE
     installed pg_catalog.text;
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('idempotency portable install'));
     SELECT e.extversion INTO installed FROM pg_catalog.pg_extension e
     WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency';
     IF FOUND THEN
