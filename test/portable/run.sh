@@ -150,7 +150,8 @@ export PGHOST=$work/run PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 unset PGDATA PGSERVICE PGOPTIONS
 log "cluster: PostgreSQL $("$view_bin/postgres" -V | awk '{print $3}') from the view $work/view, port $port (Unix socket only)"
 
-psql_() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
+# every statement of the checks bounded (the suites: by PORTABLE_TIMEOUT)
+psql_() { PGOPTIONS='-c statement_timeout=120s' "$bindir/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 su_() { psql_ -U postgres "$@"; }
 
 available=$(su_ -Atc "SELECT string_agg(name, ' ' ORDER BY name) FROM pg_available_extensions WHERE name IN ('idempotency', 'pg_tle')")
@@ -269,7 +270,7 @@ check_newer() {
     st2=$(tle_state tle_newer)
     [[ $st1 == "$st2" ]] || { echo "pg_tle's functions changed"; return 1; }
 }
-dump() { "$bindir/pg_dump" -U postgres -d "$1" --no-sync; }
+dump() { timeout 120 "$bindir/pg_dump" -U postgres -d "$1" --no-sync; }
 check_plain_twice() {
     new_db plain plain
     psql_ -U regress_app_owner -d plain -f "$plain"
