@@ -172,7 +172,8 @@ new_db() {
         -c "ALTER DATABASE $db SET lc_numeric TO 'C'" -c "ALTER DATABASE $db SET lc_time TO 'C'" \
         -c "ALTER DATABASE $db SET bytea_output TO 'hex'" -c "ALTER DATABASE $db SET timezone_abbreviations TO 'Default'"
     [[ ${2:-} == plain ]] && return 0
-    su_ -d "$db" -c "CREATE EXTENSION pg_tle" -c "GRANT pgtle_admin TO regress_tle_admin"
+    su_ -d "$db" -c "CREATE EXTENSION pg_tle" -c "SET client_min_messages = warning" \
+        -c "GRANT pgtle_admin TO regress_tle_admin"
 }
 # the installer INSTALLER in DB, as the pgtle_admin role
 install_tle() { psql_ -U regress_tle_admin -d "$1" -f "$2"; }
