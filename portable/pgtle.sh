@@ -40,12 +40,14 @@ case $version in
     *[!0-9.]*|'') echo "portable/pgtle.sh: version '$version' is not of the form 0.5" >&2; exit 1 ;;
 esac
 
+# shellcheck disable=SC2016 # the strings themselves
 for s in '$_pgtle_o_$' '$_pgtle_i_$'; do
     if grep -qF "$s" "$body"; then
         echo "portable/pgtle.sh: $body holds $s, which pg_tle's install_extension refuses" >&2
         exit 1
     fi
 done
+# shellcheck disable=SC1003 # a backslash at the start of a line
 if grep -n '^[[:space:]]*\\' "$body" >&2; then
     echo "portable/pgtle.sh: $body holds psql commands (above); pg_tle runs the script without psql" >&2
     exit 1

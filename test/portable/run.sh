@@ -51,7 +51,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 srcdir=$(cd "$here/../.." && pwd)
-# shellcheck source=scripts/versions.sh
+# shellcheck source=scripts/versions.sh disable=SC1091
 source "$srcdir/scripts/versions.sh"
 versions_resolve
 export PG_CONFIG
@@ -73,7 +73,6 @@ base=${TMPDIR:-/tmp}
 if ((EUID == 0)) && ! runuser -u postgres -- test -x "$base"; then base=/tmp; fi
 work=$(mktemp -d "$base/portable.XXXXXX")
 chmod 755 "$work"
-if ((EUID == 0)); then owner=postgres; else owner=$(id -un); fi
 as_owner() {
     if ((EUID == 0)); then runuser -u postgres -- "$@"; else "$@"; fi
 }
@@ -83,7 +82,7 @@ stop_cluster() {
     if [[ -f $data/postmaster.pid ]]; then
         (cd "$work" && as_owner "$view_bin/pg_ctl" -D "$data" -m fast -w -t 60 stop >/dev/null 2>&1) || {
             pid=$(head -n 1 "$data/postmaster.pid" 2>/dev/null || true)
-            [[ $pid =~ ^[0-9]+$ ]] && kill -KILL "$pid" 2>/dev/null || true
+            if [[ $pid =~ ^[0-9]+$ ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
         }
     fi
 }
@@ -309,8 +308,10 @@ while read -r name why; do
     [[ -z $name || $name == \#* ]] && continue
     skip_why[$name]=$why
 done <"$here/skip"
-regress_all=$(cd "$srcdir/sql" && LC_ALL=C ls -- *.sql | sed 's/\.sql$//')
-iso_all=$(cd "$srcdir/test/isolation/specs" && LC_ALL=C ls -- *.spec | sed 's/\.spec$//')
+# the Makefile's lists: every file, in byte order
+names() { local f; for f in "$@"; do f=${f##*/}; echo "${f%.*}"; done | LC_ALL=C sort; }
+regress_all=$(names "$srcdir"/sql/*.sql)
+iso_all=$(names "$srcdir"/test/isolation/specs/*.spec)
 for name in "${!skip_why[@]}"; do
     grep -qx -- "$name" <<<"$regress_all"$'\n'"$iso_all" || { result fail "skip-list" "test/portable/skip names '$name', which is no test"; }
 done
