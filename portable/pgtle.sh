@@ -82,6 +82,8 @@ comment=$(printf '%s' "$comment" | sed "s/'/''/g")
  * version, ALTER EXTENSION idempotency UPDATE).
  */
 \\set ON_ERROR_STOP on
+-- its errors without the CONTEXT line of the DO block below
+\\set SHOW_CONTEXT never
 BEGIN;
 -- two installers at once take turns
 SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('idempotency pg_tle install')) AS locked \\gset

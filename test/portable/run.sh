@@ -27,6 +27,9 @@
 #                      idempotency UPDATE keeps the records;
 #     pgtle-newer      pg_tle holding a newer version (999.0): refused,
 #                      nothing changed;
+#     pgtle-c-edition  an idempotency.control in the view (the C edition
+#                      installed on the server): the installer refuses, and
+#                      so does pgtle.install_extension itself;
 #     plain-twice      the plain script run twice by the database owner on a
 #                      fresh database: pg_dump (schema and data) the same
 #                      after the second run as after the first;
@@ -270,6 +273,23 @@ check_newer() {
     st2=$(tle_state tle_newer)
     [[ $st1 == "$st2" ]] || { echo "pg_tle's functions changed"; return 1; }
 }
+# the C edition on the server: an extension control file of the name in the
+# view (for this check only): the installer refuses with its own sentence,
+# and pg_tle itself refuses the name
+check_c_edition() {
+    local ctl out rc=0
+    ctl=$work/view$("$PG_CONFIG" --sharedir)/extension/idempotency.control
+    new_db tle_c_edition
+    printf '%s\n' "comment = 'the C edition, as the check sees it'" "default_version = '$version'" >"$ctl"
+    out=$(install_tle tle_c_edition "$installer" 2>&1) || rc=$?
+    echo "$out"
+    if ((rc == 0)) || ! grep -q 'the C edition' <<<"$out"; then rm -f "$ctl"; echo "the installer did not refuse"; return 1; fi
+    out=$(psql_ -U regress_tle_admin -d tle_c_edition -c "SELECT pgtle.install_extension('idempotency', '$version', 'x', 'SELECT 1', '{}')" 2>&1) && rc=0 || rc=$?
+    echo "$out"
+    rm -f "$ctl"
+    if ((rc == 0)) || ! grep -q 'control file already exists' <<<"$out"; then echo "pg_tle did not refuse"; return 1; fi
+    [[ -z $(tle_state tle_c_edition) ]] || { echo "pg_tle holds idempotency"; return 1; }
+}
 dump() { timeout 120 "$bindir/pg_dump" -U postgres -d "$1" --no-sync; }
 check_plain_twice() {
     new_db plain plain
@@ -299,6 +319,7 @@ check pgtle-install check_install
 check pgtle-rerun check_rerun
 check pgtle-update check_update
 check pgtle-newer check_newer
+check pgtle-c-edition check_c_edition
 check plain-twice check_plain_twice
 check plain-records check_plain_records
 
