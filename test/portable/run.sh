@@ -394,6 +394,11 @@ if ((failed)); then
     echo "== server log (last 40 lines)"
     tail -n 40 "$work/run/server.log"
 fi
+# while the portable edition is being written: what the tests called that
+# the body does not have
+lacking=$(cat "$work"/regress/regression.diffs "$work"/isolation/regression.diffs 2>/dev/null |
+    sed -n 's/^+.*ERROR:  *\(function\|procedure\) \(idempotency\.[a-z_]*\)(.*does not exist$/\2/p' | LC_ALL=C sort -u | tr '\n' ' ')
+[[ -z $lacking ]] || echo "== the tests called what the body lacks: $lacking"
 bad=()
 for r in "${results[@]}"; do [[ $r == fail* ]] && bad+=("${r#fail }"); done
 ((${#bad[@]} == 0)) || echo "== failed: ${bad[*]}"
