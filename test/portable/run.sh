@@ -290,7 +290,11 @@ check_c_edition() {
     if ((rc == 0)) || ! grep -q 'control file already exists' <<<"$out"; then echo "pg_tle did not refuse"; return 1; fi
     [[ -z $(tle_state tle_c_edition) ]] || { echo "pg_tle holds idempotency"; return 1; }
 }
-dump() { timeout 120 "$bindir/pg_dump" -U postgres -d "$1" --no-sync; }
+# pg_dump from 15.14, 16.10 and 17.6 on frames its output with \restrict and
+# \unrestrict lines holding a random key: left out
+dump() {
+    timeout 120 "$bindir/pg_dump" -U postgres -d "$1" --no-sync | grep -vE '^\\(un)?restrict '
+}
 check_plain_twice() {
     new_db plain plain
     psql_ -U regress_app_owner -d plain -f "$plain"
