@@ -33,7 +33,7 @@ FILES="schema.sql common.sql claim.sql complete.sql admin.sql edition.sql grants
 
 body=$out/idempotency--$version.sql
 {
-    printf '%s\n' "/* idempotency $version, portable edition (SQL and PL/pgSQL): made by portable/build.sh from portable/*.sql; edit those */"
+    printf '%s\n' "/* idempotency $version, portable edition (SQL and PL/pgSQL): made by portable/build.sh from the .sql files of portable/; edit those */"
     for f in $FILES; do
         printf '\n/* ---- portable/%s ---- */\n\n' "$f"
         sed "s/@VERSION@/$version/g" "$here/$f"

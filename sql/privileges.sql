@@ -2,6 +2,7 @@
 -- Rights: nothing is granted to PUBLIC; the README's GRANTs for a worker
 -- role and an operator role give each exactly its calls.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 INSERT INTO idempotency.job_types (job_type, lease, stale_policy) VALUES ('send_confirmation', '1 minute', 'hold');
 
