@@ -52,7 +52,8 @@ plain=$out/idempotency-portable.sql
         " * nothing. Made by portable/build.sh; see portable/README.md." \
         " * Plain SQL, no psql meta-command: a migration tool can run it as it is." \
         " */" \
-        'BEGIN;'
+        'BEGIN;' \
+        'SET LOCAL client_min_messages = warning;'
     sed "s/@VERSION@/$version/g" "$here/plain-guard.sql"
     sed 1d "$body"
     printf '%s\n' 'COMMIT;'
