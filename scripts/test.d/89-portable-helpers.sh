@@ -21,11 +21,11 @@
 #      endpoint), under retry (its takeovers and fenced late completions go
 #      through the most of the portable edition's code), cases 1-13 and the
 #      storm (19); the runner's report must say it ran on the portable
-#      edition, as that role. About 95 s of this hook; SIGNOFF_CASES (e.g.
+#      edition, as that role. About 85 s of this hook; SIGNOFF_CASES (e.g.
 #      1-7, hook 90's clean roots) gives the cases, SIGNOFF_POLICIES=none
 #      leaves it out. Hook 82 signs off the same job on the C edition under
 #      every policy.
-# About 3 minutes in all. Creates and drops the role
+# About 2-2.5 minutes in all (128-144 s). Creates and drops the role
 # idempotency_helpers_owner and its database idempotency_portable_helpers
 # (and, through the tests, their own scratch databases and roles). Installs
 # when missing (root): python3-psycopg, python3-pytest, python3-celery,
