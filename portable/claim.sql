@@ -442,18 +442,36 @@ BEGIN
     IF claim_operations.wait IS NULL THEN
         PERFORM idempotency.bad_argument('wait', NULL);
     END IF;
-    PERFORM idempotency.check_batch_array('operation_keys', claim_operations.operation_keys, true);
-    PERFORM idempotency.check_batch_array('fingerprints', claim_operations.fingerprints, false);
-    PERFORM idempotency.check_batch_array('deliveries', claim_operations.deliveries, false);
-    nkeys := COALESCE(pg_catalog.cardinality(claim_operations.operation_keys), 0);
-    IF claim_operations.fingerprints IS NOT NULL THEN
+    -- plain tests, and the refusal's function only where one fails
+    IF claim_operations.operation_keys IS NULL OR pg_catalog.array_ndims(claim_operations.operation_keys) > 1
+       OR pg_catalog.cardinality(claim_operations.operation_keys) > 1000 THEN
+        PERFORM idempotency.check_batch_array('operation_keys', claim_operations.operation_keys, true);
+    END IF;
+    IF pg_catalog.array_ndims(claim_operations.fingerprints) > 1
+       OR pg_catalog.cardinality(claim_operations.fingerprints) > 1000 THEN
+        PERFORM idempotency.check_batch_array('fingerprints', claim_operations.fingerprints, false);
+    END IF;
+    IF pg_catalog.array_ndims(claim_operations.deliveries) > 1
+       OR pg_catalog.cardinality(claim_operations.deliveries) > 1000 THEN
+        PERFORM idempotency.check_batch_array('deliveries', claim_operations.deliveries, false);
+    END IF;
+    nkeys := pg_catalog.cardinality(claim_operations.operation_keys);
+    IF pg_catalog.cardinality(claim_operations.fingerprints) <> nkeys THEN
         PERFORM idempotency.check_batch_length('fingerprints', claim_operations.fingerprints, nkeys);
     END IF;
     IF claim_operations.deliveries IS NOT NULL THEN
-        PERFORM idempotency.check_batch_length('deliveries', claim_operations.deliveries, nkeys);
-        PERFORM idempotency.check_batch_texts('deliveries', claim_operations.deliveries, 1024, false);
+        IF pg_catalog.cardinality(claim_operations.deliveries) <> nkeys THEN
+            PERFORM idempotency.check_batch_length('deliveries', claim_operations.deliveries, nkeys);
+        END IF;
+        IF EXISTS (SELECT FROM pg_catalog.unnest(claim_operations.deliveries) e
+                   WHERE pg_catalog.octet_length(e) NOT BETWEEN 1 AND 1024) THEN
+            PERFORM idempotency.check_batch_texts('deliveries', claim_operations.deliveries, 1024, false);
+        END IF;
     END IF;
-    PERFORM idempotency.check_batch_texts('operation_keys', claim_operations.operation_keys, 1024, true);
+    IF EXISTS (SELECT FROM pg_catalog.unnest(claim_operations.operation_keys) e
+               WHERE e IS NULL OR pg_catalog.octet_length(e) NOT BETWEEN 1 AND 1024) THEN
+        PERFORM idempotency.check_batch_texts('operation_keys', claim_operations.operation_keys, 1024, true);
+    END IF;
     IF nkeys = 0 THEN
         RETURN;
     END IF;
