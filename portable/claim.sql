@@ -477,9 +477,15 @@ BEGIN
     END IF;
     -- element i of each array belongs to key i, counted from 1 whatever
     -- the arrays' lower bounds (as the C edition reads them)
-    operation_keys := idempotency.from_one(claim_operations.operation_keys);
-    fingerprints := idempotency.from_one(claim_operations.fingerprints);
-    deliveries := idempotency.from_one(claim_operations.deliveries);
+    IF pg_catalog.array_lower(claim_operations.operation_keys, 1) <> 1 THEN
+        operation_keys := idempotency.from_one(claim_operations.operation_keys);
+    END IF;
+    IF pg_catalog.array_lower(claim_operations.fingerprints, 1) <> 1 THEN
+        fingerprints := idempotency.from_one(claim_operations.fingerprints);
+    END IF;
+    IF pg_catalog.array_lower(claim_operations.deliveries, 1) <> 1 THEN
+        deliveries := idempotency.from_one(claim_operations.deliveries);
+    END IF;
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         PERFORM idempotency.refuse_read_only('claim_operations()');
     END IF;

@@ -141,18 +141,15 @@ COMMENT ON FUNCTION idempotency.deny_job_type(pg_catalog.text, pg_catalog.oid) I
 'Portable edition, internal: raises 42501 (the caller may not work the job type, whose worker_role is given)';
 
 -- May the caller work a job type whose worker_role is `worker_role`? (NULL:
--- any caller.) A role that no longer exists: only a superuser. caller() and
--- this have no SET clause, so that a statement that calls them can inline
+-- any caller.) pg_has_role() of a role that no longer exists answers true
+-- for a superuser only, the C edition's rule. caller() and this have no
+-- SET clause and no subquery, so that a statement that calls them inlines
 -- them; every name is qualified instead.
 CREATE OR REPLACE FUNCTION idempotency.may_work(worker_role pg_catalog.oid)
 RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
-SELECT worker_role IS NULL
-    OR CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) worker_role)
-            THEN pg_catalog.pg_has_role(idempotency.caller(), worker_role, 'USAGE')
-            ELSE EXISTS (SELECT FROM pg_catalog.pg_roles r
-                         WHERE r.rolname OPERATOR(pg_catalog.=) idempotency.caller() AND r.rolsuper) END
+SELECT worker_role IS NULL OR pg_catalog.pg_has_role(idempotency.caller(), worker_role, 'USAGE')
 $$;
 COMMENT ON FUNCTION idempotency.may_work(pg_catalog.oid) IS
 'Portable edition, internal: may the caller work a job type whose worker_role is this role (NULL: any role; a role that no longer exists: only a superuser)?';
@@ -296,7 +293,8 @@ COMMENT ON FUNCTION idempotency.check_batch_texts(pg_catalog.text, pg_catalog.te
 'Portable edition, internal: refuses an element of a batch''s text array that is NULL where required (22004), empty (22023) or too long (22001), numbered from 1';
 
 -- An array as the C edition reads it: its elements numbered from 1,
--- whatever its lower bound.
+-- whatever its lower bound. (Not inlined: the batches call it only for an
+-- array whose lower bound is not 1.)
 CREATE OR REPLACE FUNCTION idempotency.from_one(arr anyarray)
 RETURNS anyarray
 LANGUAGE sql IMMUTABLE

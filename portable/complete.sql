@@ -443,9 +443,15 @@ BEGIN
     END IF;
     -- element i of each array belongs to key i, counted from 1 whatever
     -- the arrays' lower bounds (as the C edition reads them)
-    operation_keys := idempotency.from_one(finish_batch.operation_keys);
-    attempts := idempotency.from_one(finish_batch.attempts);
-    results := idempotency.from_one(finish_batch.results);
+    IF pg_catalog.array_lower(finish_batch.operation_keys, 1) <> 1 THEN
+        operation_keys := idempotency.from_one(finish_batch.operation_keys);
+    END IF;
+    IF pg_catalog.array_lower(finish_batch.attempts, 1) <> 1 THEN
+        attempts := idempotency.from_one(finish_batch.attempts);
+    END IF;
+    IF pg_catalog.array_lower(finish_batch.results, 1) <> 1 THEN
+        results := idempotency.from_one(finish_batch.results);
+    END IF;
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         PERFORM idempotency.refuse_read_only(fname);
     END IF;
