@@ -1792,9 +1792,10 @@ print_banner(signoff_state *s)
 	matrix_ctx *ctx = s->ctx;
 	const signoff_job *job = s->job;
 
-	printf("%sSign-off run%s: job type %s on %s, idempotency %s on PostgreSQL %s\n",
+	printf("%sSign-off run%s: job type %s on %s, idempotency %s (%s edition) on PostgreSQL %s\n",
 		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
-		   job->value[JF_JOB_TYPE], job->value[JF_QUEUE], ctx->ext_version, ctx->server_version);
+		   job->value[JF_JOB_TYPE], job->value[JF_QUEUE], ctx->ext_version, ctx->ext_edition,
+		   ctx->server_version);
 	printf("job file %s; commands run in %s\n", job->path, job->dir);
 	printf("signed: the job file sha256 %s", job->prov.job_sha256);
 	if (job->value[JF_CODE])

@@ -73,7 +73,8 @@ usage(FILE *f)
 			"The runner works in its own job types (idempotency_matrix_<run id>_<policy>_<case>) and\n"
 			"deletes them, their records, case 8's table and its mailboxes at the end (also when\n"
 			"interrupted). The role it connects as needs: USAGE on schema idempotency; EXECUTE on\n"
-			"claim_operation, complete_operation, release_operation, extend_lease and stale_claims;\n"
+			"claim_operation, complete_operation, release_operation, extend_lease, stale_claims and\n"
+			"edition (0.5: which edition and version answer);\n"
 			"SELECT, INSERT, DELETE on idempotency.job_types; SELECT, DELETE on\n"
 			"idempotency.operations; CREATE on its current schema (case 8's effects table).\n"
 			"\n"
@@ -98,6 +99,60 @@ query_value(matrix_ctx *ctx, const char *sql, char *out, size_t sz, char *err, s
 		copy_str(out, sz, PQgetvalue(res, 0, 0));
 	PQclear(res);
 	return ok;
+}
+
+/*
+ * Which edition of idempotency answers, and its version, into
+ * ctx->ext_edition and ctx->ext_version. Both editions have
+ * idempotency.edition() from 0.5 on, and it is the only way to ask: a
+ * plain-script install of the portable edition has no pg_extension row.
+ * Before 0.5 there is no such function (42883; 3F000 where there is no
+ * schema idempotency at all), and the C extension, the only edition there
+ * was, has its version in pg_extension: read it there. A role without
+ * EXECUTE on edition() (42501) is read there too, as before 0.5. false:
+ * err says why ("no row": not installed).
+ */
+static bool
+read_edition(matrix_ctx *ctx, char *err, size_t esz)
+{
+	PGresult   *res = PQexec(ctx->conn, "SELECT edition, version FROM idempotency.edition()");
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	bool		denied;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+	{
+		bool		ok = PQntuples(res) == 1 && PQnfields(res) == 2 &&
+			!PQgetisnull(res, 0, 0) && !PQgetisnull(res, 0, 1);
+
+		if (ok)
+		{
+			copy_str(ctx->ext_edition, sizeof(ctx->ext_edition), PQgetvalue(res, 0, 0));
+			copy_str(ctx->ext_version, sizeof(ctx->ext_version), PQgetvalue(res, 0, 1));
+		}
+		else
+			copy_str(err, esz, "idempotency.edition() did not answer one edition and version");
+		PQclear(res);
+		return ok;
+	}
+	if (state == NULL ||
+		(strcmp(state, "42883") != 0 && strcmp(state, "3F000") != 0 && strcmp(state, "42501") != 0))
+	{
+		copy_str(err, esz, one_line(PQresultErrorMessage(res)));
+		PQclear(res);
+		return false;
+	}
+	denied = strcmp(state, "42501") == 0;
+	PQclear(res);
+	copy_str(ctx->ext_edition, sizeof(ctx->ext_edition), "c");
+	if (query_value(ctx, "SELECT extversion FROM pg_catalog.pg_extension "
+					"WHERE extname OPERATOR(pg_catalog.=) 'idempotency'",
+					ctx->ext_version, sizeof(ctx->ext_version), err, esz))
+		return true;
+	/* no extension, but a function we may not call: the portable edition */
+	if (denied && strcmp(err, "no row") == 0)
+		copy_str(err, esz, "permission denied for function idempotency.edition() "
+				 "(GRANT EXECUTE ON FUNCTION idempotency.edition() to this role)");
+	return false;
 }
 
 /* NOTICEs ("extension already exists", a held claim's) are not the report */
@@ -139,7 +194,8 @@ prepare(matrix_ctx *ctx, bool create_extension)
 	}
 	PQsetNoticeProcessor(ctx->conn, ignore_notice, NULL);
 
-	if (create_extension)
+	/* not over an install of either edition (the portable one has no row) */
+	if (create_extension && !read_edition(ctx, err, sizeof(err)))
 	{
 		res = PQexec(ctx->conn, "CREATE EXTENSION IF NOT EXISTS idempotency");
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
@@ -151,9 +207,7 @@ prepare(matrix_ctx *ctx, bool create_extension)
 		}
 		PQclear(res);
 	}
-	if (!query_value(ctx, "SELECT extversion FROM pg_catalog.pg_extension "
-					 "WHERE extname OPERATOR(pg_catalog.=) 'idempotency'",
-					 ctx->ext_version, sizeof(ctx->ext_version), err, sizeof(err)))
+	if (!read_edition(ctx, err, sizeof(err)))
 	{
 		if (ctx->job)
 		{
@@ -183,9 +237,9 @@ prepare(matrix_ctx *ctx, bool create_extension)
 		if (sscanf(ctx->ext_version, "%d.%d", &major, &minor) != 2 ||
 			major < 0 || (major == 0 && minor < 3))
 		{
-			fprintf(stderr, "idempotency-matrix: the idempotency extension in database \"%s\" is version %s, "
+			fprintf(stderr, "idempotency-matrix: the idempotency extension in database \"%s\" is version %s (%s edition), "
 					"and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)\n",
-					PQdb(ctx->conn), ctx->ext_version);
+					PQdb(ctx->conn), ctx->ext_version, ctx->ext_edition);
 			return 2;
 		}
 	}

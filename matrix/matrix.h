@@ -163,6 +163,7 @@ typedef struct matrix_ctx
 
 	/* what the report shows */
 	char		started_at[40];
+	char		ext_edition[32];	/* idempotency.edition(): "c" or "portable" */
 	char		ext_version[64];
 	char		server_version[64];
 	char		server_version_full[256];

@@ -51,9 +51,9 @@ reference_count_cases(const matrix_ctx *ctx)
 static void
 reference_banner(const matrix_ctx *ctx, const signoff_job *job)
 {
-	printf("%sReplay matrix%s: send_confirmation for ORD-1001, idempotency %s on PostgreSQL %s\n",
+	printf("%sReplay matrix%s: send_confirmation for ORD-1001, idempotency %s (%s edition) on PostgreSQL %s\n",
 		   ctx->color ? "\033[1m" : "", ctx->color ? "\033[0m" : "",
-		   ctx->ext_version, ctx->server_version);
+		   ctx->ext_version, ctx->ext_edition, ctx->server_version);
 	printf("server %s; lease %s; stress %d workers; %s\n",
 		   ctx->server_desc, ctx->lease_sql, job->stress, ctx->started_at);
 	printf("job types %s_<policy>_<case>, mailboxes in %s: %s\n",

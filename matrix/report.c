@@ -657,7 +657,7 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 		else
 			SET("git", "git", "not a git work tree");
 		SET("directory", "commands run in", "%s", job->dir);
-		SET("extension_version", "extension", "idempotency %s", ctx->ext_version);
+		SET("extension_version", "extension", "idempotency %s (%s edition)", ctx->ext_version, ctx->ext_edition);
 		SET("server_version", "PostgreSQL", "%s", ctx->server_version_full);
 		SET("server", "server", "%s", ctx->server_desc);
 		SET("isolation", "default isolation", "%s", ctx->isolation);
@@ -678,7 +678,7 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 		return n;
 	}
 	SET("date", "date", "%s", ctx->started_at);
-	SET("extension_version", "extension", "idempotency %s", ctx->ext_version);
+	SET("extension_version", "extension", "idempotency %s (%s edition)", ctx->ext_version, ctx->ext_edition);
 	SET("server_version", "PostgreSQL", "%s", ctx->server_version_full);
 	SET("server", "server", "%s", ctx->server_desc);
 	SET("isolation", "default isolation", "%s", ctx->isolation);
@@ -721,12 +721,12 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		html_escape(&h, ctx->job->value[JF_JOB_TYPE]);
 		sb_puts(&h, " on ");
 		html_escape(&h, ctx->job->value[JF_QUEUE]);
-		sb_printf(&h, ", idempotency %s, %d passed, %d failed</title>\n",
-				  ctx->ext_version, passed, failed);
+		sb_printf(&h, ", idempotency %s (%s edition), %d passed, %d failed</title>\n",
+				  ctx->ext_version, ctx->ext_edition, passed, failed);
 	}
 	else
-		sb_printf(&h, "<title>Replay matrix: idempotency %s, %d passed, %d failed</title>\n",
-				  ctx->ext_version, passed, failed);
+		sb_printf(&h, "<title>Replay matrix: idempotency %s (%s edition), %d passed, %d failed</title>\n",
+				  ctx->ext_version, ctx->ext_edition, passed, failed);
 	sb_printf(&h, "<style>\n%s.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\n</style>\n</head>\n<body>\n",
 			  html_style);
 	if (ctx->job)

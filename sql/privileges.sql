@@ -30,7 +30,8 @@ GRANT EXECUTE ON FUNCTION
     idempotency.claim_operation(text, text, text, text, text, boolean),
     idempotency.complete_operation(text, text, integer, jsonb),
     idempotency.release_operation(text, text, integer),
-    idempotency.extend_lease(text, text, integer)
+    idempotency.extend_lease(text, text, integer),
+    idempotency.edition()
     TO regress_idem_worker;
 GRANT EXECUTE ON FUNCTION
     idempotency.stale_claims(text),
@@ -50,10 +51,13 @@ SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1001');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idempotency.operations;
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.edition();
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
--- a worker claims, completes, releases, extends ...
+-- a worker asks which edition answers, claims, completes, releases, extends ...
 SET ROLE regress_idem_worker;
+SELECT edition FROM idempotency.edition();
 SELECT * FROM idempotency.claim_operation('send_confirmation', 'ORD-1001', NULL, 'w');
 SELECT idempotency.extend_lease('send_confirmation', 'ORD-1001', 1) IS NOT NULL AS extended;
 SELECT idempotency.complete_operation('send_confirmation', 'ORD-1001', 1);

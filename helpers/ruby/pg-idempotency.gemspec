@@ -1,9 +1,9 @@
 # The Ruby helper of the PostgreSQL extension `idempotency`:
 #   gem build pg-idempotency.gemspec
-#   gem install --local --ignore-dependencies -i DIR pg-idempotency-0.4.0.gem
+#   gem install --local --ignore-dependencies -i DIR pg-idempotency-0.5.0.gem
 Gem::Specification.new do |s|
   s.name = "pg-idempotency"
-  s.version = "0.4.0"
+  s.version = "0.5.0"
   s.license = "PostgreSQL"
   s.summary = "Exactly-once effects for Ruby queue workers on the PostgreSQL extension idempotency"
   s.description = "The claim protocol of the PostgreSQL extension idempotency (0.3 or later) on the pg gem: " \

@@ -11,7 +11,9 @@
 # 2. CREATE EXTENSION idempotency (V, from idempotency--V.sql) in one fresh
 #    database; in another, CREATE EXTENSION idempotency VERSION 'F' and
 #    ALTER EXTENSION idempotency UPDATE, for every other version F that has
-#    an install script (today 0.1: 0.1 -> 0.2 -> 0.3 -> 0.4; and 0.3 -> 0.4). Both must be at V.
+#    an install script (today 0.1: 0.1 -> 0.2 -> 0.3 -> 0.4 -> 0.5; 0.3 and
+#    0.4 -> 0.5). Both must be at V, and idempotency.edition() must answer
+#    edition c, version V in each (the version a client reads, since 0.5).
 # 3. Each database's catalog as canonical text (test/catalog/catalog.sql:
 #    functions with their bodies, settings, grants and comments; columns
 #    with types and defaults; indexes, constraints, triggers, views, types
@@ -121,11 +123,20 @@ compare() {
 extversion() {
     psql_in "$1" -At -c "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"
 }
+# edition DB: what idempotency.edition() answers, "EDITION VERSION"
+edition() {
+    psql_in "$1" -At -c "SELECT edition || ' ' || version FROM idempotency.edition()"
+}
 
 # --- 2./3. fresh and updated ------------------------------------------------------
 newdb fresh; fresh=$db
 psql_in "$fresh" -c "CREATE EXTENSION idempotency" >/dev/null || die "CREATE EXTENSION idempotency failed"
 [[ $(extversion "$fresh") == "$version" ]] || die "the fresh install is at $(extversion "$fresh"), not $version"
+if [[ $(edition "$fresh") == "c $version" ]]; then
+    ok "fresh $version: idempotency.edition() answers c $version"
+else
+    not_ok "fresh $version: idempotency.edition() answers '$(edition "$fresh")', not 'c $version'"
+fi
 describe "$fresh" "$tmp/fresh"
 if grep '^UNCOMPARED' "$tmp/fresh.catalog"; then
     not_ok "the extension has members test/catalog/catalog.sql does not describe (above): extend it"
@@ -146,6 +157,10 @@ for from in "${from_versions[@]}"; do
     if [[ $got != "$version" ]]; then
         not_ok "$from updated: at $got, not $version"
         continue
+    fi
+    got=$(edition "$db")
+    if [[ $got != "c $version" ]]; then
+        not_ok "$from updated: idempotency.edition() answers '$got', not 'c $version'"
     fi
     describe "$db" "$tmp/from-$from"
     if compare "$tmp/fresh" "$tmp/from-$from" "fresh $version" "$from updated ($path)" "$tmp/diff-$from"; then

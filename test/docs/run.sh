@@ -33,7 +33,7 @@ cd "$srcdir" || exit 2
 python=${PYTHON:-/usr/bin/python3}
 if (($#)); then files=("$@"); else files=(README.md docs/*.md); fi
 
-worker_functions="claim_operation complete_operation release_operation extend_lease claim_operations complete_operations release_operations claim_operation_in_place complete_operation_in_place release_operation_in_place extend_lease_in_place use_in_place"
+worker_functions="claim_operation complete_operation release_operation extend_lease claim_operations complete_operations release_operations claim_operation_in_place complete_operation_in_place release_operation_in_place extend_lease_in_place use_in_place edition"
 operator_functions="stale_claims resolve_operation purge_operations purge_block_range purge_refuse_transaction_block purge"
 # relation:privileges (comma-separated; SELECT INSERT UPDATE DELETE TRUNCATE REFERENCES TRIGGER checked)
 operator_tables="job_types:SELECT,INSERT,UPDATE,DELETE operations:SELECT resolutions:SELECT job_type_stats:SELECT"

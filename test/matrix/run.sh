@@ -163,7 +163,8 @@ GRANT EXECUTE ON FUNCTION
     idempotency.complete_operation(text, text, integer, jsonb),
     idempotency.release_operation(text, text, integer),
     idempotency.extend_lease(text, text, integer),
-    idempotency.stale_claims(text)
+    idempotency.stale_claims(text),
+    idempotency.edition()          -- 0.5: which edition and version answer
   TO $role;
 GRANT SELECT, INSERT, DELETE ON idempotency.job_types TO $role;
 GRANT SELECT, DELETE ON idempotency.operations TO $role;
@@ -209,7 +210,7 @@ prefix=$(banner_prefix "$txt")
 maildir=$(banner_maildir "$txt")
 npol=$(grep -cE '^Policy (hold|retry|skip|lookup): ' "$txt")
 server_major=$("${psql[@]}" -c "SELECT current_setting('server_version_num')::int / 10000")
-if grep -qE "^Replay matrix: send_confirmation for ORD-1001, idempotency [0-9.]+ on PostgreSQL $server_major\." "$txt" &&
+if grep -qE "^Replay matrix: send_confirmation for ORD-1001, idempotency [0-9.]+ \((c|portable) edition\) on PostgreSQL $server_major\." "$txt" &&
     grep -qE "^server (socket )?[^ ]+ port [0-9]+, database $db, user $role; lease [0-9.]+ seconds?; stress [0-9]+ workers; [0-9]{4}-" "$txt" &&
     [[ -n $prefix && $maildir == "$runtmp"/idempotency-matrix.* ]]; then
     ok "the banner: versions, server (as $role), lease, the job type prefix $prefix and the mail directory"

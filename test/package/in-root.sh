@@ -158,10 +158,10 @@ else
     echo "    stderr:"; tail -n 20 "$log/matrix.err" 2>/dev/null | sed 's/^/    /'
     not_ok "$txt" "idempotency-matrix ${MATRIX_ARGS:-}: exit $rc, total '${total:-none}':"
 fi
-if grep -qE "^Replay matrix: send_confirmation for ORD-1001, idempotency $version on PostgreSQL $major\." "$txt" 2>/dev/null; then
-    ok "the runner's banner: idempotency $version on PostgreSQL $major"
+if grep -qE "^Replay matrix: send_confirmation for ORD-1001, idempotency $version \(c edition\) on PostgreSQL $major\." "$txt" 2>/dev/null; then
+    ok "the runner's banner: idempotency $version (c edition) on PostgreSQL $major"
 else
-    not_ok "" "the runner's banner does not say 'idempotency $version on PostgreSQL $major':"
+    not_ok "" "the runner's banner does not say 'idempotency $version (c edition) on PostgreSQL $major':"
     head -n 3 "$txt" 2>/dev/null | sed 's/^/    /'
 fi
 if [[ -z ${MATRIX_ARGS:-} ]]; then

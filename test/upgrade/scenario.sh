@@ -294,6 +294,8 @@ for c in main viadump; do
     check "[$c] the upgraded cluster is $NEW" "$NEW" "$(q "$NEW" "$c" app '' 'SHOW server_version_num' | cut -c1-2)"
     check "[$c] app: extension still at $DEFAULT_VERSION" "$DEFAULT_VERSION" \
         "$(q "$NEW" "$c" app '' "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
+    check "[$c] app: idempotency.edition() answers c $DEFAULT_VERSION" "c|$DEFAULT_VERSION" \
+        "$(q "$NEW" "$c" app '' "SELECT edition, version FROM idempotency.edition()")"
     snapshot "$NEW" "$c" app >"$work/$c-app.after"
     compare "[$c] app: records, job types, audit, sequence, members, grants and roles as before" \
         "$work/$c-app.before" "$work/$c-app.after"
@@ -387,6 +389,9 @@ for c in main viadump; do
             "$(l upg_worker "SELECT * FROM idempotency.claim_operation('send_confirmation', 'L-1', 'fp-l-1')")"
         check "[$c] legacy: ALTER EXTENSION idempotency UPDATE from 0.1" "$DEFAULT_VERSION" \
             "$(l '' "ALTER EXTENSION idempotency UPDATE; SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"
+        # 0.4 -> 0.5 gave edition() claim_operation's grants
+        check "[$c] legacy updated: idempotency.edition() answers the worker c $DEFAULT_VERSION" "c|$DEFAULT_VERSION" \
+            "$(l upg_worker "SELECT edition, version FROM idempotency.edition()")"
     else
         check "[$c] legacy (updated to $DEFAULT_VERSION on $OLD): restored at $DEFAULT_VERSION" "$DEFAULT_VERSION" \
             "$(l '' "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'")"

@@ -69,7 +69,7 @@ let reconnectEnvWarned = false;
 /**
  * The reconnect bound when no reconnectFor option is given: 30 s, or the
  * deprecated IDEMPOTENCY_RECONNECT_FOR in its old unit, milliseconds (read at
- * each call; a DeprecationWarning once per process; removed in 0.5.0). A value
+ * each call; a DeprecationWarning once per process; removed in 0.6.0). A value
  * that is not a number of milliseconds is ignored (30 s).
  */
 export function defaultReconnectFor(env = process.env) {
@@ -78,7 +78,7 @@ export function defaultReconnectFor(env = process.env) {
   if (!reconnectEnvWarned) {
     reconnectEnvWarned = true;
     process.emitWarning('IDEMPOTENCY_RECONNECT_FOR (milliseconds) is deprecated: use the option reconnectFor ' +
-                        '(seconds); removed in 0.5.0', { type: 'DeprecationWarning', code: 'PG_IDEMPOTENCY_DEP1' });
+                        '(seconds); removed in 0.6.0', { type: 'DeprecationWarning', code: 'PG_IDEMPOTENCY_DEP1' });
   }
   const seconds = Number(ms) / 1000;
   return Number.isFinite(seconds) && seconds >= 0 ? seconds : RECONNECT_FOR;

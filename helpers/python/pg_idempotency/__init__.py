@@ -75,7 +75,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import psycopg
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery, wait)
 
 __all__ = [
@@ -97,7 +97,7 @@ def __getattr__(name):
     if name in _DEPRECATED:
         import warnings
         warnings.warn(f"pg_idempotency.{name} is deprecated, use {_DEPRECATED[name]} "
-                      "(removed in 0.5.0)", DeprecationWarning, stacklevel=2)
+                      "(removed in 0.6.0)", DeprecationWarning, stacklevel=2)
         return globals()[_DEPRECATED[name]]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

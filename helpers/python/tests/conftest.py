@@ -1,5 +1,5 @@
-"""Shared fixtures. The tests need a PostgreSQL with the extension
-idempotency 0.3 or later installed; they connect with libpq's PG* environment
+"""Shared fixtures. The tests need a PostgreSQL with idempotency 0.3 or
+later installed (either edition); they connect with libpq's PG* environment
 (PGHOST, PGPORT, PGUSER, PGDATABASE, ...), create the extension if missing,
 and work in job types of their own (celery_unit_PID_..., py_unit_PID_...),
 deleted at the end.
@@ -24,14 +24,30 @@ import pytest
 import pg_idempotency
 
 
+def installed_edition(conn):
+    """(edition, version) of the idempotency that answers in conn's database
+    (autocommit), or None: idempotency.edition() (0.5 on, both editions; a
+    plain-script install of the portable edition has no pg_extension row),
+    else, before 0.5 (or without EXECUTE on it), the C extension's row"""
+    try:
+        return tuple(conn.execute("SELECT edition, version FROM idempotency.edition()").fetchone())
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName,
+            psycopg.errors.InsufficientPrivilege):
+        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'idempotency'").fetchone()
+        return ("c", row[0]) if row else None
+
+
 @pytest.fixture(scope="session")
 def admin():
     conn = psycopg.connect("", autocommit=True)
     conn.execute("SET client_min_messages = warning")
-    conn.execute("CREATE EXTENSION IF NOT EXISTS idempotency")
-    version, = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'idempotency'").fetchone()
+    installed = installed_edition(conn)
+    if installed is None:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS idempotency")
+        installed = installed_edition(conn)
+    edition, version = installed
     if tuple(int(p) for p in version.split(".")) < (0, 3):
-        pytest.exit(f"the extension idempotency is {version}; these helpers need "
+        pytest.exit(f"idempotency {version} ({edition} edition) is installed; these helpers need "
                     f"{pg_idempotency.EXTENSION_VERSION} (ALTER EXTENSION idempotency UPDATE)", returncode=1)
     yield conn
     conn.close()

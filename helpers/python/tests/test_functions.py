@@ -70,7 +70,7 @@ def test_delivery_and_worker():
 
 
 def test_versions():
-    assert idem.__version__ == "0.4.0"
+    assert idem.__version__ == "0.5.0"
     assert idem.EXTENSION_VERSION == "0.3"
 
 

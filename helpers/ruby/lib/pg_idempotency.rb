@@ -60,7 +60,7 @@ require "securerandom"
 require "socket"
 
 module PgIdempotency
-  VERSION = "0.4.0"
+  VERSION = "0.5.0"
   # the extension version these calls need (delivery =>, wait =>)
   EXTENSION_VERSION = "0.3"
 
@@ -74,7 +74,7 @@ module PgIdempotency
 
   # the version of docs/signoff-protocol.md spoken here
   SIGNOFF_VERSION = 1
-  # deprecated (docs/helpers.md): SIGNOFF_VERSION; removed in 0.5.0
+  # deprecated (docs/helpers.md): SIGNOFF_VERSION; removed in 0.6.0
   SIGNOFF_PROTOCOL = SIGNOFF_VERSION
   deprecate_constant :SIGNOFF_PROTOCOL
 
@@ -149,15 +149,15 @@ module PgIdempotency
   def self.worker_id = "#{Socket.gethostname}/pid-#{Process.pid}"
 
   # the deprecated keywords within: (now reconnect_for:) and on_reconnect:
-  # (now on_lost:), removed in 0.5.0: [reconnect_for, on_lost]
+  # (now on_lost:), removed in 0.6.0: [reconnect_for, on_lost]
   def self.reconnect_options(reconnect_for, on_lost, within, on_reconnect, default)
     unless within.nil?
-      warn("pg_idempotency: within: is deprecated, use reconnect_for: (removed in 0.5.0)",
+      warn("pg_idempotency: within: is deprecated, use reconnect_for: (removed in 0.6.0)",
            uplevel: 2, category: :deprecated)
       reconnect_for = within if reconnect_for.nil?
     end
     unless on_reconnect.nil?
-      warn("pg_idempotency: on_reconnect: is deprecated, use on_lost: (removed in 0.5.0)",
+      warn("pg_idempotency: on_reconnect: is deprecated, use on_lost: (removed in 0.6.0)",
            uplevel: 2, category: :deprecated)
       on_lost = on_reconnect if on_lost.nil?
     end
@@ -190,9 +190,9 @@ module PgIdempotency
       @in_place ? sql.gsub(IN_PLACE) { "idempotency.#{Regexp.last_match(1)}_in_place(" } : sql
     end
 
-    # deprecated (docs/helpers.md): with_reconnect; removed in 0.5.0
+    # deprecated (docs/helpers.md): with_reconnect; removed in 0.6.0
     def run(on_reconnect: nil, within: nil, &block)
-      warn("PgIdempotency::Connection#run is deprecated, use #with_reconnect (removed in 0.5.0)",
+      warn("PgIdempotency::Connection#run is deprecated, use #with_reconnect (removed in 0.6.0)",
            uplevel: 1, category: :deprecated)
       reconnect_for, on_lost = PgIdempotency.send(:reconnect_options, nil, nil, within, on_reconnect, 0)
       with_reconnect(reconnect_for: reconnect_for, on_lost: on_lost, &block)
