@@ -362,7 +362,7 @@ COMMENT ON FUNCTION idempotency.purge_block_range(bigint, integer) IS
 -- statement). Only the procedure can find out, by trying to commit, which
 -- it does before it calls this function (see purge() below), and it tells
 -- this function what it found in the transaction's setting
--- idempotency.purge_cannot_commit. So this function refuses exactly where
+-- idempotency_portable.purge_cannot_commit. So this function refuses exactly where
 -- purge() cannot commit: a transaction block (BEGIN, or several statements
 -- in one query string, as in the C edition) and also a CALL from a
 -- function or from a procedure with a SET clause or SECURITY DEFINER,
@@ -377,7 +377,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.current_setting('idempotency.purge_cannot_commit', true) = 'on' THEN
+    IF pg_catalog.current_setting('idempotency_portable.purge_cannot_commit', true) = 'on' THEN
         RAISE EXCEPTION 'idempotency.purge() cannot run inside a transaction block'
             USING ERRCODE = 'active_sql_transaction',
                   DETAIL = 'It commits after every batch of pages.',
@@ -396,7 +396,7 @@ COMMENT ON FUNCTION idempotency.purge_refuse_transaction_block() IS
 -- where the procedure may commit it fails with "cannot commit while a
 -- subtransaction is active", where it may not (a transaction block, a call
 -- from a function) with "invalid transaction termination", both 2D000.
--- The latter sets idempotency.purge_cannot_commit for the transaction, and
+-- The latter sets idempotency_portable.purge_cannot_commit for the transaction, and
 -- purge_refuse_transaction_block() refuses with 25001. Messages in another
 -- language than English are not recognised: then the plain COMMIT that
 -- follows refuses instead (2D000), still before anything is deleted; where
@@ -451,7 +451,7 @@ BEGIN
     EXCEPTION WHEN invalid_transaction_termination THEN
         GET STACKED DIAGNOSTICS probe = MESSAGE_TEXT;
     END;
-    PERFORM pg_catalog.set_config('idempotency.purge_cannot_commit',
+    PERFORM pg_catalog.set_config('idempotency_portable.purge_cannot_commit',
         CASE WHEN probe OPERATOR(pg_catalog.=) 'invalid transaction termination' THEN 'on' ELSE 'off' END, true);
     PERFORM idempotency.purge_refuse_transaction_block();
     COMMIT;                         -- portable edition: nothing is done yet (see above)

@@ -33,7 +33,7 @@ FILES="schema.sql common.sql claim.sql complete.sql admin.sql edition.sql grants
 
 body=$out/idempotency--$version.sql
 {
-    printf '%s\n' "/* idempotency $version, portable edition (SQL and PL/pgSQL): made by portable/build.sh from portable/*.sql; edit those */"
+    printf '%s\n' "/* idempotency $version, portable edition (SQL and PL/pgSQL): made by portable/build.sh from the .sql files of portable/; edit those */"
     for f in $FILES; do
         printf '\n/* ---- portable/%s ---- */\n\n' "$f"
         sed "s/@VERSION@/$version/g" "$here/$f"
@@ -52,7 +52,8 @@ plain=$out/idempotency-portable.sql
         " * nothing. Made by portable/build.sh; see portable/README.md." \
         " * Plain SQL, no psql meta-command: a migration tool can run it as it is." \
         " */" \
-        'BEGIN;'
+        'BEGIN;' \
+        'SET LOCAL client_min_messages = warning;'
     sed "s/@VERSION@/$version/g" "$here/plain-guard.sql"
     sed 1d "$body"
     printf '%s\n' 'COMMIT;'

@@ -18,15 +18,20 @@
  *    case to idempotency.claim_key(), which is the whole protocol.
  *  - wait => false: the C edition reads the primary key with a dirty
  *    snapshot before a write to see another transaction's uncommitted
- *    change of the key. SQL has no dirty read, so: an existing record is
+ *    change of the key. SQL has no dirty read, so an existing record is
  *    locked with SKIP LOCKED first (a record another transaction is
- *    changing is skipped: in_progress); a new key's INSERT runs in a block
- *    of its own under a 1 ms lock_timeout, and a timeout while waiting for
- *    another transaction's uncommitted insert of the key (the error's
- *    first CONTEXT line names the tuple it waited for) answers in_progress.
- *    A timeout on any other lock (a table's extension, a DDL) is waited out
- *    again under the call's 1 s bound, as the C edition's write is. Only
- *    wait => false pays for that block (a subtransaction).
+ *    changing is skipped: in_progress), and a new key is marked: every
+ *    insert of a key takes, just before it, a transaction-level advisory
+ *    lock on (1768187245, hashtext(job_type || E'\n' || key)), shared,
+ *    held until the transaction ends, as its uncommitted row is. A claim
+ *    that must not wait tries the same lock exclusively instead, which
+ *    fails at once while another transaction has inserted the key and not
+ *    ended: in_progress, without waiting (what isolationtester checks). The
+ *    lock's first number is the letters "idem"; an application's two-number
+ *    advisory locks with that first number would share the space. A batch
+ *    holds one such lock per new key until it commits (docs/portable.md:
+ *    max_locks_per_transaction). The insert itself then runs under the
+ *    call's 1 s bound, as the C edition's does.
  */
 
 --
@@ -68,8 +73,6 @@ DECLARE
     r_delivery      pg_catalog.int8;
     take_verify     boolean;
     n               pg_catalog.int8;
-    ctx             pg_catalog.text;
-    prev_timeout    pg_catalog.text;
 BEGIN
     IF claim_key.delivery IS NOT NULL THEN
         -- the C edition's digest (hash_bytes_extended() of the token's
@@ -102,40 +105,18 @@ BEGIN
 
         -- no record: insert attempt 1
         IF r_status IS NULL THEN
+            -- the key's mark (see above): another transaction inserting
+            -- this key holds it until it ends
             IF check_busy THEN
-                prev_timeout := pg_catalog.current_setting('lock_timeout');
-                BEGIN
-                    PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
-                    INSERT INTO idempotency.operations AS o
-                        (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,
-                         claimed_by, fingerprint, delivery)
-                    SELECT jt.job_type, claim_key.operation_key, 'claimed', 1, now_ts, now_ts,
-                           claim_key.worker, claim_key.fingerprint, run_digest
-                    FROM idempotency.job_types jt
-                    WHERE jt.job_type = claim_key.job_type AND (jt.worker_role IS NULL OR idempotency.may_work(jt.worker_role))
-                    ON CONFLICT ON CONSTRAINT operations_pkey DO NOTHING;
-                    GET DIAGNOSTICS n = ROW_COUNT;
-                    PERFORM pg_catalog.set_config('lock_timeout', prev_timeout, true);
-                EXCEPTION WHEN lock_not_available THEN
-                    GET STACKED DIAGNOSTICS ctx = PG_EXCEPTION_CONTEXT;
-                    -- waited for another transaction's tuple: "... tuple
-                    -- (0,1) in relation ..." comes first, before any quote
-                    IF pg_catalog.split_part(ctx, E'\n', 1) ~ '^[^"]*\(\d+,\d+\)' THEN
-                        verdict := 'in_progress';
-                        attempt := 1;
-                        RETURN;
-                    END IF;
-                    n := -1;
-                END;
-                IF n >= 0 THEN
-                    IF n = 1 THEN
-                        verdict := 'run';
-                        attempt := 1;
-                        RETURN;
-                    END IF;
-                    CONTINUE;
+                IF NOT pg_catalog.pg_try_advisory_xact_lock(1768187245,
+                        pg_catalog.hashtext(claim_key.job_type || E'\n' || claim_key.operation_key COLLATE "C")) THEN
+                    verdict := 'in_progress';
+                    attempt := 1;
+                    RETURN;
                 END IF;
-                -- another lock: wait for it within the call's bound
+            ELSE
+                PERFORM pg_catalog.pg_advisory_xact_lock_shared(1768187245,
+                    pg_catalog.hashtext(claim_key.job_type || E'\n' || claim_key.operation_key COLLATE "C"));
             END IF;
             INSERT INTO idempotency.operations AS o
                 (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,
@@ -370,6 +351,8 @@ BEGIN
                 RETURN;
             END IF;
             IF r_status IS NULL THEN
+                PERFORM pg_catalog.pg_advisory_xact_lock_shared(1768187245,
+                    pg_catalog.hashtext(claim_operation.job_type || E'\n' || claim_operation.operation_key COLLATE "C"));
                 INSERT INTO idempotency.operations AS o
                     (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,
                      claimed_by, fingerprint, delivery)
@@ -459,18 +442,36 @@ BEGIN
     IF claim_operations.wait IS NULL THEN
         PERFORM idempotency.bad_argument('wait', NULL);
     END IF;
-    PERFORM idempotency.check_batch_array('operation_keys', claim_operations.operation_keys, true);
-    PERFORM idempotency.check_batch_array('fingerprints', claim_operations.fingerprints, false);
-    PERFORM idempotency.check_batch_array('deliveries', claim_operations.deliveries, false);
-    nkeys := COALESCE(pg_catalog.cardinality(claim_operations.operation_keys), 0);
-    IF claim_operations.fingerprints IS NOT NULL THEN
+    -- plain tests, and the refusal's function only where one fails
+    IF claim_operations.operation_keys IS NULL OR pg_catalog.array_ndims(claim_operations.operation_keys) > 1
+       OR pg_catalog.cardinality(claim_operations.operation_keys) > 1000 THEN
+        PERFORM idempotency.check_batch_array('operation_keys', claim_operations.operation_keys, true);
+    END IF;
+    IF pg_catalog.array_ndims(claim_operations.fingerprints) > 1
+       OR pg_catalog.cardinality(claim_operations.fingerprints) > 1000 THEN
+        PERFORM idempotency.check_batch_array('fingerprints', claim_operations.fingerprints, false);
+    END IF;
+    IF pg_catalog.array_ndims(claim_operations.deliveries) > 1
+       OR pg_catalog.cardinality(claim_operations.deliveries) > 1000 THEN
+        PERFORM idempotency.check_batch_array('deliveries', claim_operations.deliveries, false);
+    END IF;
+    nkeys := pg_catalog.cardinality(claim_operations.operation_keys);
+    IF pg_catalog.cardinality(claim_operations.fingerprints) <> nkeys THEN
         PERFORM idempotency.check_batch_length('fingerprints', claim_operations.fingerprints, nkeys);
     END IF;
     IF claim_operations.deliveries IS NOT NULL THEN
-        PERFORM idempotency.check_batch_length('deliveries', claim_operations.deliveries, nkeys);
-        PERFORM idempotency.check_batch_texts('deliveries', claim_operations.deliveries, 1024, false);
+        IF pg_catalog.cardinality(claim_operations.deliveries) <> nkeys THEN
+            PERFORM idempotency.check_batch_length('deliveries', claim_operations.deliveries, nkeys);
+        END IF;
+        IF EXISTS (SELECT FROM pg_catalog.unnest(claim_operations.deliveries) e
+                   WHERE pg_catalog.octet_length(e) NOT BETWEEN 1 AND 1024) THEN
+            PERFORM idempotency.check_batch_texts('deliveries', claim_operations.deliveries, 1024, false);
+        END IF;
     END IF;
-    PERFORM idempotency.check_batch_texts('operation_keys', claim_operations.operation_keys, 1024, true);
+    IF EXISTS (SELECT FROM pg_catalog.unnest(claim_operations.operation_keys) e
+               WHERE e IS NULL OR pg_catalog.octet_length(e) NOT BETWEEN 1 AND 1024) THEN
+        PERFORM idempotency.check_batch_texts('operation_keys', claim_operations.operation_keys, 1024, true);
+    END IF;
     IF nkeys = 0 THEN
         RETURN;
     END IF;
@@ -587,6 +588,11 @@ DECLARE
     i           pg_catalog.int4;
     c           record;
 BEGIN
+    -- the keys' marks, in the batch's order (see the top of this file)
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1768187245,
+                pg_catalog.hashtext(claim_pending.job_type || E'\n' || claim_pending.operation_keys[p.i] COLLATE "C"))
+    FROM pg_catalog.unnest(claim_pending.pending) WITH ORDINALITY AS p(i, n)
+    ORDER BY p.n;
     WITH ins AS (
         INSERT INTO idempotency.operations AS o
             (job_type, operation_key, status, attempt, claimed_at, heartbeat_at,

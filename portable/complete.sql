@@ -393,33 +393,51 @@ DECLARE
     r           record;
     i           pg_catalog.int4 := 0;
     a           pg_catalog.int4;
+    updated     pg_catalog.int4[] := '{}';
 BEGIN
+    -- the arguments, in the C edition's order: plain tests, and the
+    -- refusal's function only where one fails
     IF finish_batch.job_type IS NULL OR pg_catalog.octet_length(finish_batch.job_type) NOT BETWEEN 1 AND 128 THEN
         PERFORM idempotency.bad_argument('job_type', finish_batch.job_type);
     END IF;
-    PERFORM idempotency.check_batch_array('operation_keys', finish_batch.operation_keys, true);
-    PERFORM idempotency.check_batch_array('attempts', finish_batch.attempts, true);
+    IF finish_batch.operation_keys IS NULL OR pg_catalog.array_ndims(finish_batch.operation_keys) > 1
+       OR pg_catalog.cardinality(finish_batch.operation_keys) > 1000 THEN
+        PERFORM idempotency.check_batch_array('operation_keys', finish_batch.operation_keys, true);
+    END IF;
+    IF finish_batch.attempts IS NULL OR pg_catalog.array_ndims(finish_batch.attempts) > 1
+       OR pg_catalog.cardinality(finish_batch.attempts) > 1000 THEN
+        PERFORM idempotency.check_batch_array('attempts', finish_batch.attempts, true);
+    END IF;
     nkeys := pg_catalog.cardinality(finish_batch.operation_keys);
-    PERFORM idempotency.check_batch_length('attempts', finish_batch.attempts, nkeys);
-    FOREACH a IN ARRAY finish_batch.attempts LOOP
-        i := i + 1;
-        IF a IS NULL THEN
-            RAISE EXCEPTION 'attempts[%] must not be null', i USING ERRCODE = 'null_value_not_allowed',
-                DETAIL = 'The attempt is the fencing token that shows the caller still owns the claim.',
-                HINT = 'Pass the attempt that claim_operations() returned for each key.';
+    IF pg_catalog.cardinality(finish_batch.attempts) <> nkeys THEN
+        PERFORM idempotency.check_batch_length('attempts', finish_batch.attempts, nkeys);
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.attempts) e WHERE e IS NULL OR e < 1) THEN
+        FOREACH a IN ARRAY finish_batch.attempts LOOP
+            i := i + 1;
+            IF a IS NULL THEN
+                RAISE EXCEPTION 'attempts[%] must not be null', i USING ERRCODE = 'null_value_not_allowed',
+                    DETAIL = 'The attempt is the fencing token that shows the caller still owns the claim.',
+                    HINT = 'Pass the attempt that claim_operations() returned for each key.';
+            END IF;
+            IF a < 1 THEN
+                RAISE EXCEPTION 'attempts[%] must be positive, not %', i, a USING ERRCODE = 'invalid_parameter_value',
+                    HINT = 'Pass the attempt that claim_operations() returned for each key.';
+            END IF;
+        END LOOP;
+    END IF;
+    IF finish_batch.call = 'complete' AND finish_batch.results IS NOT NULL THEN
+        IF pg_catalog.array_ndims(finish_batch.results) > 1 OR pg_catalog.cardinality(finish_batch.results) > 1000 THEN
+            PERFORM idempotency.check_batch_array('results', finish_batch.results, false);
         END IF;
-        IF a < 1 THEN
-            RAISE EXCEPTION 'attempts[%] must be positive, not %', i, a USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Pass the attempt that claim_operations() returned for each key.';
-        END IF;
-    END LOOP;
-    IF finish_batch.call = 'complete' THEN
-        PERFORM idempotency.check_batch_array('results', finish_batch.results, false);
-        IF finish_batch.results IS NOT NULL THEN
+        IF pg_catalog.cardinality(finish_batch.results) <> nkeys THEN
             PERFORM idempotency.check_batch_length('results', finish_batch.results, nkeys);
         END IF;
     END IF;
-    PERFORM idempotency.check_batch_texts('operation_keys', finish_batch.operation_keys, 1024, true);
+    IF EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.operation_keys) e
+               WHERE e IS NULL OR pg_catalog.octet_length(e) NOT BETWEEN 1 AND 1024) THEN
+        PERFORM idempotency.check_batch_texts('operation_keys', finish_batch.operation_keys, 1024, true);
+    END IF;
     IF nkeys = 0 THEN
         RETURN;
     END IF;
@@ -442,27 +460,53 @@ BEGIN
         PERFORM idempotency.deny_job_type(finish_batch.job_type, jt_role);
     END IF;
 
+    -- The records the fence lets through, locked in the order taken (the
+    -- rows leave the sort in that order, and each is locked as it leaves),
+    -- then updated by one statement. A key given twice is updated by its
+    -- first occurrence; the other goes the refusal's way, as a repeat.
+    PERFORM FROM idempotency.operations o,
+                 ROWS FROM (pg_catalog.unnest(finish_batch.operation_keys), pg_catalog.unnest(finish_batch.attempts)) AS k(key, attempt)
+    WHERE o.job_type = finish_batch.job_type AND o.operation_key = k.key AND o.attempt = k.attempt
+      AND (o.status = 'claimed' OR o.status = 'skipped')
+    ORDER BY o.operation_key COLLATE "C"
+    FOR NO KEY UPDATE OF o;
+    IF finish_batch.call = 'complete' THEN
+        WITH u AS (
+            UPDATE idempotency.operations o
+            SET status = 'completed', completed_at = pg_catalog.clock_timestamp(), result = k.result
+            FROM (SELECT DISTINCT ON (s.key COLLATE "C") s.key, s.attempt, s.result, s.i
+                  FROM ROWS FROM (pg_catalog.unnest(finish_batch.operation_keys), pg_catalog.unnest(finish_batch.attempts),
+                                 pg_catalog.unnest(finish_batch.results))
+                       WITH ORDINALITY AS s(key, attempt, result, i)
+                  ORDER BY s.key COLLATE "C", s.i) k
+            WHERE o.job_type = finish_batch.job_type AND o.operation_key = k.key AND o.attempt = k.attempt
+              AND (o.status = 'claimed' OR o.status = 'skipped')
+            RETURNING k.i)
+        SELECT pg_catalog.array_agg(u.i::pg_catalog.int4) INTO updated FROM u;
+    ELSE
+        WITH u AS (
+            UPDATE idempotency.operations o
+            SET status = 'released', completed_at = NULL, result = NULL
+            FROM (SELECT DISTINCT ON (s.key COLLATE "C") s.key, s.attempt, s.i
+                  FROM ROWS FROM (pg_catalog.unnest(finish_batch.operation_keys), pg_catalog.unnest(finish_batch.attempts))
+                       WITH ORDINALITY AS s(key, attempt, i)
+                  ORDER BY s.key COLLATE "C", s.i) k
+            WHERE o.job_type = finish_batch.job_type AND o.operation_key = k.key AND o.attempt = k.attempt
+              AND (o.status = 'claimed' OR o.status = 'skipped')
+            RETURNING k.i)
+        SELECT pg_catalog.array_agg(u.i::pg_catalog.int4) INTO updated FROM u;
+    END IF;
+
     v_done := pg_catalog.array_fill(false, ARRAY[nkeys]);
     v_state := pg_catalog.array_fill(NULL::pg_catalog.text, ARRAY[nkeys]);
     v_message := pg_catalog.array_fill(NULL::pg_catalog.text, ARRAY[nkeys]);
+    -- every key the update did not take, in the order taken: why not
     FOR k IN
         SELECT s.i::pg_catalog.int4 AS i, s.key
         FROM pg_catalog.unnest(finish_batch.operation_keys) WITH ORDINALITY AS s(key, i)
         ORDER BY s.key COLLATE "C", s.i
     LOOP
-        IF finish_batch.call = 'complete' THEN
-            UPDATE idempotency.operations o
-            SET status = 'completed', completed_at = pg_catalog.clock_timestamp(),
-                result = finish_batch.results[k.i]
-            WHERE o.job_type = finish_batch.job_type AND o.operation_key = k.key
-              AND o.attempt = finish_batch.attempts[k.i] AND (o.status = 'claimed' OR o.status = 'skipped');
-        ELSE
-            UPDATE idempotency.operations o
-            SET status = 'released', completed_at = NULL, result = NULL
-            WHERE o.job_type = finish_batch.job_type AND o.operation_key = k.key
-              AND o.attempt = finish_batch.attempts[k.i] AND (o.status = 'claimed' OR o.status = 'skipped');
-        END IF;
-        IF FOUND THEN
+        IF k.i = ANY (updated) THEN
             v_done[k.i] := true;
             CONTINUE;
         END IF;
@@ -488,11 +532,14 @@ CREATE OR REPLACE FUNCTION idempotency.complete_operations(
     attempts integer[],
     results jsonb[] DEFAULT NULL)
 RETURNS TABLE (operation_key text, attempt integer, done boolean, sqlstate text, message text)
-LANGUAGE sql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 10
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 10
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT * FROM idempotency.finish_batch('complete', job_type, operation_keys, attempts, results)
+BEGIN
+    -- PL/pgSQL keeps this statement's plan; a SQL function's is made anew at every call
+    RETURN QUERY SELECT * FROM idempotency.finish_batch('complete', complete_operations.job_type, complete_operations.operation_keys, complete_operations.attempts, complete_operations.results);
+END
 $$;
 COMMENT ON FUNCTION idempotency.complete_operations(text, text[], integer[], jsonb[]) IS
 'Complete many operations of one job type in one call (at most 1000): one row per key, in the order given: done (now, or already by this attempt), or the SQLSTATE and message of the refusal (ID003 superseded, ID004 no record, ID005 wrong state), which fails only that key';
@@ -502,11 +549,14 @@ CREATE OR REPLACE FUNCTION idempotency.release_operations(
     operation_keys text[],
     attempts integer[])
 RETURNS TABLE (operation_key text, attempt integer, done boolean, sqlstate text, message text)
-LANGUAGE sql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 10
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 10
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT * FROM idempotency.finish_batch('release', job_type, operation_keys, attempts, NULL)
+BEGIN
+    -- PL/pgSQL keeps this statement's plan; a SQL function's is made anew at every call
+    RETURN QUERY SELECT * FROM idempotency.finish_batch('release', release_operations.job_type, release_operations.operation_keys, release_operations.attempts, NULL);
+END
 $$;
 COMMENT ON FUNCTION idempotency.release_operations(text, text[], integer[]) IS
 'Release many operations of one job type in one call (at most 1000): one row per key, in the order given: done, or the SQLSTATE and message of the refusal, which fails only that key';

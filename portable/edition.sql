@@ -6,7 +6,8 @@
  * the C edition's arguments and return type, and a call raises one clear
  * error (0A000) naming the edition, never "function does not exist".
  * use_in_place() is a question, not an action: it answers false, as it
- * does on one node, so a helper that asks it works here.
+ * does on one node, so a helper that asks it works here. Each keeps the C
+ * declaration's volatility and ROWS (sql/api.sql compares them).
  */
 
 CREATE OR REPLACE FUNCTION idempotency.edition(OUT edition text, OUT version text)
@@ -36,7 +37,7 @@ COMMENT ON FUNCTION idempotency.c_only(pg_catalog.text) IS
 
 CREATE OR REPLACE FUNCTION idempotency.claim_operation_in_place(job_type text, operation_key text, fingerprint text DEFAULT NULL, worker text DEFAULT NULL, delivery text DEFAULT NULL, wait boolean DEFAULT true)
 RETURNS TABLE (verdict text, attempt integer, result jsonb)
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -132,7 +133,7 @@ COMMENT ON FUNCTION idempotency.grants_propagated() IS
 
 CREATE OR REPLACE FUNCTION idempotency.grant_propagated(classid pg_catalog.regclass, objid pg_catalog.oid)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -148,7 +149,7 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT false $$;
 COMMENT ON FUNCTION idempotency.use_in_place() IS
-'Should a worker connected here call the *_in_place functions instead of the delegated ones? True on a Citus worker that holds the distributed install''s metadata, when the caller may execute all four; false on one node and on the coordinator (and always in the portable edition)';
+'Should a worker connected here call the *_in_place functions instead of the delegated ones? True on a Citus worker that holds the distributed install''s metadata, when the caller may execute all four; false on one node and on the coordinator';
 
 CREATE OR REPLACE FUNCTION idempotency.delegated_functions()
 RETURNS pg_catalog.regprocedure[]

@@ -4,6 +4,7 @@
 -- a record that refuses a completion or a release is reported on its row;
 -- caller bugs raise the single calls' SQLSTATEs and record nothing.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE FUNCTION pg_temp.age_claim(k text) RETURNS void

@@ -2,6 +2,7 @@
 -- claim_operation(): the verdicts a first claim and its redeliveries get,
 -- and what the record holds afterwards.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 -- the seed's job type: a 10-minute lease, held for a person when stale

@@ -2,6 +2,7 @@
 -- Every object of the extension, and every column of its tables and view,
 -- carries a COMMENT (what \d+ and \df+ show an operator).
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 -- From PostgreSQL 17 on, the row type of each table and view, and the array

@@ -2,6 +2,7 @@
 -- complete_operation(), release_operation(), extend_lease(): fencing by
 -- attempt, repeats, and the state each may be called in.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 INSERT INTO idempotency.job_types (job_type, lease, stale_policy)
 VALUES ('send_confirmation', '10 minutes', 'retry');

@@ -2,6 +2,7 @@
 -- idempotency.job_types: the policy is table configuration, checked on the
 -- way in.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 -- defaults: a 10-minute lease, hold, no attempt limit, kept forever

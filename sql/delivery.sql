@@ -3,6 +3,7 @@
 -- lost, gets its own claim back; anything else answers as before. And the
 -- retries of complete, release and extend are no-ops that succeed.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE FUNCTION pg_temp.age_claim(k text) RETURNS void

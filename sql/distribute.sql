@@ -1,4 +1,5 @@
 -- idempotency.distribute() without Citus: a clear refusal, nothing changed
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 \set VERBOSITY terse
 INSERT INTO idempotency.job_types (job_type, lease, stale_policy)

@@ -2,6 +2,7 @@
 -- Bad input: each gets a clear error with its own SQLSTATE (printed after
 -- it), and nothing recorded changes.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 INSERT INTO idempotency.job_types (job_type) VALUES ('send_confirmation');
 SELECT verdict FROM idempotency.claim_operation('send_confirmation', 'ORD-1001', 'fp');

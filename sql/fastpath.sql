@@ -6,6 +6,7 @@
 -- constraint and index a DBA adds to the table honoured (the fast update
 -- then steps aside for the executor).
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 CREATE EXTENSION amcheck;
 INSERT INTO idempotency.job_types (job_type, lease) VALUES ('send_confirmation', '1 minute');

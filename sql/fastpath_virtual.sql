@@ -8,6 +8,7 @@
 -- record left as it was. Before 18 there are no virtual generated columns:
 -- the test says so and does nothing (expected/fastpath_virtual_1.out).
 --
+\set SHOW_CONTEXT never
 SELECT current_setting('server_version_num')::int >= 180000 AS pg18 \gset
 \if :pg18
 CREATE EXTENSION idempotency;

@@ -7,6 +7,7 @@
 -- SQLSTATEs, step by step, as the delegated names give (a scenario run once
 -- with each set of names, on keys of its own). use_in_place() is false here.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 -- the same entry point and attributes as the delegated function

@@ -12,6 +12,7 @@
 -- Time passing beyond the lease is simulated by moving the claim's lease
 -- start back (pg_temp.age_claim); the isolation and TAP tests use real time.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE TABLE outbox (

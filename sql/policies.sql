@@ -2,6 +2,7 @@
 -- Stale claims: what each policy answers, max_attempts, and what the
 -- record becomes.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE FUNCTION pg_temp.age_claim(k text) RETURNS void

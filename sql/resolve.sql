@@ -2,6 +2,7 @@
 -- resolve_operation(): a person's decision on a held claim or a skipped
 -- record, kept in idempotency.resolutions.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE FUNCTION pg_temp.age_claim(k text) RETURNS void

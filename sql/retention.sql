@@ -2,6 +2,7 @@
 -- purge_operations(): finished records past their job type's retention go;
 -- everything else stays.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE FUNCTION pg_temp.age_record(k text, by interval) RETURNS void

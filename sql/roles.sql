@@ -3,6 +3,7 @@
 -- worker functions refuse every other caller with 42501, before they read
 -- or change anything of the job type's operations.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE ROLE regress_idem_tenant_a NOLOGIN;

@@ -1,6 +1,7 @@
 --
 -- Monitoring: stale_claims() and the view job_type_stats.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency;
 
 CREATE FUNCTION pg_temp.age_claim(k text, by interval) RETURNS void

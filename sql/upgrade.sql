@@ -4,6 +4,7 @@
 -- configuration, audit, grants and comments come through unchanged; the
 -- protocol goes on from where 0.1 left it; 0.2's per-job-type roles apply.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency VERSION '0.1';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 -- 0.1's functions call 0.1's entry points of the library
@@ -169,3 +170,23 @@ SELECT job_type, operation_key, status, attempt, claimed_by, result FROM idempot
 DROP TABLE before_operations, before_job_types, before_resolutions, before_objects, before_acl;
 DROP EXTENSION idempotency;
 DROP ROLE regress_idem_up_worker, regress_idem_up_other, regress_idem_up_operator;
+
+-- an installation of 0.1 updated to 0.2 gets the paced purge too (0.2's
+-- CALL idempotency.purge(); sql/purge_paced.sql tests it on a new install)
+CREATE EXTENSION idempotency VERSION '0.1';
+ALTER EXTENSION idempotency UPDATE TO '0.2';
+CREATE FUNCTION pg_temp.age_record(k text, by interval) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE idempotency.operations
+    SET claimed_at = claimed_at - by, heartbeat_at = heartbeat_at - by,
+        completed_at = completed_at - by
+    WHERE operation_key = k
+$$;
+INSERT INTO idempotency.job_types (job_type, lease, stale_policy, retention) VALUES
+    ('kept_an_hour', '1 minute', 'skip', '1 hour');
+SELECT verdict FROM idempotency.claim_operation('kept_an_hour', 'old');
+SELECT idempotency.complete_operation('kept_an_hour', 'old', 1);
+SELECT pg_temp.age_record('old', '2 hours');
+CALL idempotency.purge();
+SELECT count(*) FROM idempotency.operations;
+DROP EXTENSION idempotency;

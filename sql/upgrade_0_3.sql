@@ -6,6 +6,7 @@
 -- Records, configuration and audit come through unchanged; the protocol
 -- goes on; delivery tokens work on the records of 0.2.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency VERSION '0.2';
 
 CREATE ROLE regress_idem_u3_worker;

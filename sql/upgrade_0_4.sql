@@ -6,6 +6,7 @@
 -- pg_init_privs holds the owner's only, so pg_dump dumps them. Records and
 -- the protocol go on.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency VERSION '0.3';
 
 CREATE ROLE regress_idem_u4_worker;

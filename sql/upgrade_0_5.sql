@@ -6,6 +6,7 @@
 -- owner's only). Records and the protocol go on. A fresh install answers
 -- the same.
 --
+\set SHOW_CONTEXT never
 CREATE EXTENSION idempotency VERSION '0.4';
 SELECT to_regprocedure('idempotency.edition()') IS NULL AS no_edition_at_0_4;
 

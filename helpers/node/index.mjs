@@ -65,7 +65,8 @@
 // complete, release, extendLease, Heartbeat, claimBatch, completeBatch,
 // releaseBatch), lib/single.mjs (idempotent), lib/batch.mjs
 // (idempotentBatch), lib/signoff.mjs (the sign-off points, the mapping and
-// the lease). The names: docs/helpers.md.
+// the lease), lib/portable.mjs (the portable edition's plain script:
+// portableSql, installPortable). The names: docs/helpers.md.
 export { KnownFailure, claimErrorHeals, connectionLost, fingerprintOf, isBusy, withReconnect,
          workerId } from './lib/common.mjs';
 export { claim, claimBatch, complete, completeBatch, extendLease, Heartbeat, release,
@@ -73,4 +74,5 @@ export { claim, claimBatch, complete, completeBatch, extendLease, Heartbeat, rel
 export { signoff, signoffAnswer, signoffHelloMessage, signoffMessage, signoffPoint, parseJobTypes, parseLease,
          SignoffError, SIGNOFF_VERSION } from './lib/signoff.mjs';
 export { idempotent } from './lib/single.mjs';
+export { installPortable, portableSql } from './lib/portable.mjs';
 export { idempotentBatch } from './lib/batch.mjs';

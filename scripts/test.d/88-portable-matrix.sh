@@ -21,7 +21,8 @@ rc=$?
 total=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
 echo "# MATRIX_EDITION=portable scripts/matrix: exit $rc, '$total', $((SECONDS - start)) s"
 if ((rc == 0)) && [[ $total =~ ^[1-9][0-9]*\ passed,\ 0\ failed$ ]] &&
-    grep -q '^== the portable edition, installed as a plain script' "$log"; then
+    grep -q '^== the portable edition, installed as a plain script' "$log" &&
+    grep -q '(portable edition) on PostgreSQL' "$log"; then
     echo "ok - the replay matrix gives every case on the portable edition ($total)"
     exit 0
 fi

@@ -9,11 +9,17 @@
 #                                        50-54 (see below)
 #   trixie    Debian 13, PostgreSQL 17   scripts/matrix; scripts/test (whole,
 #                                        with hook 93: Citus 14.0 built for
-#                                        17; but hooks 55, 60, 84 and 85:
-#                                        see below)
+#                                        17, and hook 86: the portable
+#                                        edition through pg_tle 1.5.2 built
+#                                        for 17; but hooks 55, 60, 84, 85,
+#                                        88 and 89: see below)
 #   forky     Debian testing, 18         scripts/matrix; scripts/test regress
-#                                        isolation tap, and hook 93: Citus
-#                                        14.0 built for 18
+#                                        isolation tap, hook 93: Citus
+#                                        14.0 built for 18, and hooks 87 and
+#                                        88: the portable edition's plain
+#                                        script (no pg_tle for 18) moved to
+#                                        and from the C edition, and the
+#                                        replay matrix on it
 #
 # Each command installs what it needs itself (compiler, headers, test tools):
 # that is what this proves. Inside a root the hooks 90-92 (clean roots,
@@ -91,8 +97,8 @@ signoff="SIGNOFF_CASES=1-7 SIGNOFF_SECOND_JOB=0"
 job_of() {
     case $1 in
         bookworm) echo "scripts/matrix && TEST_HOOKS='5[0-4]-*' scripts/test" ;;
-        trixie) echo "scripts/matrix && TEST_SKIP_HOOKS='@(9[0-2]*|55-*|60-*|8[45]-*)' SQS_E2E_MODES='single sigterm signoff' MEMORY_CALLS=5000 $signoff scripts/test" ;;
-        forky) echo "scripts/matrix && TEST_HOOKS=93-citus MEMORY_CALLS=5000 scripts/test" ;;
+        trixie) echo "scripts/matrix && TEST_SKIP_HOOKS='@(9[0-2]*|55-*|60-*|8[4589]-*)' SQS_E2E_MODES='single sigterm signoff' MEMORY_CALLS=5000 $signoff scripts/test" ;;
+        forky) echo "scripts/matrix && TEST_HOOKS='@(8[78]|93)-*' MEMORY_CALLS=5000 scripts/test" ;;
         *) return 1 ;;
     esac
 }
@@ -119,9 +125,31 @@ citus_args() {
     return 0
 }
 
+# pg_tle 1.5.2 on PostgreSQL 17: the Debian 13 root runs hook 86 (the
+# portable edition through pg_tle, test/portable/run.sh) with the vendored
+# tarball copied in; its build (scripts/pgtle) is kept on the host in
+# $PGTLE_ROOT_CACHE/RELEASE for the next run. pg_tle 1.5.2 stops at 17 (the
+# testing root's 18 has no pg_tle); the Debian 12 root leaves hook 86 to the
+# host's run. Hooks 88 and 89 (the replay matrix, and the helpers' suites
+# and a sign-off, on the portable edition: about one and two minutes) run
+# on the host, and 88 in the testing root, not in the Debian 13 root, whose
+# chain is the longest (hook 86 covers the edition on 17 there).
+pgtle_cache=${PGTLE_ROOT_CACHE:-/var/cache/idempotency/pgtle-roots}
+pgtle_args() {
+    local tarball=${PGTLE_VENDOR:-$vendor}/pg_tle-1.5.2.tar.gz
+    [[ $1 == trixie && -f $tarball ]] || return 0
+    mkdir -p "$pgtle_cache/$1"
+    printf '%s\0' --in "$tarball:/vendor-pgtle/pg_tle-1.5.2.tar.gz" --env PGTLE_VENDOR=/vendor-pgtle \
+        --out "/var/cache/idempotency/pgtle:$pgtle_cache/$1"
+    [[ -d $pgtle_cache/$1/pgtle ]] && printf '%s\0' --in "$pgtle_cache/$1/pgtle:/var/cache/idempotency/pgtle"
+    return 0
+}
+
 run_one() {
-    local r=$1 start=$SECONDS rc=0 extra=()
+    local r=$1 start=$SECONDS rc=0 extra=() tle=()
     mapfile -d '' -t extra < <(citus_args "$r")
+    mapfile -d '' -t tle < <(pgtle_args "$r")
+    extra+=("${tle[@]}")
     "$srcdir/scripts/root" run "$r" --tree "$srcdir" --timeout "$timeout_s" "${extra[@]}" -- "$(job_of "$r")" \
         >"$logdir/$r.log" 2>&1 || rc=$?
     echo "$rc $((SECONDS - start))" >"$logdir/$r.rc"

@@ -26,6 +26,11 @@
 #      `import("pg-idempotency")` there gives idempotent and
 #      idempotentBatch, at the package.json's version, under the PostgreSQL
 #      License.
+#   Each of the three installed packages carries the portable edition's
+#   plain script, made by its build from the tarball's portable/*.sql: what
+#   it prints (python3 -m pg_idempotency portable-sql, PgIdempotency.
+#   portable_sql, the bin pg-idempotency portable-sql) is the tarball's
+#   `sh portable/build.sh`'s idempotency-portable.sql, byte for byte.
 # Each step is an "ok - ..." or "not ok - ..." line; the last line is
 # "dist: N passed, N failed"; exit non-zero on a failure.
 #
@@ -90,6 +95,9 @@ else
     exit 1
 fi
 tree=$tmp/$name
+# the portable edition's plain script each package must carry
+sh "$tree/portable/build.sh" "$tmp/portable" >/dev/null 2>&1 || echo "portable/build.sh of the tarball failed" >&2
+portable=$tmp/portable/idempotency-portable.sql
 
 # ---------------------------------------------------------------------
 # 2. the extension and the runner build from the tarball
@@ -107,6 +115,11 @@ fi
 # 3. Python: pip in a new venv, no index
 # ---------------------------------------------------------------------
 if py=$(bash "$tree/examples/celery/venv.sh" "$tmp/venv" 2>"$tmp/python.log"); then
+    if "$py" -m pg_idempotency portable-sql 2>>"$tmp/python.log" | cmp -s - "$portable"; then
+        ok "Python: python3 -m pg_idempotency portable-sql prints the tarball's portable/build.sh script"
+    else
+        not_ok "$tmp/python.log" "Python: python3 -m pg_idempotency portable-sql is not the tarball's portable/build.sh script"
+    fi
     if out=$("$py" - "$tmp/venv" "$semver" 2>>"$tmp/python.log" <<'EOF'
 import sys
 from importlib import metadata
@@ -137,6 +150,12 @@ fi
 # 4. Ruby: gem build, gem install --local
 # ---------------------------------------------------------------------
 if bash "$tree/examples/sidekiq/install-gem.sh" "$tmp/gems" >"$tmp/ruby.log" 2>&1; then
+    if GEM_HOME=$tmp/gems ruby -rpg_idempotency -e 'puts PgIdempotency.portable_sql' 2>>"$tmp/ruby.log" |
+        cmp -s - "$portable"; then
+        ok "Ruby: PgIdempotency.portable_sql of the installed gem is the tarball's portable/build.sh script"
+    else
+        not_ok "$tmp/ruby.log" "Ruby: PgIdempotency.portable_sql of the installed gem is not the tarball's portable/build.sh script"
+    fi
     if out=$(GEM_HOME=$tmp/gems ruby -e '
         require "pg_idempotency"
         spec = Gem.loaded_specs["pg-idempotency"]
@@ -164,6 +183,12 @@ mkdir -p "$tmp/app"
 echo '{ "name": "dist-test-app", "version": "1.0.0", "private": true, "type": "module" }' >"$tmp/app/package.json"
 if tgz=$(cd "$tree/helpers/node" && "${npm[@]}" pack --silent --pack-destination "$tmp" 2>"$tmp/node.log") &&
     (cd "$tmp/app" && "${npm[@]}" install --no-audit --no-fund --loglevel=error "$tmp/$tgz") >>"$tmp/node.log" 2>&1; then
+    if (cd "$tmp/app" && node node_modules/pg-idempotency/bin/pg-idempotency.mjs portable-sql) 2>>"$tmp/node.log" |
+        cmp -s - "$portable" && [[ -x $tmp/app/node_modules/.bin/pg-idempotency ]]; then
+        ok "Node.js: the bin pg-idempotency portable-sql of the installed package prints the tarball's portable/build.sh script"
+    else
+        not_ok "$tmp/node.log" "Node.js: the installed package's pg-idempotency portable-sql is not the tarball's portable/build.sh script (or no .bin/pg-idempotency)"
+    fi
     if out=$(cd "$tmp/app" && node --input-type=module -e '
         import { idempotent, idempotentBatch } from "pg-idempotency";
         import { createRequire } from "node:module";

@@ -32,6 +32,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { countingPool } from './counting-pool.mjs';
 import { idempotent, idempotentBatch, fingerprintOf, KnownFailure } from 'pg-idempotency';
+import { prepareEdition } from './edition.mjs';
 
 const LEASE = 1;            // seconds
 const RETRY_AFTER = 7;      // seconds; distinct from the lease on purpose
@@ -46,7 +47,7 @@ before(async () => {
   admin = new pg.Client();
   await admin.connect();
   await admin.query('SET client_min_messages = warning');
-  await admin.query('CREATE EXTENSION IF NOT EXISTS idempotency');
+  await prepareEdition(admin);
   pool = new pg.Pool({ max: 2 });
 });
 

@@ -16,6 +16,7 @@ import { claim, claimBatch, claimErrorHeals, complete, completeBatch, extendLeas
 import { forgetSignoffSettings } from '../lib/plain.mjs';
 import { DATABASE_SQL, forgetHello } from '../lib/signoff.mjs';
 import { defaultReconnectFor, timings } from '../lib/common.mjs';
+import { prepareEdition } from './edition.mjs';
 
 const LEASE = 1;   // seconds
 const PREFIX = `plain_unit_${process.pid}_`;
@@ -27,7 +28,7 @@ before(async () => {
   admin = new pg.Client();
   await admin.connect();
   await admin.query('SET client_min_messages = warning');
-  await admin.query('CREATE EXTENSION IF NOT EXISTS idempotency');
+  await prepareEdition(admin);
   pool = new pg.Pool({ max: 3 });
 });
 

@@ -32,6 +32,7 @@ import { countingPool } from './counting-pool.mjs';
 import { forgetHello } from '../lib/signoff.mjs';
 import { fingerprintOf, idempotent, idempotentBatch, parseJobTypes, parseLease, signoff, signoffPoint }
   from 'pg-idempotency';
+import { prepareEdition } from './edition.mjs';
 
 const LEASE = 2;            // seconds
 const HEARTBEAT = 200;      // ms
@@ -51,7 +52,7 @@ before(async () => {
   admin = new pg.Client();
   await admin.connect();
   await admin.query('SET client_min_messages = warning');
-  await admin.query('CREATE EXTENSION IF NOT EXISTS idempotency');
+  await prepareEdition(admin);
   pool = new pg.Pool({ max: 3 });
 });
 

@@ -75,6 +75,8 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import psycopg
 
+from .portable import install_portable, portable_sql  # noqa: F401 -- the portable edition's script
+
 __version__ = "0.5.0"
 EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery, wait)
 
@@ -82,8 +84,8 @@ __all__ = [
     "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "Outcome", "SERVER_GONE",
     "SIGNOFF_VERSION", "SignoffError",
     "claim", "claim_batch", "claim_error_heals", "complete", "complete_batch", "connection",
-    "connection_lost", "discard", "error_message", "extend_lease", "fingerprint", "is_busy", "new_delivery",
-    "parse_job_types", "parse_lease", "release", "release_batch", "signoff_answer",
+    "connection_lost", "discard", "error_message", "extend_lease", "fingerprint", "install_portable", "is_busy",
+    "new_delivery", "parse_job_types", "parse_lease", "portable_sql", "release", "release_batch", "signoff_answer",
     "signoff_hello", "signoff_hello_armed", "signoff_hello_message", "signoff_job_type",
     "signoff_lease", "signoff_message", "signoff_point", "signoff_wrapper", "with_reconnect", "worker_id",
 ]

@@ -4,6 +4,12 @@ later installed (either edition); they connect with libpq's PG* environment
 and work in job types of their own (celery_unit_PID_..., py_unit_PID_...),
 deleted at the end.
 
+IDEMPOTENCY_EDITION=portable: the database must hold the portable edition;
+where no edition answers, it is installed with this package's
+install_portable() (as the database's owner: PGUSER), where the C edition
+answers the tests stop. IDEMPOTENCY_EDITION=c: the C extension (created if
+missing). Unset: whichever answers, else the C extension is created.
+
 The sign-off tests use FakeRunner (the fixture `runner`): the runner's side
 of docs/signoff-protocol.md. Every test starts unarmed (the variables
 IDEMPOTENCY_SIGNOFF* removed, the process's reading of them forgotten)."""
@@ -37,15 +43,34 @@ def installed_edition(conn):
         return ("c", row[0]) if row else None
 
 
+# the package under test is this checkout's sources (not an installed
+# copy): its portable script made as a build makes it
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.dirname(os.path.abspath(pg_idempotency.__file__)) == os.path.join(CHECKOUT, "pg_idempotency"):
+    subprocess.run(["sh", os.path.join(CHECKOUT, "..", "portable-sql.sh"),
+                    os.path.join(CHECKOUT, "pg_idempotency", pg_idempotency.portable.PORTABLE_SQL_FILE)],
+                   check=True)
+
+EDITION = os.environ.get("IDEMPOTENCY_EDITION") or None
+
+
 @pytest.fixture(scope="session")
 def admin():
+    if EDITION not in (None, "c", "portable"):
+        pytest.exit(f"IDEMPOTENCY_EDITION must be c or portable, not {EDITION!r}", returncode=2)
     conn = psycopg.connect("", autocommit=True)
     conn.execute("SET client_min_messages = warning")
     installed = installed_edition(conn)
     if installed is None:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS idempotency")
+        if EDITION == "portable":
+            pg_idempotency.install_portable(conn)
+        else:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS idempotency")
         installed = installed_edition(conn)
     edition, version = installed
+    if EDITION is not None and edition != EDITION:
+        pytest.exit(f"IDEMPOTENCY_EDITION={EDITION}, but the {edition} edition ({version}) answers in "
+                    f"database {conn.info.dbname}", returncode=1)
     if tuple(int(p) for p in version.split(".")) < (0, 3):
         pytest.exit(f"idempotency {version} ({edition} edition) is installed; these helpers need "
                     f"{pg_idempotency.EXTENSION_VERSION} (ALTER EXTENSION idempotency UPDATE)", returncode=1)

@@ -681,3 +681,5 @@ module PgIdempotency
     signoff_exchange(path, "hello", line, "sign-off runner at #{path}, point hello")
   end
 end
+
+require_relative "pg_idempotency/portable"

@@ -3,10 +3,51 @@
 # environment (PGHOST, PGPORT, PGUSER, PGDATABASE); the extension is created
 # if missing. Each test makes job types of its own (named after the process)
 # with a lease of LEASE seconds and deletes them afterwards.
+#
+# IDEMPOTENCY_EDITION=portable: the database must hold the portable edition;
+# where no edition answers, it is installed with this gem's
+# install_portable (as the database's owner: PGUSER), where the C edition
+# answers the tests stop. IDEMPOTENCY_EDITION=c: the C extension (created if
+# missing). Unset: whichever answers, else the C extension is created.
 require "minitest/autorun"
 require "logger"
 require "pg"
 require "pg_idempotency"
+
+# the gem under test is this checkout's lib (-Ilib), not an installed gem:
+# its portable script made as gem build makes it
+CHECKOUT_LIB = File.expand_path("../lib", __dir__)
+if PgIdempotency::PORTABLE_SQL_FILE.start_with?("#{CHECKOUT_LIB}/")
+  system("sh", File.expand_path("../../portable-sql.sh", __dir__), PgIdempotency::PORTABLE_SQL_FILE,
+         exception: true)
+end
+
+EDITION = ENV["IDEMPOTENCY_EDITION"].to_s.empty? ? nil : ENV["IDEMPOTENCY_EDITION"]
+abort "IDEMPOTENCY_EDITION must be c or portable, not #{EDITION.inspect}" unless [nil, "c", "portable"].include?(EDITION)
+
+# [edition, version] of the idempotency that answers in pg's database, or nil
+def installed_edition(pg)
+  if pg.exec("SELECT pg_catalog.to_regprocedure('idempotency.edition()') IS NOT NULL").getvalue(0, 0) == "t"
+    return pg.exec("SELECT edition, version FROM idempotency.edition()").values.first
+  end
+  v = pg.exec("SELECT extversion FROM pg_extension WHERE extname = 'idempotency'").values.first
+  v && ["c", v.first]
+end
+
+# once per run: the edition the tests want
+PG.connect.tap do |pg|
+  pg.exec("SET client_min_messages = warning")
+  installed = installed_edition(pg)
+  if installed.nil?
+    EDITION == "portable" ? PgIdempotency.install_portable(pg) : pg.exec("CREATE EXTENSION IF NOT EXISTS idempotency")
+    installed = installed_edition(pg)
+  end
+  if EDITION && installed.first != EDITION
+    abort "IDEMPOTENCY_EDITION=#{EDITION}, but the #{installed.first} edition (#{installed.last}) answers in " \
+          "database #{pg.db}"
+  end
+  pg.close
+end
 
 LEASE = 1.0
 
@@ -19,7 +60,6 @@ module DatabaseTest
   def setup
     @admin = PG.connect
     @admin.exec("SET client_min_messages = warning")
-    @admin.exec("CREATE EXTENSION IF NOT EXISTS idempotency")
     @types = []
   end
 
