@@ -5,7 +5,7 @@
 #                      bench/throughput.png, bench/batch.png and the data
 #                      behind them (results.tsv, kv.tsv, machine.txt)
 #   make bench-smoke   every benchmark script with tiny sizes on a throwaway
-#                      cluster, about 30 s; its report is thrown away
+#                      cluster, about 50 s; its report is thrown away
 #   make bench-citus   the run and duplicate paths through Citus against one
 #                      node (bench/citus/run.sh, about 13 minutes; needs
 #                      Citus installed); rewrites bench/citus/summary.md and

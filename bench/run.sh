@@ -6,9 +6,12 @@
 #
 # Three implementations of the claim protocol, side by side in one run on one
 # throwaway cluster: raw (the seed's recipe in raw SQL, bench/sql/raw.sql and
-# bench/pgbench/raw_*.sql), plpgsql (this project's contract in PL/pgSQL,
-# bench/sql/plpgsql.sql) and c (the extension). Phases, in this order:
-#   verdicts  plpgsql and c give the same verdicts and SQLSTATEs for one
+# bench/pgbench/raw_*.sql), portable (the portable edition, SQL and
+# PL/pgSQL: the plain script portable/build.sh writes, installed with psql -f
+# into databases of its own, *_portable, since it uses the extension's schema
+# name) and c (the extension). portable and c run the same pgbench scripts
+# (bench/pgbench/fn_*.sql, batch_*.sql). Phases, in this order:
+#   verdicts  portable and c give the same verdicts and SQLSTATEs for one
 #             scripted sequence (bench/sql/verdicts.sql); fails otherwise
 #   sizes     run path on fresh tables with keys ORD-1000001...: table + index
 #             bytes, WAL bytes, full-page images and xids per operation, HOT
@@ -16,12 +19,13 @@
 #             clients, tx, stale and mixed at $BENCH_SIDE_CLIENTS; $BENCH_REPS
 #             repetitions, interleaved (the order of the implementations
 #             rotates); plus "pk", a plain primary-key SELECT, on the dup path
-#   batch     c only, at $BENCH_BATCH_CLIENTS clients: the batch calls
+#   batch     c and portable, at $BENCH_BATCH_CLIENTS clients: the batch calls
 #             claim_operations()/complete_operations() with batches of
 #             $BENCH_BATCH_SIZES keys (bench/pgbench/batch_*.sql; run path:
 #             claim N, complete N, two transactions per batch; duplicate
 #             path: claim N completed keys) against the single calls
-#             (fn_run.sql, fn_dup.sql) and, if redis-server is installed,
+#             (fn_run.sql, fn_dup.sql) of the same edition (cells c, bN,
+#             portable, pbN) and, if redis-server is installed,
 #             durable Redis's claim (SET NX PX) and done (SET) writes, all
 #             interleaved in $BENCH_REPS repetitions; operations/s count
 #             keys, latency is per pgbench transaction (a batch)
@@ -32,7 +36,8 @@
 #             runs at a fixed rate (p99 before and during), twice:
 #             purge_operations() (one transaction), then the same number
 #             again with the paced procedure CALL idempotency.purge()
-#   redis     redis-server on 127.0.0.1 (random port, appendonly yes,
+#   redis     redis-server on 127.0.0.1 ($BENCH_REDIS_PORT, else a free
+#             port; appendonly yes,
 #             appendfsync always) with redis-benchmark: SET NX PX (claim),
 #             SET (done), SET NX on an existing key (duplicate)
 #   report    bench/report.py writes README.md and, with gnuplot, its figures
@@ -65,10 +70,13 @@
 # BENCH_PURGE_ROWS=1000000, BENCH_STALE_ROWS=300, BENCH_PURGE_CLIENTS=4,
 # BENCH_PATHS="run dup tx stale mixed" (the matrix's paths),
 # BENCH_PURGE_RATE (default: a quarter of the c run path's 4-client median),
-# BENCH_REDIS=auto|no, BENCH_SHARED_BUFFERS=1GB; the paced purge that is
+# BENCH_REDIS=auto|no, BENCH_REDIS_PORT, BENCH_SHARED_BUFFERS=1GB; the paced purge that is
 # compared with purge_operations(), CALL idempotency.purge(pages, pause):
 # BENCH_PACED_PAGES=20 pages per transaction, BENCH_PACED_PAUSE_MS=20;
 # the batch phase: BENCH_BATCH_SIZES="10 100", BENCH_BATCH_CLIENTS=16.
+#
+# The portable edition is always this tree's: portable/build.sh writes its
+# plain script into the run's temp dir.
 #
 # Without --existing-cluster: builds and installs the extension like
 # scripts/test (scripts/build.sh; the install is skipped when the installed
@@ -112,7 +120,7 @@ fi
 : "${BENCH_SECONDS:=4}" "${BENCH_REPS:=3}" "${BENCH_CLIENTS:=1 4 16 32}" "${BENCH_SIDE_CLIENTS:=16}"
 : "${BENCH_DUP_POOL:=100000}" "${BENCH_SIZE_OPS:=40000}" "${BENCH_SCALE_BIG:=10000000}"
 : "${BENCH_SCALE_SMALL:=10000}" "${BENCH_PURGE_ROWS:=1000000}" "${BENCH_STALE_ROWS:=300}"
-: "${BENCH_PURGE_CLIENTS:=4}" "${BENCH_PURGE_RATE:=}" "${BENCH_REDIS:=auto}"
+: "${BENCH_PURGE_CLIENTS:=4}" "${BENCH_PURGE_RATE:=}" "${BENCH_REDIS:=auto}" "${BENCH_REDIS_PORT:=}"
 : "${BENCH_SHARED_BUFFERS:=1GB}" "${BENCH_PURGE_BATCH:=10000}" "${BENCH_TX:=}"
 : "${BENCH_PACED_PAGES:=20}" "${BENCH_PACED_PAUSE_MS:=20}" "${BENCH_PATHS:=run dup tx stale mixed}"
 : "${BENCH_BATCH_SIZES:=10 100}" "${BENCH_BATCH_CLIENTS:=16}"
@@ -136,6 +144,11 @@ kv=$work/kv.tsv                # phase, name, value: everything else
 printf 'phase\tpath\timpl\tclients\trep\tops\tsecs\ttps\tlat_mean_ms\tp50_ms\tp95_ms\tp99_ms\twal_bytes\twal_fpi\twal_records\txids\tupd\thot_upd\tbackend_cpu_s\tbg_cpu_s\tclient_cpu_s\tmachine_cpu_s\n' >"$results"
 printf 'phase\tname\tvalue\n' >"$kv"
 kvput() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$kv"; }
+
+# the portable edition: the plain script users install with psql -f
+sh "$root/portable/build.sh" "$work/portable" >/dev/null || die "portable/build.sh failed"
+portable_sql=$work/portable/idempotency-portable.sql
+[[ -s $portable_sql ]] || die "portable/build.sh wrote no $portable_sql"
 
 redis_pid=""
 dbs_created=()
@@ -217,7 +230,7 @@ else
 fi
 
 # the prototype: a renamed copy, built and installed as idempotency_proto
-impls=(raw plpgsql c)
+impls=(raw portable c)
 if [[ -n $proto_src ]]; then
     [[ $existing == no ]] || die "--proto needs a cluster of our own (no --existing-cluster)"
     proto_tree=$work/proto-tree
@@ -242,39 +255,49 @@ q() { local db=$1; shift; psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 # val DB SQL: one value
 val() { psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -c "$2"; }
 
-# newdb NAME: a fresh database; its name (with the prefix) is in $db
+# newdb NAME [portable]: a fresh database; its name (with the prefix) is in
+# $db. With "portable" also NAME_portable, the portable edition's database
+# (impl_db names it).
 newdb() {
+    local d
     db=$dbprefix$1
-    psql -X -q -d postgres -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null
-    psql -X -q -d postgres -c "CREATE DATABASE \"$db\"" >/dev/null
-    dbs_created+=("$db")
+    for d in "$db" ${2:+"${db}_portable"}; do
+        psql -X -q -d postgres -c "DROP DATABASE IF EXISTS \"$d\"" >/dev/null
+        psql -X -q -d postgres -c "CREATE DATABASE \"$d\"" >/dev/null
+        dbs_created+=("$d")
+    done
 }
+# impl_db IMPL DB: the database IMPL runs in, of the pair newdb DB portable
+# made: the portable edition has one of its own (it creates schema
+# idempotency, as the extension does), the others share DB
+impl_db() { case $1 in portable|pb[0-9]*) echo "${2}_portable" ;; *) echo "$2" ;; esac; }
 
 # per implementation: function schema, records table, side-effect schema
-fn_schema() { case $1 in plpgsql) echo bench_plpgsql ;; c) echo idempotency ;; proto) echo idempotency_proto ;; esac; }
+fn_schema() { case $1 in c|portable) echo idempotency ;; proto) echo idempotency_proto ;; esac; }
 ops_table() {
     case $1 in
         raw) echo bench_raw.handled_operations ;;
-        plpgsql) echo bench_plpgsql.operations ;;
-        c|pk|c@*|b[0-9]*) echo idempotency.operations ;;
+        c|pk|c@*|b[0-9]*|portable|pb[0-9]*) echo idempotency.operations ;;
         proto) echo idempotency_proto.operations ;;
     esac
 }
-side_schema() { case $1 in raw) echo bench_raw ;; plpgsql) echo bench_plpgsql ;; c) echo bench_c ;; proto) echo bench_proto ;; esac; }
+side_schema() { case $1 in raw) echo bench_raw ;; portable) echo bench_portable ;; c) echo bench_c ;; proto) echo bench_proto ;; esac; }
 
-# setup_db DB IMPL...: the schemas of these implementations
+# setup_db DB IMPL...: the schemas of these implementations, each in its
+# database (impl_db)
 setup_db() {
-    local db=$1 impl; shift
+    local db=$1 impl idb; shift
     for impl in "$@"; do
+        idb=$(impl_db "$impl" "$db")
         case $impl in
-            raw) q "$db" -f "$here/sql/raw.sql" ;;
-            plpgsql) q "$db" -f "$here/sql/plpgsql.sql" ;;
-            c) q "$db" -c 'CREATE EXTENSION idempotency' ;;
-            proto) q "$db" -c 'CREATE EXTENSION idempotency_proto' ;;
+            raw) q "$idb" -f "$here/sql/raw.sql" ;;
+            portable) q "$idb" -f "$portable_sql" >/dev/null ;;
+            c) q "$idb" -c 'CREATE EXTENSION idempotency' ;;
+            proto) q "$idb" -c 'CREATE EXTENSION idempotency_proto' ;;
         esac
         case $impl in
-            plpgsql|c|proto) q "$db" -v S="$(fn_schema "$impl")" -v SIDE="$(side_schema "$impl")" \
-                                 -f "$here/sql/fn_setup.sql" ;;
+            portable|c|proto) q "$idb" -v S="$(fn_schema "$impl")" -v SIDE="$(side_schema "$impl")" \
+                                  -f "$here/sql/fn_setup.sql" ;;
         esac
     done
 }
@@ -294,7 +317,7 @@ make_scripts() {
                 -e "s/@T@/$(ops_table "$impl")/g" "$src" >"$work/scripts/${impl}_$path.sql"
         done
     done
-    # the batch calls: the extension only
+    # the batch calls: the same script for both editions (schema idempotency)
     for path in run dup; do
         sed -e "s/@S@/$(fn_schema c)/g" "$here/pgbench/batch_$path.sql" >"$work/scripts/batch_$path.sql"
     done
@@ -302,7 +325,8 @@ make_scripts() {
 
 # rows: completed keys PREFIX1..PREFIXn of job type send_confirmation
 load_completed() {
-    local db=$1 impl=$2 prefix=$3 n=$4
+    local db impl=$2 prefix=$3 n=$4
+    db=$(impl_db "$impl" "$1")
     if [[ $impl == raw ]]; then
         q "$db" -c "INSERT INTO bench_raw.handled_operations (job_type, operation_key, status, claimed_at)
                     SELECT 'send_confirmation', '$prefix' || g, 'completed', now() - interval '1 day'
@@ -318,7 +342,8 @@ load_completed() {
 
 # stale claims STALE-<cell>-<c * 1000000 + n>, c < clients, n <= per_client
 load_stale() {
-    local db=$1 impl=$2 cell=$3 clients=$4 per=$5
+    local db impl=$2 cell=$3 clients=$4 per=$5
+    db=$(impl_db "$impl" "$1")
     local keys="FROM generate_series(0, $((clients - 1))) c, generate_series(1, $per) g"
     local key="'STALE-$cell-' || (c * 1000000 + g)"
     if [[ $impl == raw ]]; then
@@ -410,17 +435,20 @@ if [[ -n $BENCH_TX ]]; then len_args=(-t "$BENCH_TX"); else len_args=(-T "$BENCH
 
 cell_no=0
 # run_cell PHASE PATH IMPL CLIENTS REP DB [PGBENCH ARGS...]: one pgbench run,
-# one line of results.tsv. Keys are unique per cell (base, cell).
+# one line of results.tsv, in IMPL's database of DB's pair (impl_db). Keys
+# are unique per cell (base, cell).
 run_cell() {
-    local phase=$1 path=$2 impl=$3 clients=$4 rep=$5 db=$6
+    local phase=$1 path=$2 impl=$3 clients=$4 rep=$5 db
+    db=$(impl_db "$impl" "$6")
     shift 6
     cell_no=$((cell_no + 1))
     local id="$cell_no-$phase-$path-$impl-c$clients-r$rep"
     local dir=$work/logs/$id
     mkdir -p "$dir"
     local table threads script=$work/scripts/${impl%@*}_$path.sql mult=1
-    # bN: the batch scripts with N keys per call; an operation is a key
-    if [[ $impl =~ ^b([0-9]+)$ ]]; then
+    # bN (c), pbN (portable): the batch scripts with N keys per call; an
+    # operation is a key
+    if [[ $impl =~ ^p?b([0-9]+)$ ]]; then
         mult=${BASH_REMATCH[1]}
         script=$work/scripts/batch_$path.sql
         set -- "$@" -D bs="$mult"
@@ -473,12 +501,12 @@ run_cell() {
     printf 'bench: %-44s %9.0f ops/s  p99 %7s ms  WAL %6s B/op  CPU %5s us/op\n' "$id" "$tps" "$p99" \
         "$(awk -v w=$((a[0] - b[0])) -v o="$ops" 'BEGIN { printf "%.0f", (o > 0 ? w / o : 0) }')" \
         "$(awk -v c="$cpu" -v o="$ops" 'BEGIN { if (c == "" || o == 0) print "?"; else printf "%.0f", c * 1e6 / o }')" >&2
-    # which WAL records were written during a duplicate-path run of a C
-    # implementation (the claims should write none; the background writer
-    # logs RUNNING_XACTS every 15 s)
+    # which WAL records were written during a duplicate-path run of an
+    # edition (the claims should write none; the background writer logs
+    # RUNNING_XACTS every 15 s)
     # (pg_waldump may stop with an error at the end of what is on disk: what
     # it printed until then counts, its exit status does not)
-    if [[ $phase == matrix && $path == dup && ( $impl == c || $impl == proto ) && $((a[0] - b[0])) -gt 0 && -n ${PGDATA:-} ]]; then
+    if [[ $phase == matrix && $path == dup && ( $impl == c || $impl == proto || $impl == portable ) && $((a[0] - b[0])) -gt 0 && -n ${PGDATA:-} ]]; then
         local recs
         recs=$( { cd / && cluster_as_owner_or_self "$PG_BINDIR/pg_waldump" -p "$PGDATA/pg_wal" \
                    -s "$(val "$db" "SELECT '0/0'::pg_lsn + ${b[0]}")" -e "$(val "$db" "SELECT '0/0'::pg_lsn + ${a[0]}")" \
@@ -514,7 +542,7 @@ rotate() {
     echo "postgresql: $(val postgres 'SHOW server_version')"
     echo "pgbench: $(pgbench --version | awk '{ print $3 }')"
     echo "redis: $(redis-server --version 2>/dev/null | awk '{ print $3 }' | sed 's/v=//')"
-    echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src idempotency--*.sql 2>/dev/null || echo ' (src modified)')"
+    echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src idempotency--*.sql portable 2>/dev/null || echo ' (src modified)')"
     echo "settings: $(val postgres "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)
         FROM pg_settings WHERE name IN ('shared_buffers', 'fsync', 'synchronous_commit', 'wal_level',
         'full_page_writes', 'autovacuum', 'max_wal_size', 'checkpoint_timeout', 'wal_compression', 'data_checksums')")"
@@ -529,12 +557,12 @@ make_scripts
 # ------------------------------------------------------------------ verdicts
 if want verdicts; then
     log "phase verdicts"
-    newdb verdicts
+    newdb verdicts portable
     setup_db "$db" "${impls[@]}"
     ref=""
     for impl in "${impls[@]}"; do
         [[ $impl == raw ]] && continue
-        psql -X -d "$db" -v S="$(fn_schema "$impl")" -f "$here/sql/verdicts.sql" \
+        psql -X -d "$(impl_db "$impl" "$db")" -v S="$(fn_schema "$impl")" -f "$here/sql/verdicts.sql" \
             >"$work/verdicts.$impl" 2>/dev/null || true
         [[ -s $work/verdicts.$impl ]] || die "verdicts: no output from $impl"
         if [[ -z $ref ]]; then
@@ -555,11 +583,13 @@ if want sizes; then
     # index fills its pages up to the btree fillfactor)
     for sc in 4 1; do
         tag=$([[ $sc == 1 ]] && echo seq. || echo "")
-        newdb "sizes_c$sc"
+        newdb "sizes_c$sc" portable
         setup_db "$db" "${impls[@]}"
         per=$((sc == 1 ? BENCH_SIZE_OPS / 2 : BENCH_SIZE_OPS / 4))
+        base_db=$db
         for impl in "${impls[@]}"; do
             table=$(ops_table "$impl")
+            db=$(impl_db "$impl" "$base_db")
             q "$db" -c CHECKPOINT
             read -r -a b < <(snap "$db" "$table")
             pgbench -n -M prepared -c "$sc" -j $((sc < 2 ? 1 : 2)) -t "$per" -D n=0 -D base=1000000 \
@@ -597,10 +627,11 @@ fi
 # -------------------------------------------------------------------- matrix
 if want matrix; then
     log "phase matrix"
-    newdb matrix
+    newdb matrix portable
     setup_db "$db" "${impls[@]}"
     for impl in "${impls[@]}"; do load_completed "$db" "$impl" DUP- "$BENCH_DUP_POOL"; done
     q "$db" -c 'VACUUM ANALYZE'
+    q "$(impl_db portable "$db")" -c 'VACUUM ANALYZE'
     for path in $BENCH_PATHS; do
         case $path in run|dup) clist=$BENCH_CLIENTS ;; *) clist=$BENCH_SIDE_CLIENTS ;; esac
         list=("${impls[@]}")
@@ -622,10 +653,10 @@ if want matrix; then
                     run_cell matrix "$path" "$impl" "$clients" "$rep" "$db"
                     if [[ $path == stale ]]; then
                         # every operation was a takeover (attempt 2), none a new claim
-                        taken=$(val "$db" "SELECT count(*) FROM $(ops_table "$impl")
+                        taken=$(val "$(impl_db "$impl" "$db")" "SELECT count(*) FROM $(ops_table "$impl")
                                            WHERE operation_key LIKE 'STALE-$cell_no-%'
                                              AND status = 'completed'")
-                        [[ $impl == raw ]] || taken=$(val "$db" "SELECT count(*) FROM $(ops_table "$impl")
+                        [[ $impl == raw ]] || taken=$(val "$(impl_db "$impl" "$db")" "SELECT count(*) FROM $(ops_table "$impl")
                                            WHERE operation_key LIKE 'STALE-$cell_no-%'
                                              AND status = 'completed' AND attempt = 2")
                         ops=$(tail -n 1 "$results" | cut -f6)
@@ -636,10 +667,11 @@ if want matrix; then
             done
         done
         q "$db" -c 'VACUUM ANALYZE' # between paths, not measured
+        q "$(impl_db portable "$db")" -c 'VACUUM ANALYZE'
     done
     # every run-path key was claimed once and completed
     for impl in "${impls[@]}"; do
-        left=$(val "$db" "SELECT count(*) FROM $(ops_table "$impl") WHERE status <> 'completed'
+        left=$(val "$(impl_db "$impl" "$db")" "SELECT count(*) FROM $(ops_table "$impl") WHERE status <> 'completed'
                           AND operation_key NOT LIKE 'STALE-%'")
         [[ $left == 0 ]] || die "matrix: $impl left $left records not completed"
     done
@@ -661,10 +693,11 @@ redis_ok() {
 # appendonly yes, appendfsync always; a key dupkey for the duplicate case
 redis_start() {
     [[ -z $redis_pid ]] || return 0
-    # a free port, as scripts/cluster.sh picks one (in a subshell: no traps)
+    # $BENCH_REDIS_PORT, else a free port, as scripts/cluster.sh picks one
+    # (in a subshell: no traps)
     rport=$(
         CLUSTER_DIR=""
-        unset CLUSTER_PORT
+        CLUSTER_PORT=$BENCH_REDIS_PORT
         # shellcheck source=scripts/cluster.sh
         source "$root/scripts/cluster.sh"
         cluster_pick_port
@@ -730,15 +763,22 @@ redis_cell() {
 # --------------------------------------------------------------------- batch
 if want batch; then
     log "phase batch"
-    newdb batch
-    setup_db "$db" c
-    load_completed "$db" c DUP- "$BENCH_DUP_POOL"
-    q "$db" -c 'VACUUM ANALYZE'
+    # the extension in database batch, the portable edition in
+    # batch_portable, each with the same completed DUP- records
+    newdb batch portable
+    setup_db "$db" c portable
+    for impl in c portable; do
+        load_completed "$db" "$impl" DUP- "$BENCH_DUP_POOL"
+        q "$(impl_db "$impl" "$db")" -c 'VACUUM ANALYZE'
+    done
     kvput batch load_before "$(cut -d' ' -f1-3 /proc/loadavg)"
     kvput batch sizes "$BENCH_BATCH_SIZES"
     kvput batch dup_pool "$BENCH_DUP_POOL"
+    # cells: c and portable (the single calls), bN and pbN (batches of N
+    # of each edition)
     bsizes=()
     for n in $BENCH_BATCH_SIZES; do bsizes+=("b$n"); done
+    for n in $BENCH_BATCH_SIZES; do bsizes+=("pb$n"); done
     with_redis=no
     if redis_ok; then
         redis_start
@@ -747,7 +787,7 @@ if want batch; then
     fi
     clients=$BENCH_BATCH_CLIENTS
     for path in run dup; do
-        list=(c "${bsizes[@]}")
+        list=(c portable "${bsizes[@]}")
         [[ $with_redis == yes ]] && list+=(redis)
         for ((rep = 1; rep <= BENCH_REPS; rep++)); do
             for impl in $(rotate "$rep" "${list[@]}"); do
@@ -773,19 +813,25 @@ if want batch; then
                 fi
             done
         done
-        q "$db" -c 'VACUUM ANALYZE' # between paths, not measured
+        for impl in c portable; do # between paths, not measured
+            q "$(impl_db "$impl" "$db")" -c 'VACUUM ANALYZE'
+        done
     done
     [[ $with_redis == yes ]] && redis_stop
     kvput batch load_after "$(cut -d' ' -f1-3 /proc/loadavg)"
-    # every run-path key was claimed once (verdict run) and completed: as
-    # many completed ORD- records as operations counted
-    want_ops=$(awk -F'\t' '$1 == "batch" && $2 == "run" && $3 != "redis" { s += $6 } END { print s + 0 }' "$results")
-    IFS='|' read -r got left < <(val "$db" "SELECT count(*) FILTER (WHERE status = 'completed'),
-                                                   count(*) FILTER (WHERE status <> 'completed')
-                                            FROM idempotency.operations WHERE operation_key LIKE 'ORD-%'")
-    [[ $left == 0 && $got == "$want_ops" ]] ||
-        die "batch: $got completed run-path records for $want_ops operations, $left not completed"
-    kvput batch checked_ops "$got"
+    # every run-path key was claimed once (verdict run) and completed: in
+    # each edition's database as many completed ORD- records as operations
+    # counted in its cells
+    for impl in c portable; do
+        if [[ $impl == c ]]; then cells_re='^(c|b[0-9]+)$'; else cells_re='^(portable|pb[0-9]+)$'; fi
+        want_ops=$(awk -F'\t' -v re="$cells_re" '$1 == "batch" && $2 == "run" && $3 ~ re { s += $6 } END { print s + 0 }' "$results")
+        IFS='|' read -r got left < <(val "$(impl_db "$impl" "$db")" "SELECT count(*) FILTER (WHERE status = 'completed'),
+                                                       count(*) FILTER (WHERE status <> 'completed')
+                                                FROM idempotency.operations WHERE operation_key LIKE 'ORD-%'")
+        [[ $left == 0 && $got == "$want_ops" ]] ||
+            die "batch: $impl: $got completed run-path records for $want_ops operations, $left not completed"
+        kvput batch "checked_ops.$impl" "$got"
+    done
 fi
 
 # --------------------------------------------------------------------- scale

@@ -1,8 +1,8 @@
 -- bench/sql/verdicts.sql: one scripted sequence of calls, run against each
--- implementation of the contract (psql variable S: its schema) by
+-- edition (psql variable S: its schema; each in its own database) by
 -- bench/run.sh, which requires identical output. It prints verdicts,
 -- attempts, results and the SQLSTATE of each refused call (the messages may
--- differ), so the PL/pgSQL baseline is shown to implement the same contract
+-- differ), so the portable edition is shown to implement the same contract
 -- as the extension before its speed is compared.
 \set ON_ERROR_STOP 0
 \set QUIET 1
