@@ -44,6 +44,7 @@ ORDER BY 1;
 
 SELECT conrelid::regclass AS relation, conname, pg_get_constraintdef(oid) AS definition
 FROM pg_constraint WHERE connamespace = 'idempotency'::regnamespace
+  AND contype <> 'n'  -- 18 keeps NOT NULL as constraints too; the columns show them
 ORDER BY 1::text, 2;
 
 SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) AS definition

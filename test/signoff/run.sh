@@ -425,7 +425,7 @@ bad_input "a database without the extension" \
     "idempotency-matrix: the idempotency extension is not installed in database \"$noext\" (a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)" \
     --job "$here/good.job" --dsn "dbname=$noext"
 bad_input "a database with the extension 0.2" \
-    "idempotency-matrix: the idempotency extension in database \"$old\" is version 0.2, and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)" \
+    "idempotency-matrix: the idempotency extension in database \"$old\" is version 0.2 (c edition), and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)" \
     --job "$here/good.job" --dsn "dbname=$old"
 if [[ $(ls "$SIGNOFF_TEST_DIR" | wc -l) == "$spools_before" ]] &&
     [[ $("${psql[@]}" -c "SELECT count(*) FROM idempotency.job_types WHERE job_type LIKE 'signoff\\_%'$(not_bg)") == "$types_before" ]]; then
