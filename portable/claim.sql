@@ -333,7 +333,6 @@ BEGIN
 
     IF claim_operation.wait THEN
         -- the two hot paths: a completed key's duplicate, and a new key
-        now_ts := pg_catalog.clock_timestamp();
         SELECT jt.worker_role::pg_catalog.oid, o.status, o.attempt, o.fingerprint, o.result
         INTO jt_role, r_status, r_attempt, r_fp, r_result
         FROM idempotency.job_types jt
@@ -351,6 +350,7 @@ BEGIN
                 RETURN;
             END IF;
             IF r_status IS NULL THEN
+                now_ts := pg_catalog.clock_timestamp();
                 PERFORM pg_catalog.pg_advisory_xact_lock_shared(1768187245,
                     pg_catalog.hashtext(claim_operation.job_type || E'\n' || claim_operation.operation_key COLLATE "C"));
                 INSERT INTO idempotency.operations AS o
@@ -423,17 +423,12 @@ AS $$
 DECLARE
     nkeys       pg_catalog.int4;
     jt_role     pg_catalog.oid;
-    ord         pg_catalog.int4[];      -- the keys' indexes in the order taken
     v_verdict   pg_catalog.text[];
     v_attempt   pg_catalog.int4[];
     v_result    pg_catalog.jsonb[];
     pending     pg_catalog.int4[] := '{}';
-    inserted    pg_catalog.text[];
-    k           pg_catalog.int4;
-    prev        pg_catalog.int4;
     r           record;
     c           record;
-    now_ts      pg_catalog.timestamptz;
     prev_timeout pg_catalog.text;
 BEGIN
     IF claim_operations.job_type IS NULL OR pg_catalog.octet_length(claim_operations.job_type) NOT BETWEEN 1 AND 128 THEN

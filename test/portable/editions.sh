@@ -5,7 +5,8 @@
 #
 #   1. the portable edition as a plain script, installed by the database's
 #      owner (not a superuser), twice: the second run changes no catalog row
-#      and no record;
+#      and no record; over a newer portable install it refuses (55000) and
+#      changes nothing;
 #   2. records in every state (a claim in flight with a delivery token, a
 #      completion with its result, a release, a skip, a person's decision in
 #      the audit), a worker role with the README's grants;
@@ -79,6 +80,18 @@ before_cat=$(catalog); before=$(snapshot)
 as_owner -f "$work/idempotency-portable.sql" >/dev/null
 check "the plain script run again changes no catalog row" "$(catalog)" "$before_cat"
 check "the plain script run again changes no record" "$(snapshot)" "$before"
+
+# 1b. this script over a newer portable install: refused (55000), nothing changed
+before_cat=$(catalog); before=$(snapshot)
+as_su -c "ALTER FUNCTION idempotency.edition() RENAME TO edition_real" \
+      -c "CREATE FUNCTION idempotency.edition(OUT edition text, OUT version text) LANGUAGE sql AS \$\$ SELECT 'portable'::text, '999.0'::text \$\$" >/dev/null
+if out=$(as_owner -v VERBOSITY=verbose -f "$work/idempotency-portable.sql" 2>&1); then
+    echo "not ok - the plain script went ahead over a newer install"; failed=1
+else
+    check "the plain script over a newer install refuses with 55000" "$(grep -o 'ERROR:  55000' <<<"$out" | head -n 1)" "ERROR:  55000"
+fi
+as_su -c "DROP FUNCTION idempotency.edition()" -c "ALTER FUNCTION idempotency.edition_real() RENAME TO edition" >/dev/null
+check "... and nothing changed" "$(snapshot) $(catalog)" "$before $before_cat"
 
 # 2. records in every state
 as_worker -c "SELECT idempotency.complete_operation('send', 'done', (SELECT attempt FROM idempotency.claim_operation('send', 'done')), '{\"id\": \"m-1\"}')" >/dev/null
