@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,6 +63,7 @@ static void sc_17(signoff_state *s);
 static void sc_18(signoff_state *s);
 static void sc_19(signoff_state *s);
 static void sc_20(signoff_state *s);
+static const char *effect_name_of(signoff_state *s);
 
 /* the steps of each case the sign-off run has; the case itself is in case_table.c */
 static const struct
@@ -359,8 +361,9 @@ out:
 /*
  * A verdict the database gives only once the claim's lease has run out: the
  * stale-claim policy's (held, skipped, verify) or a takeover (run with
- * attempt 2 or more). The protocol has no way to shorten a claim's lease, so
- * in 7a and 7b such an answer means the message came back too late.
+ * attempt 2 or more). It is the database's clock that says so, not the
+ * runner's: whatever the runner saw meanwhile, such a delivery came after
+ * the lease.
  */
 static bool
 judged_stale(const delivery *d)
@@ -369,93 +372,170 @@ judged_stale(const delivery *d)
 		strcmp(d->verdict, "held") == 0 || strcmp(d->verdict, "skipped") == 0;
 }
 
+/* the first delivery of the case's key 0 after delivery *arg judged after the lease, or -1 */
+static int
+stale_after(signoff_state *s, int after)
+{
+	int			j;
+
+	for (j = after + 1; j < s->nd; j++)
+		if (!s->d[j].stray && s->d[j].ki == 0 && judged_stale(&s->d[j]))
+			return j;
+	return -1;
+}
+
+static bool
+pred_stale_after(signoff_state *s, const void *arg)
+{
+	return stale_after(s, *(const int *) arg) >= 0;
+}
+
 /*
- * 7a, 7b after an in_progress verdict: the database judged the claim young
- * when the message came again (in_progress is the verdict of a claim whose
- * lease still runs). A runner slowed between that verdict and its read of
- * the record finds the same claim with its lease run out since: that is
- * the runner's clock, not the job's doing, so the record is what the
- * redelivery found, and a note says so. A claim taken over by then (a
- * later delivery, after the lease) leaves nothing of what the redelivery
- * found: the try tested nothing (s->missed). Anything else (completed,
- * released) is the job's, and the case judges it.
+ * 7a, 7b, after the redelivery (delivery i) was judged in_progress: a
+ * later delivery that the database judged after the lease (the helper's
+ * own in_progress retry, once the claim was no longer kept young) is the
+ * policy's to answer, as in case 5 (6). When the record moved on (a
+ * takeover's attempt, skipped) the case waits for that delivery's point;
+ * when one came, the case's expectations become what case 5 (6) gives under
+ * the policy after the in_progress, and a note says so. None: the case's
+ * own expectations stand.
  */
 static void
-in_progress_record(signoff_state *s, double came)
+settle_after_lease(signoff_state *s, int i)
 {
-	if (strcmp(s->record_early, "claimed #1 (stale)") == 0)
+	case_result *cr = s->cr;
+	const case_spec *c = case_by_id(cr->id);
+	const case_spec *after = c && c->settles_as ? case_by_id(c->settles_as) : NULL;
+	const case_expect *e;
+	const char *second;
+	char		status[32];
+	int			attempt = 0;
+	int			j;
+
+	if (after == NULL || s->pr == NULL)
+		return;
+	pump(s, 0);					/* points already on their way */
+	if (record_row(s, s->opkey[0], status, sizeof(status), &attempt) &&
+		(strcmp(status, "claimed") != 0 || attempt != 1) && stale_after(s, i) < 0)
+		wait_for(s, pred_stale_after, &i, true, s->job->timeout_s);
+	if ((j = stale_after(s, i)) < 0)
+		return;
+	settle(s);					/* a takeover's run: its handled point and completion */
+	e = &after->expect[s->pr->checked_as];
+	second = strstr(e->verdicts, ", ");
+	cr->exp_emails = e->effects;
+	copy_str(cr->exp_record, CELL, e->record);
+	if (second)
 	{
-		copy_str(s->record_early, sizeof(s->record_early), "claimed #1 (young)");
-		case_note(s->cr, "The runner read the record only after the %s lease had run out (%.1f s after the first claim "
-				  "its report arrived); the claim was still attempt 1's, and young when the message came again, "
-				  "as the in_progress verdict gives.", s->ctx->lease_sql, came);
+		char		v[CELL];
+
+		snprintf(v, sizeof(v), "%s, %s", cr->exp_verdicts, second + 2);
+		copy_str(cr->exp_verdicts, CELL, v);
 	}
-	else if (strncmp(s->record_early, "claimed #", 9) == 0 && strncmp(s->record_early, "claimed #1 ", 11) != 0)
-		snprintf(s->missed, sizeof(s->missed),
-				 "the message came again inside the lease and was judged in_progress, but the runner read the record "
-				 "only when a later delivery had taken the claim over (%s), %.1f s after the first claim",
-				 s->record_early, came);
+	case_note(cr, "After the lease had run out the message came once more: pid %ld was judged %s (attempt %d) by "
+			  "the database, which answers a claim whose lease ran out with the policy. The case settles as case "
+			  "%s gives under %s; expected then: %d %s%s, %s, %s.",
+			  s->d[j].pid, s->d[j].verdict, s->d[j].attempt, after->id, policy_names[s->pr->checked_as],
+			  cr->exp_emails, effect_name_of(s), cr->exp_emails == 1 ? "" : "s", cr->exp_record,
+			  cr->exp_verdicts);
+}
+
+/*
+ * 7a, 7b, once observed: the runner's part in the lease, said; and a
+ * record read after the lease (the runner descheduled longer than it, so
+ * that it could not keep the claim young) is the record the redelivery
+ * found, which its in_progress verdict gives: the claim young and attempt
+ * 1's, by the database's clock.
+ */
+static void
+young_said(signoff_state *s, int i, double killed_at)
+{
+	case_result *cr = s->cr;
+
+	if (s->young_extended > 0)
+		case_note(cr, "From the death until the case had read the record the runner kept the dead claim's lease "
+				  "running (extend_lease() with attempt 1, %d time%s, as the worker's heartbeat would have), so "
+				  "that the message's return was inside the lease however slow the machine%s%s.",
+				  s->young_extended, s->young_extended == 1 ? "" : "s", s->young_ended[0] ? "; it stopped early: " : "",
+				  s->young_ended);
+	if (i >= 0 && !s->d[i].runs && strcmp(s->d[i].verdict, "in_progress") == 0 &&
+		strcmp(cr->obs_record, "claimed #1 (stale)") == 0 && strcmp(cr->exp_record, "claimed #1 (young)") == 0)
+	{
+		copy_str(cr->obs_record, CELL, "claimed #1 (young)");
+		case_note(cr, "The runner read the record only after the %s lease had run out (%.1f s after the death the "
+				  "redelivery's report arrived); the claim was still attempt 1's, and young when the message came "
+				  "again, as the in_progress verdict gives.", s->ctx->lease_sql, s->d[i].at - killed_at);
+	}
 }
 
 /*
  * 5, 6: the worker is killed at claimed (before the handler) or at handled
  * (after it, before the completion); after the lease a new worker gets the
  * same message again. 7a, 7b: the same deaths, the message again inside the
- * lease (a second worker is started with the first, so that no worker start
- * stands between the death and the redelivery). On a loaded machine the
- * enqueue, the queue and the second worker may together take longer than
- * the lease: a redelivery the database judged stale (judged_stale()) did
- * not test the case, and the case runs again (s->missed). Any other answer
- * (completed, say, from a job that completes before its handler) is the
- * job's, and the case judges it.
+ * lease: a second worker is started with the first, and from the death
+ * until the case has read the record the runner keeps the dead claim young
+ * (keep_young()), so that no enqueue, queue or worker start, however slow,
+ * takes the redelivery past the lease. What the case judges is what the
+ * database answered: the redelivery's verdict (in_progress: young when it
+ * came, by the database's clock), a later delivery's (the policy's, after
+ * the lease: settle_after_lease()), the record, the effects. Only a
+ * redelivery the database judged after the lease (judged_stale(); the
+ * runner descheduled longer than the lease, so it could not keep the claim
+ * young) did not test the case, which then runs again (s->missed).
  */
 static void
 death(signoff_state *s, const char *point, bool after_lease)
 {
 	exch	   *x;
 	bool		at_claimed = strcmp(point, "claimed") == 0;
+	int			i = -1;
+	double		killed_at = 0;
 
 	arm_point(s, 0, point);
 	if (!(after_lease ? start_workers(s, 1) : start_workers_alike(s, 2)) || !enqueue(s, 0, JF_ENQUEUE) ||
-		(x = wait_held(s, 0, point)) == NULL ||
-		!kill_at(s, x, at_claimed ? "after its claim committed, before the handler"
-				 : "after the handler returned, before the completion"))
+		(x = wait_held(s, 0, point)) == NULL)
 		goto out;
+	{
+		int			attempt = x->attempt;
+
+		if (!kill_at(s, x, at_claimed ? "after its claim committed, before the handler"
+					 : "after the handler returned, before the completion"))
+			goto out;
+		if (!after_lease)
+		{
+			killed_at = now_seconds();
+			keep_young(s, 0, attempt);
+		}
+	}
 	if (after_lease && (!wait_stale_checked(s, 0) || !start_workers(s, 1)))
 		goto out;
 	if (!enqueue(s, 0, JF_ENQUEUE))
 		goto out;
 	if (!after_lease)
 	{
-		int			i = wait_nth(s, 0, 2);
-		double		came;
-
-		if (i < 0)
+		if ((i = wait_nth(s, 0, 2)) < 0)
 			goto out;
-		came = s->d[i].at - s->d[nth_delivery(s, 0, 1)].at;
-
-		/* the record now, while the lease still runs (unless the runner is slow) */
-		record_text_of(s->ctx, s->cr, s->job_type, s->opkey[0], s->record_early,
-					   sizeof(s->record_early), NULL, 0);
 		if (!s->d[i].runs && strcmp(s->d[i].verdict, "in_progress") == 0)
-		{
-			case_note(s->cr, "The message came again inside the lease: pid %ld was judged in_progress, and the attempt is still 1.",
-					  s->d[i].pid);
-			in_progress_record(s, came);
-		}
+			case_note(s->cr, "The message came again %.1f s after the death: pid %ld was judged in_progress, "
+					  "and the attempt is still 1.", s->d[i].at - killed_at, s->d[i].pid);
 		else if (judged_stale(&s->d[i]))
 			snprintf(s->missed, sizeof(s->missed),
-					 "the message came again %.1f s after the first claim, when the %s lease had run out, "
-					 "and was judged %s (attempt %d), as after the lease",
-					 came, s->ctx->lease_sql, s->d[i].verdict, s->d[i].attempt);
-		else if (strstr(s->record_early, "stale"))
-			case_fail(s->cr, "the lease had already run out when the message came again: the worker or the queue "
-					  "took longer than the lease (%s); give a longer lease in the job file", s->ctx->lease_sql);
+					 "the message came again %.1f s after the death and was judged %s (attempt %d), as after the "
+					 "lease: %s", s->d[i].at - killed_at, s->d[i].verdict, s->d[i].attempt,
+					 s->young_ended[0] ? s->young_ended :
+					 "the runner, which keeps the claim young, was descheduled longer than the lease");
 	}
 	settle(s);
+	if (i >= 0 && !s->missed[0])
+		settle_after_lease(s, i);
 out:
 	stop_workers(s);
 	observe(s, NULL);
+	if (!after_lease)
+	{
+		keep_young_stop(s);
+		young_said(s, i, killed_at);
+	}
 }
 
 static void
@@ -727,9 +807,24 @@ sc_13(signoff_state *s)
 		(x = wait_held(s, 0, "claimed")) == NULL ||
 		!kill_at(s, x, "after its claim; its message is lost, nothing delivers it again"))
 		goto out;
+	/*
+	 * Listed, and its lease still running afterwards by the database's
+	 * clock: listed inside the lease. Listed and run out by then: the
+	 * runner looked late, and says so (the database's clock decides, not
+	 * the runner's).
+	 */
 	early = stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]);
 	if (early == 1)
-		case_fail(s->cr, "stale_claims() listed the claim inside its lease");
+	{
+		double		left = lease_left(s, 0);
+
+		if (!isnan(left) && left <= 0)
+			case_note(s->cr, "The runner looked only when the lease had run out (%.1f s before, by the database's "
+					  "clock): that stale_claims() does not list a claim inside its lease was not seen this time.",
+					  -left);
+		else
+			case_fail(s->cr, "stale_claims() listed the claim inside its lease");
+	}
 	else if (early == 0)
 		case_note(s->cr, "Inside the lease stale_claims() does not list it.");
 	if (!wait_stale_checked(s, 0))
@@ -1750,7 +1845,6 @@ case_try(signoff_state *s, const case_spec *c, case_result *cr, int tries, char 
 	s->nkeys = c->nkeys;
 	s->nworkers = 0;
 	s->took_kept = false;
-	s->record_early[0] = '\0';
 	s->missed[0] = '\0';
 	memset(s->arms, 0, sizeof(s->arms));
 	for (ki = 0; ki < s->nkeys; ki++)
@@ -1994,9 +2088,9 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			{
 				if (tries == CASE_TRIES)
 				{
-					case_fail(cr, "%s, in each of %d tries: the worker or the queue took longer than the lease "
-							  "(%s) to bring the message again; give a longer lease in the job file",
-							  s->missed, tries, ctx->lease_sql);
+					case_fail(cr, "%s, in each of %d tries: the machine stopped the runner for longer than the "
+							  "lease (%s), so it could not keep the dead claim young until the message came again; "
+							  "give a longer lease in the job file", s->missed, tries, ctx->lease_sql);
 					break;
 				}
 				/*

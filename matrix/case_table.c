@@ -114,7 +114,9 @@ const case_spec case_table[] = {
 		"7a", "redelivery of case 5 inside the lease", RUN_BOTH, 1,
 		"a redelivery inside the lease never takes over (`in_progress`, the attempt stays 1): after case 5's death",
 		"as 5, but the message again *inside* the lease; two workers are started at once, so no worker start "
-		"stands between the death and the redelivery",
+		"stands between the death and the redelivery, and from the death until the case has read the record "
+		"the runner keeps the dead claim young (`extend_lease()` with its attempt, as its heartbeat would have), "
+		"so that the redelivery is inside the lease however slow the machine",
 		ALL(0, "claimed #1 (young)", "run (killed), in_progress", "skipped; no second worker takes over"),
 		"5"
 	},
@@ -179,7 +181,8 @@ const case_spec case_table[] = {
 		"13", "stale claim that no redelivery touches", RUN_BOTH, 1,
 		"a claim that nothing redelivers (the queue lost the message) is listed by `stale_claims()` once its lease "
 		"runs out, and not before",
-		"kill at `claimed`; inside the lease `stale_claims()` does not list the record, after it it does (attempt 1, the policy)",
+		"kill at `claimed`; inside the lease `stale_claims()` does not list the record (a look that came only after "
+		"the lease, by the database's clock, is noted instead), after it it does (attempt 1, the policy)",
 		ALL(0, "claimed #1 (stale)", "run (killed), listed by stale_claims()", "found by stale_claims()"),
 		"5"						/* a queue that did not lose the message after all */
 	},

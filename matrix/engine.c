@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -836,6 +837,7 @@ probe_key(signoff_state *s)
 }
 
 static int	worker_of(signoff_state *s, long pid);
+static void keep_young_due(signoff_state *s);
 
 static delivery *
 new_delivery(signoff_state *s, const exch *x)
@@ -1025,6 +1027,131 @@ arrived(signoff_state *s, exch *x)
 }
 
 /*
+ * Seconds left of the lease of the case's key ki, by the database's clock
+ * (the record's heartbeat_at and its job type's lease against
+ * clock_timestamp()); negative: it has run out. NAN: no record, or the
+ * query failed. status and attempt (NULL: not wanted): the record's.
+ */
+static double
+record_lease_left(signoff_state *s, int ki, char *status, size_t ssz, int *attempt)
+{
+	const char *params[2];
+	PGresult   *res;
+	double		left = NAN;
+
+	params[0] = s->job_type;
+	params[1] = s->opkey[ki];
+	res = db_exec(s->ctx,
+				  "SELECT pg_catalog.date_part('epoch', (o.heartbeat_at OPERATOR(pg_catalog.+) jt.lease) "
+				  "       OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()), o.status::text, o.attempt "
+				  "FROM idempotency.operations o "
+				  "JOIN idempotency.job_types jt ON jt.job_type OPERATOR(pg_catalog.=) o.job_type "
+				  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
+				  "  AND o.operation_key OPERATOR(pg_catalog.=) $2",
+				  2, params);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	{
+		left = atof(PQgetvalue(res, 0, 0));
+		if (status)
+			copy_str(status, ssz, PQgetvalue(res, 0, 1));
+		if (attempt)
+			*attempt = atoi(PQgetvalue(res, 0, 2));
+	}
+	PQclear(res);
+	return left;
+}
+
+double
+lease_left(signoff_state *s, int ki)
+{
+	return record_lease_left(s, ki, NULL, 0, NULL);
+}
+
+/*
+ * 7a, 7b: the runner keeps the dead worker's claim (key ki, attempt) young
+ * from now on, as the worker's heartbeat would have: extend_lease() every
+ * fifth of the lease, while the socket is served (pump()), until
+ * keep_young_stop(). So the message sent again comes inside the lease
+ * however long the enqueue, the queue and the worker take. It stops by
+ * itself (young_ended says why) when an extension finds the lease run out
+ * by the database's clock (the runner was descheduled longer than the
+ * lease: it never makes a stale claim young again) or the claim taken
+ * further (a verdict after the lease, a completion, a release).
+ */
+void
+keep_young(signoff_state *s, int ki, int attempt)
+{
+	s->young_on = true;
+	s->young_ki = ki;
+	s->young_attempt = attempt;
+	s->young_at = 0;
+	s->young_extended = 0;
+	s->young_ended[0] = '\0';
+	keep_young_due(s);
+}
+
+void
+keep_young_stop(signoff_state *s)
+{
+	s->young_on = false;
+}
+
+static void
+keep_young_due(signoff_state *s)
+{
+	char		attempt[16];
+	char		status[32] = "";
+	int			now_attempt = 0;
+	const char *params[3];
+	PGresult   *res;
+	double		left;
+
+	if (now_seconds() - s->young_at < s->ctx->lease_s / 5)
+		return;
+	left = record_lease_left(s, s->young_ki, status, sizeof(status), &now_attempt);
+	if (isnan(left))
+	{
+		s->young_on = false;
+		snprintf(s->young_ended, sizeof(s->young_ended), "the record of %s could not be read",
+				 s->keys[s->young_ki]);
+		return;
+	}
+	if (strcmp(status, "claimed") != 0 || now_attempt != s->young_attempt)
+	{
+		s->young_on = false;
+		snprintf(s->young_ended, sizeof(s->young_ended), "the record had become %s #%d", status, now_attempt);
+		return;
+	}
+	if (left <= 0)
+	{
+		s->young_on = false;
+		snprintf(s->young_ended, sizeof(s->young_ended),
+				 "the runner got to it only %.1f s after the lease had run out by the database's clock", -left);
+		return;
+	}
+	snprintf(attempt, sizeof(attempt), "%d", s->young_attempt);
+	params[0] = s->job_type;
+	params[1] = s->opkey[s->young_ki];
+	params[2] = attempt;
+	res = db_exec(s->ctx, "SELECT idempotency.extend_lease($1, $2, $3::integer)", 3, params);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+	{
+		s->young_at = now_seconds();
+		s->young_extended++;
+	}
+	else
+	{
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+		s->young_on = false;
+		snprintf(s->young_ended, sizeof(s->young_ended), "extend_lease() refused it (%s: %s)",
+				 state ? state : "no SQLSTATE", msg ? one_line(msg) : one_line(PQresultErrorMessage(res)));
+	}
+	PQclear(res);
+}
+
+/*
  * Take in what the socket has within ms milliseconds: new connections,
  * lines, closed connections; and reap the groups that ended.
  */
@@ -1049,6 +1176,8 @@ pump(signoff_state *s, int ms)
 			pfd[n].revents = 0;
 			who[n++] = s->x[i];
 		}
+	if (s->young_on)
+		keep_young_due(s);
 	r = poll(pfd, (nfds_t) n, ms);
 	if (r > 0)
 	{
@@ -2172,16 +2301,13 @@ observe(signoff_state *s, const char *suffix)
 		cr->obs_emails = total;
 	}
 	check_unmatched(s);
-	if (s->record_early[0])
-		copy_str(cr->obs_record, CELL, s->record_early);
-	else
-		for (ki = 0; ki < s->nkeys; ki++)
-		{
-			char		rec[CELL];
+	for (ki = 0; ki < s->nkeys; ki++)
+	{
+		char		rec[CELL];
 
-			record_text_of(s->ctx, cr, s->job_type, s->opkey[ki], rec, sizeof(rec), NULL, 0);
-			list_append(cr->obs_record, CELL, rec);
-		}
+		record_text_of(s->ctx, cr, s->job_type, s->opkey[ki], rec, sizeof(rec), NULL, 0);
+		list_append(cr->obs_record, CELL, rec);
+	}
 	for (ki = 0; ki < s->nkeys; ki++)
 		for (i = case_first_delivery; i < s->nd; i++)
 		{

@@ -164,12 +164,23 @@ struct signoff_state
 	int			worker_seq;		/* the policy's workers so far: their names w1, w2 ... */
 	arm			arms[8];
 	bool		not_armed;		/* a case found no worker reaching its point */
-	char		record_early[CELL]; /* the record, read before the case's end */
+	/*
+	 * 7a, 7b: the dead worker's claim, kept young by the runner
+	 * (keep_young()) until the message came again, so that the redelivery
+	 * is inside the lease however slow the machine
+	 */
+	bool		young_on;
+	int			young_ki;		/* the case's key */
+	int			young_attempt;	/* the dead claim's attempt */
+	double		young_at;		/* now_seconds() of the last extension */
+	int			young_extended;	/* extensions so far */
+	char		young_ended[300];	/* why it stopped early: the lease ran out, ... */
 	/*
 	 * Why the try did not test its case, "" when it did: the machine, not
-	 * the job, missed the case's premise (7a, 7b: the message came again
-	 * only after the lease had run out). signoff_run() runs the case again
-	 * under new keys, CASE_TRIES times in all.
+	 * the job, missed the case's premise (7a, 7b: the database judged the
+	 * redelivery after the lease, the runner stopped longer than the lease
+	 * so that it could not keep the claim young). signoff_run() runs the
+	 * case again under new keys, CASE_TRIES times in all.
 	 */
 	char		missed[400];
 	char		stopped[700];	/* why the run stops (hello.c: another database); "" */
@@ -228,5 +239,8 @@ bool	enqueue(signoff_state *s, int ki, job_field which);
 void	observe(signoff_state *s, const char *suffix);
 void	check_unmatched(signoff_state *s);
 bool	wait_stale_checked(signoff_state *s, int ki);
+void	keep_young(signoff_state *s, int ki, int attempt);
+void	keep_young_stop(signoff_state *s);
+double	lease_left(signoff_state *s, int ki);
 
 #endif							/* IDEMPOTENCY_MATRIX_ENGINE_H */

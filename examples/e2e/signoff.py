@@ -58,7 +58,8 @@ sys.path.insert(0, HERE)
 import harness  # noqa: E402
 import sink  # noqa: E402
 
-RUNNER = os.path.join(ROOT, "matrix", "idempotency-matrix")
+# IDEMPOTENCY_MATRIX: another runner (test/signoff/stress.sh runs a copy)
+RUNNER = os.environ.get("IDEMPOTENCY_MATRIX") or os.path.join(ROOT, "matrix", "idempotency-matrix")
 
 
 def load_adapter(queue):

@@ -21,6 +21,9 @@
 # workers said at the point hello (signoff.helpers[].wrapper): "plain" for
 # the plain functions, the wrapper's name for the wrapper entries
 # (IdempotentTask, SidekiqMiddleware, idempotent, idempotentBatch).
+# CATALOGUE_KINDS (e.g. correct,correct-http) runs only the entries of those
+# kinds (test/signoff/stress.sh); IDEMPOTENCY_MATRIX names the runner (default
+# matrix/idempotency-matrix, built if missing).
 # Pending entries (none today) are listed, not run. One "ok - ..." or "not ok - ..." line per
 # entry and language (and one for docs/signoff.md's table, which must be
 # what --table prints); the last line "catalogue: N passed, N failed, N
@@ -38,7 +41,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-runner=$root/matrix/idempotency-matrix
+runner=${IDEMPOTENCY_MATRIX:-$root/matrix/idempotency-matrix}
 catalogue=$here/catalogue.txt
 python=/usr/bin/python3
 effect=refund            # the job files' effect_name
@@ -105,7 +108,7 @@ psql=(psql -X -q -At -v ON_ERROR_STOP=1)
 [[ $("${psql[@]}" -c 'SELECT rolsuper FROM pg_roles WHERE rolname = current_user' 2>&1) == t ]] ||
     die "connect as a superuser (PGUSER)"
 "${psql[@]}" -c 'CREATE EXTENSION IF NOT EXISTS idempotency' >/dev/null || die "cannot create the extension idempotency"
-make --no-print-directory -s -C "$root/matrix" >/dev/null || die "make -C matrix failed"
+[[ -n ${IDEMPOTENCY_MATRIX:-} ]] || make --no-print-directory -s -C "$root/matrix" >/dev/null || die "make -C matrix failed"
 
 out=$(mktemp -d "${TMPDIR:-/tmp}/catalogue-test.XXXXXX") || die "mktemp failed"
 export SIGNOFF_TEST_DIR=$out/spools
@@ -176,6 +179,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
     local lang=$1 lane=${2:-} kind name langs policy cases fails sentence what tag job log json rc env start wrapper
     entries | while IFS='|' read -r kind name langs policy cases fails sentence what; do
         [[ $kind == pending ]] && continue
+        [[ -z ${CATALOGUE_KINDS:-} || ",$CATALOGUE_KINDS," == *",$kind,"* ]] || continue
         [[ " $langs " == *" $lang "* ]] || continue
         # the wrappers run in a lane of their own
         if is_wrapper "$name"; then [[ $lane == wrapper ]] || continue; else [[ $lane != wrapper ]] || continue; fi

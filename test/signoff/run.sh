@@ -80,11 +80,16 @@
 #      job_type is not the one the worker claims under fails case 1 within
 #      15 s with one sentence naming both job types, case 2 not run.
 #  14. a redelivery slower than the lease in 7a/7b (worker.py
-#      --slow-redelivery): once, the case notes that try 1 tested nothing,
-#      runs again under new keys and holds; always, it fails after 3 tries
-#      with the sentence to give a longer lease. A runner stopped past the
-#      lease after the in_progress verdict (--slow-runner): 7a and 7b hold
-#      on their first try, with a note on the late read.
+#      --slow-redelivery once, always): the runner keeps the dead claim
+#      young, and 7a holds on its first try, saying so. A runner stopped
+#      past the lease after the in_progress verdict (--slow-runner): 7a and
+#      7b hold on their first try, with a note on the late read; stopped
+#      before the redelivery's claim, past the lease, every time
+#      (--slow-runner --slow-redelivery always): the try tests nothing, and
+#      7a fails after 3 tries with the sentence to give a longer lease. The
+#      worker's own in_progress retry judged after the lease before the
+#      runner read anything (enqueue.py --stop-runner-after-in-progress,
+#      skip and retry): 7a and 7b settle as 5 and 6 give, saying so.
 # Steps 11, 12 and 14 start first and run beside the others (a spool directory
 # of their own); they are judged at the end.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
@@ -244,6 +249,19 @@ slow_run() {   # slow_run NAME WORKER-FLAGS POLICY CASES
 slow_run once "--slow-redelivery once" retry 7a,7b & bg_pids+=($!)
 slow_run always "--slow-redelivery always" hold 7a & bg_pids+=($!)
 slow_run runner --slow-runner hold 7a,7b & bg_pids+=($!)
+slow_run late "--slow-runner --slow-redelivery always" hold 7a & bg_pids+=($!)
+# the runner stopped right after the in_progress verdict, for three leases
+# and 1 s (enqueue.py --stop-runner-after-in-progress): the worker's own
+# in_progress retry is judged after the lease (skip: skipped; retry: a
+# takeover) before the runner reads anything; 1.5 s lease
+settle_run() {
+    local job=$out/settle.job
+    make_job "$job" "enqueue=/usr/bin/python3 enqueue.py {key} --stop-runner-after-in-progress 5.5" \
+        "lease=1.5" "policies=-"
+    SIGNOFF_TEST_DIR=$out/spools-bg "$runner" --job "$job" --policy skip,retry --cases 7a,7b --json "$out/settle.json" >"$out/settle.log" 2>&1
+    echo $? >"$out/settle.rc"
+}
+settle_run & bg_pids+=($!)
 
 # ---------------------------------------------------------------------
 # 1. the good job, every policy, the default lease
@@ -894,10 +912,14 @@ bad_input "a batch that is neither yes nor no" \
 
 # ---------------------------------------------------------------------
 # 14. a redelivery that comes after the lease in 7a/7b (worker.py
-# --slow-redelivery: a message seen before waits lease + 0.5 s): that try
-# tested nothing and the case runs again under new keys, at most 3 times;
-# a runner that reads the record late (--slow-runner) tests the case all
-# the same
+# --slow-redelivery: a message seen before waits lease + 0.5 s): the
+# runner keeps the dead claim young, so the case holds on its first try; a
+# runner stopped past the lease before the claim (--slow-runner
+# --slow-redelivery always): that try tested nothing and the case runs
+# again under new keys, at most 3 times; a runner that reads the record
+# late (--slow-runner), or only after the worker's own retry was judged
+# after the lease (enqueue.py --stop-runner-after-in-progress), tests the
+# case all the same
 # ---------------------------------------------------------------------
 # the notes of a case of a JSON report, one per line
 case_notes() {   # case_notes REPORT POLICY CASE
@@ -910,33 +932,36 @@ for p in r["policies"]:
             print("\n".join(c["notes"]))
 EOF
 }
-rc=$(cat "$out/slow-once.rc")
-got=$(failing_cases "$out/slow-once.json" 2>&1)
-notes=$(case_notes "$out/slow-once.json" retry 7a 2>&1)
-try1="^Try 1 under signoff-[0-9a-f]+-retry-7a-1 did not test the case: the message came again [0-9.]+ s after the first claim, when the $slow_lease seconds lease had run out, and was judged run \(attempt 2\), as after the lease. The case ran again under new keys.$"
-if ((rc == 0)) && [[ -z $got ]] && grep -qE "$try1" <<<"$notes" &&
-    grep -q "The message came again inside the lease: pid [0-9]* was judged in_progress" <<<"$notes" &&
-    grep -q "case 7a: redelivery of case 5 inside the lease (try 2: the lease ran out before the redelivery)" "$out/slow-once.log"; then
-    ok "a redelivery slower than the lease once: 7a notes that try 1 tested nothing and holds on its next try, 7b holds"
-else
-    not_ok "$out/slow-once.log" "--slow-redelivery once: expected exit 0, no failing case, 7a's note on try 1; got exit $rc, failing '$got', notes: $notes"
-fi
-rc=$(cat "$out/slow-always.rc")
-got=$(failing_cases "$out/slow-always.json" 2>&1)
-notes=$(case_notes "$out/slow-always.json" hold 7a 2>&1)
+young="^From the death until the case had read the record the runner kept the dead claim's lease running \(extend_lease\(\) with attempt 1, [0-9]+ times?, as the worker's heartbeat would have\), so that the message's return was inside the lease however slow the machine"
+for name in once always; do
+    rc=$(cat "$out/slow-$name.rc")
+    got=$(failing_cases "$out/slow-$name.json" 2>&1)
+    policy=retry; [[ $name == always ]] && policy=hold
+    notes=$(case_notes "$out/slow-$name.json" $policy 7a 2>&1)
+    if ((rc == 0)) && [[ -z $got ]] && grep -qE "$young\.$" <<<"$notes" &&
+        grep -qE "^The message came again [0-9.]+ s after the death: pid [0-9]+ was judged in_progress, and the attempt is still 1\.$" <<<"$notes" &&
+        ! grep -q "^Try 1 " <<<"$notes"; then
+        ok "a redelivery slower than the lease ($name): the runner keeps the dead claim young, 7a holds on its first try"
+    else
+        not_ok "$out/slow-$name.log" "--slow-redelivery $name: expected exit 0, no failing case, no second try, the note on the claim kept young; got exit $rc, failing '$got', notes: $notes"
+    fi
+done
+rc=$(cat "$out/slow-late.rc")
+got=$(failing_cases "$out/slow-late.json" 2>&1)
+notes=$(case_notes "$out/slow-late.json" hold 7a 2>&1)
 if ((rc == 1)) && [[ $got == "hold:7a" ]] && grep -qE "^Try 1 under signoff-[0-9a-f]+-hold-7a-1 did not test" <<<"$notes" &&
     grep -qE "^Try 2 under signoff-[0-9a-f]+-hold-7a-try2-1 did not test" <<<"$notes" &&
-    grep -qE "^FAILED: the message came again [0-9.]+ s after the first claim, when the $slow_lease seconds lease had run out, and was judged held \(attempt 1\), as after the lease, in each of 3 tries: the worker or the queue took longer than the lease \($slow_lease seconds\) to bring the message again; give a longer lease in the job file$" <<<"$notes"; then
-    ok "a redelivery always slower than the lease: 7a fails after 3 tries, saying so and to give a longer lease"
+    grep -qE "^FAILED: the message came again [0-9.]+ s after the death and was judged held \(attempt 1\), as after the lease: the runner got to it only [0-9.]+ s after the lease had run out by the database's clock, in each of 3 tries: the machine stopped the runner for longer than the lease \($slow_lease seconds\), so it could not keep the dead claim young until the message came again; give a longer lease in the job file$" <<<"$notes"; then
+    ok "a runner stopped past the lease before the redelivery's claim, every time: 7a fails after 3 tries, saying so and to give a longer lease"
 else
-    not_ok "$out/slow-always.log" "--slow-redelivery always: expected exit 1, failing 'hold:7a' after 3 tries; got exit $rc, failing '$got', notes: $notes"
+    not_ok "$out/slow-late.log" "--slow-runner --slow-redelivery always: expected exit 1, failing 'hold:7a' after 3 tries; got exit $rc, failing '$got', notes: $notes"
 fi
 # the runner stopped between the in_progress verdict and its read of the
 # record (worker.py --slow-runner): the record is the one the redelivery
 # found, the case holds on its first try, and a note says why
 rc=$(cat "$out/slow-runner.rc")
 got=$(failing_cases "$out/slow-runner.json" 2>&1)
-late="^The runner read the record only after the $slow_lease seconds lease had run out \([0-9.]+ s after the first claim its report arrived\); the claim was still attempt 1's, and young when the message came again, as the in_progress verdict gives.$"
+late="^The runner read the record only after the $slow_lease seconds lease had run out \([0-9.]+ s after the death the redelivery's report arrived\); the claim was still attempt 1's, and young when the message came again, as the in_progress verdict gives.$"
 notes_7a=$(case_notes "$out/slow-runner.json" hold 7a 2>&1)
 notes_7b=$(case_notes "$out/slow-runner.json" hold 7b 2>&1)
 if ((rc == 0)) && [[ -z $got ]] && grep -qE "$late" <<<"$notes_7a" && grep -qE "$late" <<<"$notes_7b" &&
@@ -944,6 +969,23 @@ if ((rc == 0)) && [[ -z $got ]] && grep -qE "$late" <<<"$notes_7a" && grep -qE "
     ok "a runner stopped past the lease after the in_progress verdict: 7a and 7b hold on their first try, noting the late read"
 else
     not_ok "$out/slow-runner.log" "--slow-runner: expected exit 0, 7a and 7b holding with the late-read note; got exit $rc, failing '$got', notes: $notes_7a $notes_7b"
+fi
+# the worker's own in_progress retry judged after the lease, before the
+# runner read anything (issue 43: Celery's 7a under skip, "skipped #1 ≠
+# claimed #1 (young)" on a loaded machine): the case settles as 5 (6) gives
+rc=$(cat "$out/settle.rc")
+got=$(failing_cases "$out/settle.json" 2>&1)
+bad=""
+for pc in "skip 7a 5 0 skipped #1" "skip 7b 6 1 skipped #1" "retry 7a 5 1 completed #2" "retry 7b 6 2 completed #2"; do
+    read -r policy case as n rec <<<"$pc"
+    notes=$(case_notes "$out/settle.json" "$policy" "$case" 2>&1)
+    grep -qE "^After the lease had run out the message came once more: pid [0-9]+ was judged [a-z]+ \(attempt [0-9]+\) by the database, which answers a claim whose lease ran out with the policy\. The case settles as case $as gives under $policy; expected then: $n [a-z ]+, $rec, run \(killed\), in_progress, [a-z]+\.$" <<<"$notes" ||
+        bad+=" $policy:$case"
+done
+if ((rc == 0)) && [[ -z $got && -z $bad ]]; then
+    ok "the worker's own in_progress retry judged after the lease before the runner looked (skip, retry): 7a and 7b settle as 5 and 6 give"
+else
+    not_ok "$out/settle.log" "enqueue.py --stop-runner-after-in-progress: expected exit 0, 7a and 7b settling as 5 and 6; got exit $rc, failing '$got', without the note:$bad"
 fi
 
 # ---------------------------------------------------------------------

@@ -83,12 +83,12 @@ complete; COMMIT. Its broken variant, --broken commit-first, commits the
 claim on its own first (the row and the completion in a second
 transaction): the run's case 8 must fail it.
 
---slow-redelivery once|always: a machine too slow for cases 7a and 7b, not
-a broken job: a message that came before (a marker per key in the spool)
-waits the lease and 0.5 s before its claim, so that the database judges it
-after the lease. once: only the spool's first such delivery (the case must
-hold on its next try); always: every one (the case must fail after its
-tries, saying to give a longer lease).
+--slow-redelivery once|always: a machine slower than the lease for cases
+7a and 7b, not a broken job: a message that came before (a marker per key
+in the spool) waits the lease and 0.5 s before its claim. once: only the
+spool's first such delivery; always: every one. The runner keeps the dead
+claim young meanwhile, so the claim is judged in_progress all the same and
+the case holds on its first try.
 
 --slow-runner: a runner descheduled between the verdict and its read of
 the record (a loaded machine), not a broken job: before the claim of a
@@ -96,7 +96,11 @@ message that came before, the worker stops the runner (SIGSTOP; the
 runner is the parent of the worker's process group leader) and a process
 of its own session resumes it (SIGCONT) the lease and 0.5 s later. The
 claim is judged in_progress at once, and the runner reads the record
-only after the lease ran out: 7a and 7b must hold all the same."""
+only after the lease ran out: 7a and 7b must hold all the same. With
+--slow-redelivery always: the runner stops for two leases and 1 s, and the
+claim waits the lease and 0.5 s, so that the runner cannot keep the claim
+young and the database judges the redelivery after the lease: the try
+tests nothing, and the case fails after its tries saying so."""
 import argparse
 import hashlib
 import json
@@ -282,7 +286,12 @@ def handle(spool, path, message, lease, broken, key_mode=None, c=None):
     # a delivery of a message that came before: slowed always, or the first
     # one; or the runner stopped for as long (--slow-runner)
     if (slow_redelivery or slow_runner) and c is None and not first_time(os.path.join(spool, "seen", run_key)):
-        if slow_runner:
+        if slow_runner and slow_redelivery == "always":
+            log.info("%s: again; the runner stops for %.1f s and the claim waits %.1f s (--slow-runner "
+                     "--slow-redelivery always)", key, 2 * lease + 1.0, lease + 0.5)
+            stop_runner(2 * lease + 1.0)
+            time.sleep(lease + 0.5)
+        elif slow_runner:
             log.info("%s: again; the runner stops for %.1f s (--slow-runner)", key, lease + 0.5)
             stop_runner(lease + 0.5)
         elif slow_redelivery == "always" or first_time(os.path.join(spool, "slowed")):
@@ -304,6 +313,10 @@ def handle(spool, path, message, lease, broken, key_mode=None, c=None):
 
     if not c.runs:                  # claim() reported the point judged
         log.info("%s: %s #%s", key, c.verdict, c.attempt)
+        if c.verdict == "in_progress":
+            # for enqueue.py --stop-runner-after-in-progress: the verdict came
+            os.makedirs(os.path.join(spool, "in_progress"), exist_ok=True)
+            open(os.path.join(spool, "in_progress", run_key), "w").close()
         if broken == "ignore-verdict":
             effect(spool, run_key, c.attempt)
         if c.verdict == "in_progress":
