@@ -372,6 +372,27 @@ judged_stale(const delivery *d)
 		strcmp(d->verdict, "held") == 0 || strcmp(d->verdict, "skipped") == 0;
 }
 
+/* text with {effect} filled in with the job's effect name, into out */
+static void
+fill_effect(signoff_state *s, char *out, size_t sz, const char *prefix, const char *text)
+{
+	const char *eff = effect_name_of(s);
+	size_t		n = (size_t) snprintf(out, sz, "%s", prefix);
+	const char *p;
+
+	for (p = text; *p && n + 1 < sz; p++)
+	{
+		if (strncmp(p, "{effect}", 8) == 0)
+		{
+			n += (size_t) snprintf(out + n, sz - n, "%s", eff);
+			p += 7;
+		}
+		else
+			out[n++] = *p;
+	}
+	out[n < sz ? n : sz - 1] = '\0';
+}
+
 /* the first delivery of the case's key 0 after delivery *arg judged after the lease, or -1 */
 static int
 stale_after(signoff_state *s, int after)
@@ -432,6 +453,9 @@ settle_after_lease(signoff_state *s, int i)
 		snprintf(v, sizeof(v), "%s, %s", cr->exp_verdicts, second + 2);
 		copy_str(cr->exp_verdicts, CELL, v);
 	}
+	fill_effect(s, cr->expected_text, sizeof(cr->expected_text), "after the lease, as case 5: ", e->text);
+	if (strcmp(after->id, "5") != 0)
+		fill_effect(s, cr->expected_text, sizeof(cr->expected_text), "after the lease, as case 6: ", e->text);
 	case_note(cr, "After the lease had run out the message came once more: pid %ld was judged %s (attempt %d) by "
 			  "the database, which answers a claim whose lease ran out with the policy. The case settles as case "
 			  "%s gives under %s; expected then: %d %s%s, %s, %s.",
@@ -881,6 +905,8 @@ typedef enum
 {
 	FO_PENDING,
 	FO_HANDLED,					/* the handler returned: the job took it for a success */
+	FO_COMPLETED,				/* completed with no handled point: the handler raised, and
+								 * the job completed all the same (an ensure block) */
 	FO_RELEASED,				/* released: a known failure */
 	FO_LEFT						/* still claimed, and stale: left to its lease */
 } fault_outcome;
@@ -898,6 +924,13 @@ fault_outcome_of(signoff_state *s, int di)
 		return FO_PENDING;
 	if (strcmp(status, "released") == 0 || attempt != d->attempt)
 		return FO_RELEASED;
+	/*
+	 * A helper sends the completion only once the runner answered its
+	 * handled point: completed without one is a completion outside the
+	 * handler's return, after the handler raised
+	 */
+	if (strcmp(status, "completed") == 0)
+		return FO_COMPLETED;
 	if (strcmp(status, "claimed") == 0 && stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]) == 1)
 		return FO_LEFT;
 	return FO_PENDING;
@@ -925,16 +958,18 @@ wait_fault_over(signoff_state *s, int di)
 		fault_outcome o = fault_outcome_of(s, di);
 
 		/* a run that ended without handled: settle() does not wait for it */
-		if (o == FO_RELEASED || o == FO_LEFT)
+		if (o == FO_RELEASED || o == FO_LEFT || o == FO_COMPLETED)
 			s->d[di].failed = true;
+		if (o == FO_COMPLETED)
+			copy_str(s->d[di].after, sizeof(s->d[di].after), "completed, not handled");
 		return o;
 	}
 	if (r == WAIT_INTERRUPTED)
 		case_fail(s->cr, "interrupted");
 	else if (r != WAIT_UNMAPPED)
 		case_fail(s->cr, "after its call to the provider, the delivery of %s (pid %ld) neither returned, nor "
-				  "released its claim, nor left it to its lease within %g s%s", s->keys[0], s->d[di].pid,
-				  s->job->lease_s + s->job->timeout_s, r == WAIT_NO_WORKER ? " (its workers ended)" : "");
+				  "released its claim, nor left it to its lease, nor completed it within %g s%s", s->keys[0],
+				  s->d[di].pid, s->job->lease_s + s->job->timeout_s, r == WAIT_NO_WORKER ? " (its workers ended)" : "");
 	return FO_PENDING;
 }
 
@@ -974,6 +1009,52 @@ static int
 first_delivery(signoff_state *s, const char *mark)
 {
 	return delivery_that_runs(s, 1, mark);
+}
+
+/*
+ * Did the delivery of the case's key send more than one request, the later
+ * ones without the key the first carried? The endpoint counts, per key, the
+ * requests whose Idempotency-Key header named it and the later ones that
+ * named it only elsewhere (the path); a request that named no key at all,
+ * sent while the case ran, is one too (check_unmatched() counts it). Then
+ * that is the job's defect (case_defect()): true.
+ */
+static bool
+two_requests(signoff_state *s, const char *after)
+{
+	effect_stats st;
+	char		first[200];
+	int			none = effect_unmatched(first, sizeof(first)) - s->unmatched;
+	const char *eff = effect_name_of(s);
+
+	if (!effect_stats_of(s->keys[0], &st) || (st.bare == 0 && (none <= 0 || st.requests == 0)))
+		return false;
+	if (st.bare > 0)
+		case_defect(s, "one delivery of %s sent %d requests to the provider %s: the first with the key in its "
+					"Idempotency-Key header, %d later one%s without it (the job retries the call inside its "
+					"handler without the key the first request carried), so the provider cannot tell them for one "
+					"operation and makes the %s again; send the same key with every request of the operation",
+					s->keys[0], st.requests, after, st.bare, st.bare == 1 ? "" : "s", eff);
+	else
+		case_defect(s, "one delivery of %s sent %d request%s to the provider %s, and %d more that named no key at "
+					"all (the first: \"%s\"): the job retries the call inside its handler without the key the "
+					"first request carried, so the provider cannot tell them for one operation and makes the %s "
+					"again; send the same key with every request of the operation",
+					s->keys[0], st.requests, st.requests == 1 ? "" : "s", after, none, first, eff);
+	return true;
+}
+
+/* the job completed after its call failed, the handler raising (no handled point) */
+static void
+completed_after_failure(signoff_state *s, const char *what)
+{
+	const char *eff = effect_name_of(s);
+
+	case_defect(s, "the %s call failed, the provider %s, and the handler raised, yet the operation of %s was "
+				"completed without a handled point: the job completes the operation even when its call failed (a "
+				"completion in an ensure or finally block), so the %s counts as made though %s, and no "
+				"redelivery makes it; complete only after the call succeeded", eff, what, s->keys[0], eff,
+				strstr(what, "no answer") ? "the job cannot know it was" : "it was not");
 }
 
 /*
@@ -1017,6 +1098,8 @@ refused_for_now(signoff_state *s, bool unreachable)
 				effect_stats st;
 
 				settle(s);
+				if (two_requests(s, unreachable ? "(the first could not connect)" : "(the first refused for now)"))
+					break;
 				if (effect_stats_of(s->keys[0], &st) && st.effects >= 1)
 				{
 					/*
@@ -1030,19 +1113,22 @@ refused_for_now(signoff_state *s, bool unreachable)
 							  st.requests, st.requests == 1 ? "" : "s");
 				}
 				else
-					case_fail(s->cr, "the provider %s, yet the job completed the operation: it completed after the provider %s, "
-							  "so the %s was never made and never will be (the job swallowed the error); let the failure "
-							  "fail the delivery as a known failure (the helper's KnownFailure: the claim is released and "
-							  "the message retried)", what, unreachable ? "could not be reached" : "refused",
-							  effect_name_of(s));
+					case_defect(s, "the provider %s, yet the job completed the operation: it completed after the provider %s, "
+								"so the %s was never made and never will be (the job swallowed the error); let the failure "
+								"fail the delivery as a known failure (the helper's KnownFailure: the claim is released and "
+								"the message retried)", what, unreachable ? "could not be reached" : "refused",
+								effect_name_of(s));
 			}
+			break;
+		case FO_COMPLETED:
+			completed_after_failure(s, what);
 			break;
 		case FO_LEFT:
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "left to its lease");
-			case_fail(s->cr, "the provider %s, so the %s certainly was not made, yet the job left its claim to its lease "
-					  "instead of releasing it: it raised an error the helper cannot tell from an unknown outcome, so "
-					  "the policy (%s) decides now (hold: a person, skip: never made); raise the helper's KnownFailure "
-					  "for a refusal", what, effect_name_of(s), policy_names[s->policy]);
+			case_defect(s, "the provider %s, so the %s certainly was not made, yet the job left its claim to its lease "
+						"instead of releasing it: it raised an error the helper cannot tell from an unknown outcome, so "
+						"the policy (%s) decides now (hold: a person, skip: never made); raise the helper's KnownFailure "
+						"for a refusal", what, effect_name_of(s), policy_names[s->policy]);
 			break;
 		case FO_PENDING:
 			break;
@@ -1057,6 +1143,8 @@ out:
 		/* one delivery did it all: the record and verdicts of that path */
 		copy_str(s->cr->exp_record, CELL, "completed #1");
 		copy_str(s->cr->exp_verdicts, CELL, unreachable ? "run (no connection)" : "run (refused)");
+		copy_str(s->cr->expected_text, sizeof(s->cr->expected_text),
+				 "tried again in its delivery, under its claim; sent once");
 		case_note(s->cr, "Expected then: completed #1, the one delivery's verdict.");
 	}
 }
@@ -1121,11 +1209,12 @@ sc_15(signoff_state *s)
 		goto out;
 	if (!gave_up)
 	{
-		case_fail(s->cr, "the %s call hung %.0f s with no answer and the job never gave up: no client timeout. A provider "
-				  "that accepts and never answers holds the worker%s for ever; give the call a timeout (longer than "
-				  "two leases, shorter than the job file's timeout, %g s)", effect_name_of(s),
-				  now_seconds() - t0, s->d[di].heartbeat ? " and, through its heartbeat, the claim" : "",
-				  s->job->timeout_s);
+		case_defect(s, "the %s call hung %.0f s with no answer and the job never gave up: no client timeout. A provider "
+					"that accepts and never answers holds the worker%s for ever; give the call a timeout: in "
+					"production the provider's slowest answer, with the heartbeat keeping the claim while the call "
+					"waits (here shorter than the job file's timeout, %g s)", effect_name_of(s),
+					now_seconds() - t0, s->d[di].heartbeat ? " and, through its heartbeat, the claim" : "",
+					s->job->timeout_s);
 		effect_release();
 	}
 	else
@@ -1141,19 +1230,23 @@ sc_15(signoff_state *s)
 			break;
 		case FO_RELEASED:
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
-			case_fail(s->cr, "the job released the claim after a call that may have reached the provider (no answer "
-					  "within its timeout): the %s was made, and every next delivery makes it again, under any "
-					  "policy; raise an error that is not a known failure, so that the claim waits for its lease "
-					  "and the policy decides", effect_name_of(s));
+			case_defect(s, "the job released the claim after a call that may have reached the provider (no answer "
+						"within its timeout): the %s was made, and every next delivery makes it again, under any "
+						"policy; raise an error that is not a known failure, so that the claim waits for its lease "
+						"and the policy decides", effect_name_of(s));
 			if (enqueue(s, 0, JF_ENQUEUE))
 				settle(s);
 			break;
 		case FO_HANDLED:
-			case_fail(s->cr, "the %s call got no answer, yet the job completed the operation as if it had succeeded: "
-					  "it cannot know whether the provider made the %s; let the error raise (not as a known "
-					  "failure), so that the claim waits for its lease and the policy decides",
-					  effect_name_of(s), effect_name_of(s));
 			settle(s);
+			if (!two_requests(s, "(the first got no answer)"))
+				case_defect(s, "the %s call got no answer, yet the job completed the operation as if it had succeeded: "
+							"it cannot know whether the provider made the %s; let the error raise (not as a known "
+							"failure), so that the claim waits for its lease and the policy decides",
+							effect_name_of(s), effect_name_of(s));
+			break;
+		case FO_COMPLETED:
+			completed_after_failure(s, "gave no answer within the job's timeout");
 			break;
 		case FO_PENDING:
 			break;
@@ -1170,10 +1263,14 @@ out:
 static void
 too_many_requests(signoff_state *s, case_result *cr, const effect_stats *st, double seconds)
 {
-	case_fail(cr, "the job retried a permanent refusal: %d requests in %.0f s, each refused for good (%s); a refusal "
-			  "that will not change must end the operation (complete it with the refusal as its result, or "
-			  "release it and drop the message), not be retried", st->requests, seconds,
-			  s->job->effect == EFFECT_HTTP ? "HTTP 422" : "SMTP 550");
+	case_result *was = s->cr;
+
+	s->cr = cr;					/* the drain's check names its case's defect too */
+	case_defect(s, "the job retried a permanent refusal: %d requests in %.0f s, each refused for good (%s); a refusal "
+				"that will not change must end the operation (complete it with the refusal as its result, or "
+				"release it and drop the message), not be retried", st->requests, seconds,
+				s->job->effect == EFFECT_HTTP ? "HTTP 422" : "SMTP 550");
+	s->cr = was;
 }
 
 /*
@@ -1200,6 +1297,8 @@ sc_16(signoff_state *s)
 	o = wait_fault_over(s, di);
 	if (o == FO_HANDLED)
 		settle(s);
+	if (o == FO_COMPLETED)
+		o = FO_HANDLED;			/* completed with the refusal, the handler raising: ended all the same */
 	/* a retrying job shows itself within a few of its retry delays */
 	{
 		double		t1 = now_seconds();
@@ -1222,7 +1321,7 @@ sc_16(signoff_state *s)
 				  st.requests == 1 ? "" : "s");
 	}
 	else if (o == FO_LEFT)
-		case_fail(s->cr, "the provider refused the %s for good, yet the job left its claim to its lease: the policy "
+		case_defect(s, "the provider refused the %s for good, yet the job left its claim to its lease: the policy "
 				  "(%s) decides now, and under retry every takeover asks again; end the operation (complete it "
 				  "with the refusal as its result)", effect_name_of(s), policy_names[s->policy]);
 	else if (o == FO_HANDLED)
@@ -1258,8 +1357,85 @@ drain_checks(signoff_state *s, policy_result *pr, double seconds)
 }
 
 /*
+ * 17, when the job's client gave up before the slow provider answered: an
+ * unknown outcome (the provider made the effect), which the job must treat
+ * as case 15's (leave the claim to its lease) and the policy then decides,
+ * as case 15 gives: lookup asks the provider and finds the effect (passes);
+ * retry makes it again, the duplicate it accepts (passes, said); hold pages
+ * a person and skip records the operation skipped whether or not the
+ * effect was made (both fail: a client timeout shorter than the provider's
+ * slowest answer is the job's defect under them).
+ */
+static void
+gave_up_slow(signoff_state *s, int di, double waited)
+{
+	static const char *const text[N_POLICIES] = {
+		"held for a person after the lease: every slow answer pages one",
+		"sent again after the lease: a duplicate",
+		"skipped for good, though the {effect} was made",
+		"looked up: found, not sent again",
+	};
+	case_result *cr = s->cr;
+	const case_expect *e15 = &case_by_id("15")->expect[s->pr ? s->pr->checked_as : s->policy];
+	policy_t	as = s->pr ? s->pr->checked_as : s->policy;
+	const char *eff = effect_name_of(s);
+	const char *second = strstr(e15->verdicts, ", ");
+	double		slow = 2 * s->job->lease_s;
+	copy_str(s->d[di].mark, sizeof(s->d[di].mark), "gave up");
+	case_note(cr, "The endpoint made the %s and held its answer for two leases (%g s); the job's client gave up after "
+			  "%.1f s: an unknown outcome, which the policy decides, as in case 15.", eff, slow, waited);
+	/* case 15's expectations under the policy, and its words */
+	cr->exp_emails = e15->effects;
+	copy_str(cr->exp_record, CELL, e15->record);
+	snprintf(cr->exp_verdicts, CELL, "run (gave up), %s", second ? second + 2 : "");
+	fill_effect(s, cr->expected_text, sizeof(cr->expected_text), "", text[as]);
+	switch (wait_fault_over(s, di))
+	{
+		case FO_LEFT:
+			case_note(cr, "The job left its claim to its lease; then the message again.");
+			if (enqueue(s, 0, JF_ENQUEUE))
+				settle(s);
+			break;
+		case FO_RELEASED:
+			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
+			case_defect(s, "the job released the claim after its client gave up on a %s call that may have "
+						"reached the provider (here it had): every next delivery makes the %s again, under any "
+						"policy; raise an error that is not a known failure, so that the claim waits for its "
+						"lease and the policy decides", eff, eff);
+			if (enqueue(s, 0, JF_ENQUEUE))
+				settle(s);
+			return;
+		case FO_HANDLED:
+			case_defect(s, "the job's client gave up on the %s call, yet the job completed the operation as if it "
+						"had succeeded: it cannot know whether the provider made the %s; let the error raise (not "
+						"as a known failure), so that the claim waits for its lease and the policy decides", eff, eff);
+			settle(s);
+			return;
+		case FO_COMPLETED:
+		case FO_PENDING:
+			return;
+	}
+	if (as == POLICY_HOLD || as == POLICY_SKIP)
+		case_defect(s, "the job's client gave up on the %s call after %.1f s, before the provider answered (in %g s "
+					"here): an unknown outcome, which under %s %s; size the client's timeout to the provider's "
+					"slowest answer in production (not to the lease), and let the heartbeat keep the claim while "
+					"the call waits, or choose lookup, which asks the provider after a timeout",
+					eff, waited, slow, policy_names[as],
+					as == POLICY_HOLD ? "pages a person for every answer slower than the timeout, though the "
+					"provider made it" : "skips the operation for good whether or not the provider made it (a "
+					"call that never reached it is lost)");
+	else
+		case_note(cr, "%s The client's timeout should still be sized to the provider's slowest answer in "
+				  "production, with the heartbeat keeping the claim while the call waits.",
+				  as == POLICY_RETRY ? "Under retry the takeover made it again: the duplicate the policy accepts." :
+				  "Under lookup the takeover asked the provider, found it, and did not make it again: what the "
+				  "policy is for.");
+}
+
+/*
  * 17: a slow provider, answering after two leases: the heartbeat keeps
- * the claim, so the message again meanwhile is in_progress; one effect.
+ * the claim, so the message again meanwhile is in_progress; one effect. A
+ * client that gives up first is judged by the policy (gave_up_slow()).
  */
 static void
 sc_17(signoff_state *s)
@@ -1290,13 +1466,7 @@ sc_17(signoff_state *s)
 			goto out;
 		}
 		if (st.closed_after >= 0)
-		{
-			case_fail(s->cr, "the job gave up on the %s call after %.1f s, but the provider answers in %g s (two "
-					  "leases): with a client timeout shorter than a slow provider's answer every slow call becomes "
-					  "an unknown outcome; give the call a timeout longer than two leases (and shorter than the "
-					  "job file's timeout)", effect_name_of(s), st.closed_after, 2 * s->job->lease_s);
 			break;
-		}
 		if (st.open > 0 && st.open_for > s->job->lease_s + 0.3)
 		{
 			waited = true;
@@ -1313,8 +1483,8 @@ sc_17(signoff_state *s)
 	if (waited)
 	{
 		if (!s->d[di].heartbeat)
-			case_fail(s->cr, "the helper reported heartbeat false: while the %s call waits past the lease the claim "
-					  "looks dead and may be taken over; give the handler a heartbeat", effect_name_of(s));
+			case_defect(s, "the helper reported heartbeat false: while the %s call waits past the lease the claim "
+						"looks dead and may be taken over; give the handler a heartbeat", effect_name_of(s));
 		case_note(s->cr, "The endpoint held the %s call for %.1f s (longer than the lease); then the message again.",
 				  effect_name_of(s), st.open_for);
 		if (enqueue(s, 0, JF_ENQUEUE))
@@ -1323,6 +1493,11 @@ sc_17(signoff_state *s)
 		while (!matrix_interrupted && effect_stats_of(s->keys[0], &st) && st.open > 0 &&
 			   st.open_for < 2 * s->job->lease_s)
 			pump(s, POLL_MS);
+	}
+	if (effect_stats_of(s->keys[0], &st) && st.closed_after >= 0)
+	{
+		gave_up_slow(s, di, st.closed_after);
+		goto out;
 	}
 	effect_answer(s->keys[0]);
 	settle(s);

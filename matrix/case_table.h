@@ -93,6 +93,8 @@ typedef struct case_result
 	bool		ran;
 	bool		pass;
 	sbuf		notes;			/* what else was checked; why a cell failed */
+	char		defect[700];	/* a sign-off's: the job's defect as the case's steps named it
+								 * (case_defect()); diagnosis.c makes it the case's Diagnosis */
 	double		seconds;
 	/* a sign-off's judged points: the effects when the case ended, after the drain (-1: none) */
 	int			at_end;

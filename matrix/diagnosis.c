@@ -33,6 +33,11 @@
  *	after-handled	a delivery that returned at its handled point without
  *			an effect, the count higher when the case ended, no delivery
  *			after it that ran: the effect came after the point
+ *	key-change	a claim that ran under another key holding the case's key,
+ *			after a delivery the queue delivers again (in_progress, busy, a
+ *			failure): the key changes between deliveries of one message
+ *			(engine.c's key_changed() fails a case at once when it comes
+ *			while the case runs)
  *	new-key	a claim that ran under another key holding the case's key:
  *			a copy the job scheduled under a key of its own
  *	verdict	more effects than deliveries that ran through the claim, and
@@ -57,6 +62,35 @@
 #include <string.h>
 
 #include "diagnosis.h"
+
+/* what changed from key a to key b, in words: "\":1\" added at the end" */
+void
+key_diff(const char *a, const char *b, char *out, size_t sz)
+{
+	size_t		la = strlen(a),
+				lb = strlen(b),
+				p = 0,
+				q = 0;
+	char		x[KEYSZ],
+				y[KEYSZ];
+	bool		digits;
+
+	while (p < la && p < lb && a[p] == b[p])
+		p++;
+	while (q < la - p && q < lb - p && a[la - 1 - q] == b[lb - 1 - q])
+		q++;
+	snprintf(x, sizeof(x), "%.*s", (int) (la - p - q), a + p);
+	snprintf(y, sizeof(y), "%.*s", (int) (lb - p - q), b + p);
+	digits = (x[0] || y[0]) && strspn(x, "0123456789") == strlen(x) && strspn(y, "0123456789") == strlen(y);
+	if (x[0] == '\0')
+		snprintf(out, sz, "\"%s\" added %s", y, q == 0 ? "at the end" : p == 0 ? "at the start" : "inside");
+	else if (y[0] == '\0')
+		snprintf(out, sz, "\"%s\" gone %s", x, q == 0 ? "from the end" : p == 0 ? "from the start" : "from inside");
+	else
+		snprintf(out, sz, "\"%s\" became \"%s\"", x, y);
+	if (digits || (x[0] == '\0' && strspn(y + strspn(y, ":-_/.#"), "0123456789") == strlen(y + strspn(y, ":-_/.#"))))
+		copy_str(out + strlen(out), sz - strlen(out), ": a number that counts, such as the queue's retry count");
+}
 
 /* the job's effect, its plural */
 static const char *
@@ -194,8 +228,9 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 	int			at_end;
 	int			made_in_case = 0;	/* of those, before the case ended */
 	int			bare = -1;		/* returned at handled without an effect */
+	int			again = -1;		/* a delivery the queue delivers again: in_progress, busy, failed */
 
-	if (nk == 0 || !cr->ran || !diagnosed_here(cr->id))
+	if (nk == 0 || !cr->ran)
 		return false;
 
 	/* the count when the case ended (the drain may have changed obs_emails) */
@@ -233,6 +268,9 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 		}
 		if (first[k] < 0)
 			first[k] = i;
+		if (again < 0 && ((!d->runs && (strcmp(d->verdict, "in_progress") == 0 || strcmp(d->verdict, "busy") == 0)) ||
+						  (d->runs && d->failed)))
+			again = i;
 		if (!d->runs && strcmp(d->verdict, "error") == 0 && strcmp(d->sqlstate, "ID002") == 0)
 			id002++;
 		if (made_one(d))
@@ -247,6 +285,15 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 			cr->obs_emails > d->eff_before)
 			blamed = i;
 	}
+
+	/*
+	 * the faults at the effect, the storm and the batch say what went
+	 * wrong themselves: of these rules only the keys' (below) are theirs
+	 */
+	if (!diagnosed_here(cr->id) && newkey < 0)
+		return false;
+	if (!diagnosed_here(cr->id))
+		goto keys;
 
 	/* before: a fresh key had an effect when its first delivery reached the claim */
 	for (k = 0; k < nk; k++)
@@ -311,7 +358,30 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 		}
 	}
 
+keys:
+
+	/*
+	 * key-change: the claim under the new key came after a delivery that
+	 * the queue delivers again (in_progress, busy, a failure): it is that
+	 * message's redelivery, under a key that changed
+	 */
+	if (newkey >= 0 && again >= 0 && again < newkey)
+	{
+		char		diff[300];
+		const char *was = s->d[again].key;
+
+		key_diff(was, s->d[newkey].key, diff, sizeof(diff));
+		snprintf(out, sz, "the operation key changes between deliveries of one message of %s: \"%s\", then \"%s\" "
+				 "(%s), so the redelivery after the delivery judged %s could not find the first claim and made "
+				 "its own %s: make the key from the operation alone, the same for every delivery of the message",
+				 s->case_keys[c][0], was, s->d[newkey].key, diff,
+				 s->d[again].runs ? "run that failed" : s->d[again].verdict, eff);
+		return true;
+	}
+
 	/* new-key: a copy that claimed under a key of its own */
+	if (newkey >= 0 && !diagnosed_here(cr->id))
+		return false;
 	if (newkey >= 0)
 	{
 		snprintf(out, sz, "a copy of the message claimed under the new key %s and made another %s: the "
@@ -368,8 +438,41 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 }
 
 /*
- * Each failing case of the policy gets its sentence as its first note,
- * "Diagnosis: ...". Called once per policy, after its cases and the drain,
+ * What the cells of a failing case show, when nothing else names its
+ * defect: each cell that differs from what the policy gives
+ */
+static void
+cells_said(const signoff_state *s, const case_result *cr, char *out, size_t sz)
+{
+	char		part[CELL * 2 + 80];
+
+	out[0] = '\0';
+	if (!cr->emails_ok && cr->obs_emails >= 0)
+	{
+		snprintf(part, sizeof(part), "%d %s%s where the policy gives %d", cr->obs_emails, effect_of(s),
+				 cr->obs_emails == 1 ? "" : "s", cr->exp_emails);
+		list_append(out, sz, part);
+	}
+	if (!cr->record_ok)
+	{
+		snprintf(part, sizeof(part), "the record %s where it gives %s", cr->obs_record, cr->exp_record);
+		list_append(out, sz, part);
+	}
+	if (!cr->verdicts_ok)
+	{
+		snprintf(part, sizeof(part), "the verdicts %s where it gives %s", cr->obs_verdicts, cr->exp_verdicts);
+		list_append(out, sz, part);
+	}
+	if (out[0] == '\0')
+		copy_str(out, sz, "the case did not reach its end (see the notes below)");
+}
+
+/*
+ * Each failing case of the policy opens with one sentence, "Diagnosis:
+ * ...", the same in every case: the defect its steps named
+ * (case_defect()); else the sentence the rules above derive; else the
+ * first check that failed (its FAILED note, kept below); else what the
+ * cells show. Called once per policy, after its cases and the drain,
  * before the policy is reported.
  */
 void
@@ -382,13 +485,27 @@ diagnose_policy(const signoff_state *s, policy_result *pr)
 	for (c = 0; c < pr->ncases; c++)
 	{
 		case_result *cr = &pr->cases[c];
-		char		sentence[700];
+		char		sentence[900];
 		sbuf		notes;
+		const char *failed;
 
-		if (cr->pass || !diagnose_case(s, pr, c, sentence, sizeof(sentence)))
+		if (cr->pass || !cr->ran)
 			continue;
+		if (cr->defect[0])
+			copy_str(sentence, sizeof(sentence), cr->defect);
+		else if (diagnose_case(s, pr, c, sentence, sizeof(sentence)))
+			;
+		else if ((failed = strstr(sb_str(&cr->notes), "FAILED: ")) != NULL)
+		{
+			size_t		n = strcspn(failed + 8, "\n");
+
+			snprintf(sentence, sizeof(sentence), "%.*s", (int) n, failed + 8);
+		}
+		else
+			cells_said(s, cr, sentence, sizeof(sentence));
 		sb_init(&notes);
-		sb_printf(&notes, "Diagnosis: %s.", sentence);
+		sb_printf(&notes, "Diagnosis: %s%s", sentence,
+				  sentence[0] && sentence[strlen(sentence) - 1] == '.' ? "" : ".");
 		if (cr->notes.len)
 		{
 			sb_puts(&notes, "\n");

@@ -9,6 +9,7 @@
 #include "engine.h"
 
 void		diagnose_policy(const signoff_state *s, policy_result *pr);
+void		key_diff(const char *a, const char *b, char *out, size_t sz);
 bool		diagnose_case(const signoff_state *s, const policy_result *pr, int c,
 						  char *out, size_t sz);
 

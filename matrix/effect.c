@@ -69,6 +69,8 @@ typedef struct ekey
 	int			refusals;
 	int			lookups;
 	double		closed_after;
+	int			keyed;			/* HTTP requests whose Idempotency-Key header named the key */
+	int			bare;			/* later ones that named it elsewhere, without that header */
 } ekey;
 
 typedef struct econn
@@ -292,6 +294,23 @@ http_request(econn *c)
 		return false;
 	sscanf(text, "%15s", method);
 	k = match_key(text);
+	if (k >= 0 && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+	{
+		/* the Idempotency-Key header: did it name the key? (a retry without it cannot be deduplicated) */
+		const char *h = strcasestr(text, "\r\nidempotency-key:");
+		char		value[NAME_SZ] = "";
+
+		if (h && h < hdr_end)
+		{
+			h += 18;
+			h += strspn(h, " \t");
+			snprintf(value, sizeof(value), "%.*s", (int) strcspn(h, "\r\n"), h);
+		}
+		if (value[0] && (strstr(value, keys[k].name) || (keys[k].alias[0] && strstr(value, keys[k].alias))))
+			keys[k].keyed++;
+		else if (keys[k].keyed > 0)
+			keys[k].bare++;
+	}
 	if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
 	{
 		/* a lookup: is there an effect of the key? */
@@ -452,10 +471,11 @@ control(const char *line, int fd)
 					oldest = now - conns[i].since;
 			}
 		if (k < 0)
-			snprintf(out, sizeof(out), "ok 0 0 0 0 0 0 -1\n");
+			snprintf(out, sizeof(out), "ok 0 0 0 0 0 0 -1 0 0\n");
 		else
-			snprintf(out, sizeof(out), "ok %d %d %d %d %d %.3f %.3f\n", keys[k].effects, keys[k].requests,
-					 keys[k].refusals, keys[k].lookups, open, oldest, keys[k].closed_after);
+			snprintf(out, sizeof(out), "ok %d %d %d %d %d %.3f %.3f %d %d\n", keys[k].effects, keys[k].requests,
+					 keys[k].refusals, keys[k].lookups, open, oldest, keys[k].closed_after, keys[k].keyed,
+					 keys[k].bare);
 	}
 	else if (strcmp(cmd, "release") == 0)
 	{
@@ -778,8 +798,8 @@ effect_stats_of(const char *key, effect_stats *st)
 	snprintf(line, sizeof(line), "count %s\n", key);
 	if (!ask(line, out, sizeof(out)))
 		return false;
-	return sscanf(out, "ok %d %d %d %d %d %lf %lf", &st->effects, &st->requests, &st->refusals,
-				  &st->lookups, &st->open, &st->open_for, &st->closed_after) == 7;
+	return sscanf(out, "ok %d %d %d %d %d %lf %lf %d %d", &st->effects, &st->requests, &st->refusals,
+				  &st->lookups, &st->open, &st->open_for, &st->closed_after, &st->keyed, &st->bare) == 9;
 }
 
 /* the key's slow requests answered now (accepted); how many */

@@ -38,6 +38,8 @@ typedef struct effect_stats
 	int			open;			/* hung or slow requests still open */
 	double		open_for;		/* the oldest open one: seconds since it came; 0 none */
 	double		closed_after;	/* a hung request the client gave up: seconds it waited; -1 none */
+	int			keyed;			/* HTTP: requests whose Idempotency-Key header named the key */
+	int			bare;			/* HTTP: later requests of the key without that header */
 } effect_stats;
 
 extern const char *const effect_kind_names[];

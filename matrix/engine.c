@@ -56,6 +56,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "diagnosis.h"
 #include "engine.h"
 
 sproc		procs[MAX_PROCS];
@@ -812,6 +813,75 @@ unmappable_key(signoff_state *s, const exch *x)
 	}
 }
 
+/* the case's key that key holds at a boundary (not as itself), or -1 */
+static int
+case_key_held(signoff_state *s, const char *key)
+{
+	int			i;
+
+	for (i = 0; i < s->nkeys; i++)
+	{
+		size_t		m = strlen(s->keys[i]);
+		const char *p;
+
+		if (m == 0 || strcmp(key, s->keys[i]) == 0)
+			continue;
+		for (p = strstr(key, s->keys[i]); p; p = strstr(p + 1, s->keys[i]))
+			if ((p == key || !isalnum((unsigned char) p[-1])) && !isalnum((unsigned char) p[m]))
+				return i;
+	}
+	return -1;
+}
+
+/*
+ * A claim (or judgement) under key, which holds the case's key k but is
+ * not its operation key, while the case runs. The first delivery of k
+ * under it, where the job file declares the operation key: the declared
+ * key is not what the worker claims; where it does not: a key the run
+ * cannot map (unmappable_key()). After a delivery of k that the queue
+ * delivers again (its operation not completed): the key changed between
+ * deliveries of one message. Either fails the case at once, naming both
+ * keys and what changed, and every wait of the run ends (the later cases
+ * would fail alike); true. A claim after the operation completed is a
+ * copy the job scheduled under a key of its own: the diagnosis names it
+ * (diagnosis.c); false.
+ */
+static bool
+key_changed(signoff_state *s, const exch *x, int k)
+{
+	const char *eff = s->job->value[JF_EFFECT_NAME] ? s->job->value[JF_EFFECT_NAME] : "effect";
+	char		diff[300];
+	char		status[32] = "";
+	int			attempt = 0;
+	bool		declared = s->job->value[JF_KEY] || s->job->value[JF_KEY_COMMAND];
+	bool		seen = count_deliveries(s, k) > 0;
+
+	if (!seen && !declared)
+	{
+		unmappable_key(s, x);
+		return true;
+	}
+	if (seen && record_row(s, s->opkey[k], status, sizeof(status), &attempt) &&
+		strcmp(status, "completed") == 0)
+		return false;
+	key_diff(s->opkey[k], x->key, diff, sizeof(diff));
+	if (seen)
+		case_defect(s, "the operation key changes between deliveries of one message of %s: \"%s\", then \"%s\" "
+					"(%s), so the redelivery (pid %ld, %s) cannot find the first claim and may make the %s "
+					"again: make the key from the operation alone, the same for every delivery of the message",
+					s->keys[k], s->opkey[k], x->key, diff, x->pid, x->point, eff);
+	else
+		case_defect(s, "the worker (pid %ld) claimed the run's key %s under \"%s\", but the job file declares the "
+					"operation key \"%s\" (%s): the worker makes its key from something the declaration does not "
+					"have; make the key from the operation alone and declare that (key, key_command)",
+					x->pid, s->keys[k], x->key, s->opkey[k], diff);
+	s->unmappable = true;
+	s->key_probed = true;		/* both keys are known: no probe */
+	if (s->unmapped[0] == '\0')
+		copy_str(s->unmapped, KEYSZ, x->key);
+	return true;
+}
+
 static bool
 pred_probed(signoff_state *s, const void *arg)
 {
@@ -993,6 +1063,17 @@ arrived(signoff_state *s, exch *x)
 		answer(s, x, "continue");
 		return;
 	}
+	if (ki < 0 && (claimed || judged) && s->cr && s->nkeys > 0 && !s->unmappable &&
+		late_owner(s, x->key) < 0)
+	{
+		int			k = case_key_held(s, x->key);
+
+		if (k >= 0 && key_changed(s, x, k))
+		{
+			answer(s, x, "continue");
+			return;
+		}
+	}
 	if (ki < 0)
 	{
 		int			owner = late_owner(s, x->key);
@@ -1024,6 +1105,28 @@ arrived(signoff_state *s, exch *x)
 			return;
 		}
 	answer(s, x, "continue");
+}
+
+/*
+ * The case fails for a defect of the job that its steps saw and can name:
+ * the sentence becomes the case's "Diagnosis: ..." (diagnosis.c), its first
+ * note, instead of a FAILED note. The first one counts; a second, and the
+ * reference run's (not diagnosed), are FAILED notes.
+ */
+void
+case_defect(signoff_state *s, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	if (s->job->reference || s->cr->defect[0])
+		case_vfail(s->cr, fmt, ap);
+	else
+	{
+		vsnprintf(s->cr->defect, sizeof(s->cr->defect), fmt, ap);
+		s->cr->checks_ok = false;
+	}
+	va_end(ap);
 }
 
 /*

@@ -239,6 +239,7 @@ bool	enqueue(signoff_state *s, int ki, job_field which);
 void	observe(signoff_state *s, const char *suffix);
 void	check_unmatched(signoff_state *s);
 bool	wait_stale_checked(signoff_state *s, int ki);
+void	case_defect(signoff_state *s, const char *fmt,...) MX_PRINTF(2, 3);
 void	keep_young(signoff_state *s, int ki, int attempt);
 void	keep_young_stop(signoff_state *s);
 double	lease_left(signoff_state *s, int ki);

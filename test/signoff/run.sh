@@ -46,7 +46,10 @@
 #      and the cases hold; a key made otherwise without a declaration fails
 #      case 1 within 20 s naming both keys (and that the same message is
 #      claimed under the same key again), later cases not run; a message id
-#      is named as one; key with key_command, and key without {key}: exit 2;
+#      is named as one; a claim under another key than the declared one
+#      (key = ship:{key}, the worker's ship:{key}:0) fails case 1 at once,
+#      naming both and what differs, no timeout waited; key with
+#      key_command, and key without {key}: exit 2;
 #  10. what was signed: the JSON report records the job file's sha256 and
 #      the code's (code = paths or globs), as sha256sum computes them, and
 #      git's commit; --junit writes JUnit XML; --verify REPORT exits 0 while
@@ -59,6 +62,8 @@
 #      under retry; worker.py's broken variants fail exactly their case with
 #      their sentence: swallow-errors (14, 18; SMTP 451 too), no-timeout
 #      (15, how long it hung), release-on-timeout (15), retry-forever (16),
+#      short-timeout (17 judged by the policy: hold and skip fail, retry
+#      and lookup hold as 15 gives),
 #      no-key (1: a request that names no key), shared-client (19 only: the
 #      storm); effect = ftp, effect beside effects, lookup with smtp: exit 2;
 #  12. a batch handler (worker.py --batch 10, batch = yes): case 20 holds;
@@ -225,6 +230,7 @@ effect_run smtp-swallow smtp.job swallow-errors hold 14 & bg_pids+=($!)
 effect_run no-timeout http.job no-timeout hold 15 & bg_pids+=($!)
 effect_run release-on-timeout http.job release-on-timeout hold 15 & bg_pids+=($!)
 effect_run retry-forever http.job retry-forever retry 16 & bg_pids+=($!)
+effect_run short-timeout http.job short-timeout hold,retry,skip,lookup 17 & bg_pids+=($!)
 effect_run no-key http.job no-key retry 1 & bg_pids+=($!)
 effect_run shared-client http.job shared-client retry 19 & bg_pids+=($!)
 batch_run() {   # batch_run NAME WORKER-ARGS
@@ -711,6 +717,21 @@ if ((rc == 1)) && ((secs < 20)) &&
 else
     not_ok "$log" "keys, message id: expected exit 1 within 20 s and the message-id sentence; got exit $rc in $secs s"
 fi
+# a key that is not the declared one (key = ship:{key}; the worker claims
+# ship:{key}:0, the queue's retry count in it): case 1 fails at once, naming
+# both keys and what differs, and waits for no timeout; case 2 not run
+job=$out/key-declared.job
+log=$out/key-declared.log
+make_job "$job" "worker=/usr/bin/python3 worker.py --key format:ship:{key}:0" "key=ship:{key}" "policies=hold" "lease=1.5"
+"$runner" --job "$job" --cases 1,2 --json "$out/key-declared.json" >"$log" 2>&1
+rc=$?
+if ((rc == 1)) &&
+    grep -qE '^    Diagnosis: the worker \(pid [0-9]+\) claimed the run.s key signoff-[0-9a-f]+-hold-1-1 under "ship:signoff-[0-9a-f]+-hold-1-1:0", but the job file declares the operation key "ship:signoff-[0-9a-f]+-hold-1-1" \(":0" added at the end: a number that counts' "$log" &&
+    grep -q 'Not run: the worker claims under keys the run cannot map' "$log" && ! grep -q 'no worker reached' "$log"; then
+    ok "keys, a claim under another key than the declared one: case 1 fails at once naming both and what differs, case 2 not run"
+else
+    not_ok "$log" "keys, declared key not claimed: expected exit 1, the Diagnosis naming both keys, no timeout waited, case 2 not run; got exit $rc"
+fi
 job=$out/key-both.job
 make_job "$job" "key=refund:{key}" "key_command=echo {key}"
 line=$(grep -n '^key_command' "$job" | cut -d: -f1)
@@ -862,6 +883,15 @@ check_effect no-timeout 1 "hold:15" "with no answer and the job never gave up: n
     "a call without a client timeout fails case 15, saying how long it hung"
 check_effect release-on-timeout 1 "hold:15" "the job released the claim after a call that may have reached the provider" \
     "a job that releases its claim after a timeout fails case 15: the next delivery makes the refund again"
+check_effect short-timeout 1 "hold:17 skip:17" "before the provider answered (in 4 s here): an unknown outcome, which under hold pages a person" \
+    "a client timeout (1.5 leases) shorter than case 17's provider (two leases): judged by the policy, hold and skip fail it"
+if grep -q "an unknown outcome, which under skip skips the operation for good whether or not the provider made it" "$out/effect-short-timeout.log" &&
+    grep -q "^✓  17 .*completed #2  *run (gave up), run  *sent again after the lease: a duplicate" "$out/effect-short-timeout.log" &&
+    grep -q "^✓  17 .*completed #2  *run (gave up), verify (found)  *looked up: found, not sent again" "$out/effect-short-timeout.log"; then
+    ok "the same under retry and lookup: 17 holds as 15 gives (retry: the duplicate it accepts; lookup: found), skip's sentence"
+else
+    not_ok "$out/effect-short-timeout.log" "short-timeout: expected 17 to hold under retry (2, completed #2) and lookup (verify found), and skip's sentence"
+fi
 check_effect retry-forever 1 "retry:16" "the job retried a permanent refusal:" \
     "a job that retries a refusal for good fails case 16, naming the requests"
 check_effect no-key 1 "retry:1" "named none of the run's keys" \

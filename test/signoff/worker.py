@@ -46,6 +46,10 @@ which leaves the claim to its lease. Broken variants of that:
   --broken swallow-errors      a failed call is logged and the job reports
                                success (completes)
   --broken no-timeout          the call has no client timeout
+  --broken short-timeout       a client timeout of 1.5 leases, shorter than
+                               case 17's slow provider (two leases): an
+                               unknown outcome the policy decides (hold and
+                               skip fail, retry and lookup pass)
   --broken release-on-timeout  a timeout is taken for a known failure
                                (the claim released: the effect may have
                                been made)
@@ -174,7 +178,7 @@ def send(key, attempt, lease, broken):
     """the job's effect at the run's endpoint; raises RefusedForNow,
     RefusedForGood, or (no answer within the client timeout) TimeoutError"""
     http, smtp = provider()
-    timeout = None if broken == "no-timeout" else 3 * lease
+    timeout = None if broken == "no-timeout" else 1.5 * lease if broken == "short-timeout" else 3 * lease
     try:
         if http and broken == "shared-client":
             SHARED_HEADERS.setdefault("Idempotency-Key", key)
@@ -477,7 +481,7 @@ def handle_tx(conn, path, message, broken):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--broken", choices=("ignore-verdict", "complete-first", "commit-first", "late-copy",
-                                             "swallow-errors", "no-timeout", "release-on-timeout",
+                                             "swallow-errors", "no-timeout", "short-timeout", "release-on-timeout",
                                              "retry-forever", "no-key", "shared-client", "batch-drop"),
                         default=os.environ.get("SIGNOFF_TEST_BROKEN") or None)
     parser.add_argument("--transactional", action="store_true")

@@ -37,21 +37,30 @@ async function refund(dir, runKey, opKey, attempt) {
     fs.closeSync(fd);
     return { refunded: true };
   }
-  for (;;) {
+  let headers = { 'content-type': 'application/json', 'idempotency-key': opKey };
+  for (let tries = 1; ; tries++) {
     let res;
     try {
       res = await fetch(`${HTTP}/refunds/${encodeURIComponent(opKey)}`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'idempotency-key': opKey },
+        headers,
         body: '{"amount_cents": 1250}',
         ...(MUTATION === 'no-timeout' ? {} : { signal: AbortSignal.timeout(5000) }),
       });
     } catch (err) {
       if (MUTATION === 'swallow-errors') return { status: null };
       if (err.cause?.code === 'ECONNREFUSED') throw new KnownFailure(`provider unreachable: ${err.cause.message}`);
+      if (MUTATION === 'retry-without-key' && tries === 1) {   // once more inside the handler, the header left out
+        headers = { 'content-type': 'application/json' };
+        continue;
+      }
       throw err;                                   // a timeout: the outcome is unknown
     }
     if (res.ok) return { status: res.status };
+    if (MUTATION === 'retry-without-key' && tries === 1 && res.status !== 422) {
+      headers = { 'content-type': 'application/json' };
+      continue;
+    }
     if (MUTATION === 'retry-forever') { await sleep(200); continue; }   // every error transient
     if (MUTATION === 'swallow-errors') { log(`${opKey}: provider answered ${res.status} (ignored)`); return { status: res.status }; }
     if (res.status >= 400 && res.status < 500 && ![408, 429].includes(res.status)) {
@@ -71,8 +80,9 @@ function refunded(dir, runKey) {
   }
 }
 
-function operationKey(runKey, file) {
+function operationKey(runKey, file, message) {
   if (MUTATION === 'message-id') return `msg-${path.basename(file)}`;
+  if (MUTATION === 'key-retries' && message.retries > 0) return `${runKey}:${message.retries}`;   // the queue's retry count in the key
   if (KEY_MODE === 'prefix') return `refund:${runKey}`;
   if (KEY_MODE === 'hash') return createHash('sha256').update(`refund:${runKey}`).digest('hex').slice(0, 16);
   return runKey;
@@ -89,9 +99,10 @@ async function handle(pool, dir, file, message, lease) {
     fs.unlinkSync(file);
     return;
   }
-  const key = message.copy === 'new-key' ? `${runKey}:again` : operationKey(runKey, file);
+  const key = message.copy === 'new-key' ? `${runKey}:again` : operationKey(runKey, file, message);
   const done = () => fs.unlinkSync(file);
-  const again = (delay) => { put(dir, message, delay); fs.unlinkSync(file); };
+  // the queue's own retry of the message: its retry count one more
+  const again = (delay) => { put(dir, { ...message, retries: (message.retries || 0) + 1 }, delay); fs.unlinkSync(file); };
 
   if (MUTATION === 'effect-before-claim') await refund(dir, runKey, key, 0);
   let c;
@@ -129,7 +140,15 @@ async function handle(pool, dir, file, message, lease) {
     try {
       if (MUTATION === 'effect-before-claim') value = { refunded: 'before the claim' };
       else if (c.verdict === 'verify' && refunded(dir, runKey)) value = { found: true };   // lookup: look first
-      else value = await refund(dir, runKey, key, c.attempt);
+      else {
+        try {
+          value = await refund(dir, runKey, key, c.attempt);
+        } catch (err) {
+          // an ensure block: completed, the call failed or not
+          if (MUTATION === 'complete-on-failure') await complete(pool, JOB, key, c.attempt, { tried: true });
+          throw err;
+        }
+      }
     } catch (err) {
       if (err instanceof ProviderRefused) {       // refused for good: the operation ends
         value = { refused: err.message };

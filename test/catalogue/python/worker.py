@@ -62,16 +62,29 @@ def refund(spool, run_key, op_key, attempt):
         finally:
             os.close(fd)
         return {"refunded": True}
-    req = urllib.request.Request(f"{HTTP}/refunds/{op_key}", data=b'{"amount_cents": 1250}', method="POST",
-                                 headers={"Idempotency-Key": op_key, "Content-Type": "application/json"})
+    headers = {"Idempotency-Key": op_key, "Content-Type": "application/json"}
     timeout = None if MUTATION == "no-timeout" else 5.0
     tries = 0
     while True:
         tries += 1
+        req = urllib.request.Request(f"{HTTP}/refunds/{op_key}", data=b'{"amount_cents": 1250}', method="POST",
+                                     headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return {"status": resp.status}
-        except urllib.error.HTTPError as err:
+        except (urllib.error.URLError, TimeoutError) as err:
+            if MUTATION == "retry-without-key" and tries == 1 and getattr(err, "code", None) != 422:
+                # the call tried once more inside the handler, the header left out
+                log.warning("%s: %s; trying again at once", op_key, err)
+                headers = {"Content-Type": "application/json"}
+                continue
+            if not isinstance(err, urllib.error.HTTPError):
+                if MUTATION == "swallow-errors":
+                    log.warning("%s: provider unreachable: %s (ignored)", op_key, err)
+                    return {"status": None}
+                if isinstance(getattr(err, "reason", None), ConnectionRefusedError):
+                    raise idem.KnownFailure(f"provider unreachable: {err.reason}") from err
+                raise                            # a timeout: the outcome is unknown
             if MUTATION == "retry-forever":      # every error transient: again, forever
                 time.sleep(0.2)
                 continue
@@ -81,13 +94,6 @@ def refund(spool, run_key, op_key, attempt):
             if err.code == 422 or 400 <= err.code < 500 and err.code not in (408, 429):
                 raise ProviderRefused(f"provider answered {err.code}") from err
             raise idem.KnownFailure(f"provider answered {err.code}") from err
-        except urllib.error.URLError as err:
-            if MUTATION == "swallow-errors":
-                log.warning("%s: provider unreachable: %s (ignored)", op_key, err)
-                return {"status": None}
-            if isinstance(err.reason, ConnectionRefusedError):
-                raise idem.KnownFailure(f"provider unreachable: {err.reason}") from err
-            raise                                # a timeout: the outcome is unknown
 
 
 def refunded(spool, run_key):
@@ -100,9 +106,11 @@ def refunded(spool, run_key):
         return False
 
 
-def operation_key(run_key, path):
+def operation_key(run_key, path, message):
     if MUTATION == "message-id":             # the message's own id: another per delivery
         return "msg-" + os.path.basename(path)
+    if MUTATION == "key-retries" and message.get("retries"):
+        return f"{run_key}:{message['retries']}"     # the queue's retry count in the key
     if KEY_MODE == "prefix":
         return f"refund:{run_key}"
     if KEY_MODE == "hash":
@@ -123,14 +131,16 @@ def handle(spool, path, message, lease):
         run_key_claimed = f"{run_key}:again"
     else:
         run_key_claimed = None
-    key = run_key_claimed or operation_key(run_key, path)
+    key = run_key_claimed or operation_key(run_key, path, message)
     fp = idem.fingerprint(args)
 
     def done():
         os.unlink(path)
 
     def again(delay):
-        dirqueue.put(spool, {k: v for k, v in message.items() if k != "not_before"}, delay)
+        # the queue's own retry of the message: its retry count one more
+        retried = dict(message, retries=message.get("retries", 0) + 1)
+        dirqueue.put(spool, {k: v for k, v in retried.items() if k != "not_before"}, delay)
         os.unlink(path)
 
     if MUTATION == "effect-before-claim":
@@ -176,7 +186,12 @@ def handle(spool, path, message, lease):
             elif c.verdict == "verify" and refunded(spool, run_key):   # lookup: look first
                 value = {"found": True}
             else:
-                value = refund(spool, run_key, key, c.attempt)
+                try:
+                    value = refund(spool, run_key, key, c.attempt)
+                except Exception:
+                    if MUTATION == "complete-on-failure":   # an ensure block: completed, the call failed or not
+                        idem.complete(JOB, key, c.attempt, {"tried": True})
+                    raise
         except ProviderRefused as err:      # refused for good: the operation ends
             value = {"refused": str(err)}
         except idem.KnownFailure as err:    # certainly not refunded: released, retried

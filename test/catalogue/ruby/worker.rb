@@ -31,7 +31,10 @@ def refund(spool, run_key, op_key, attempt)
     return { "refunded" => true }
   end
   uri = URI("#{HTTP}/refunds/#{op_key}")
+  headers = { "Content-Type" => "application/json", "Idempotency-Key" => op_key }
+  tries = 0
   loop do
+    tries += 1
     begin
       http = Net::HTTP.new(uri.host, uri.port)
       if MUTATION == "no-timeout"
@@ -40,13 +43,20 @@ def refund(spool, run_key, op_key, attempt)
         http.open_timeout = 5
         http.read_timeout = 5
       end
-      res = http.post(uri.path, '{"amount_cents": 1250}', "Content-Type" => "application/json",
-                                                           "Idempotency-Key" => op_key)
+      res = http.post(uri.path, '{"amount_cents": 1250}', headers)
     rescue Errno::ECONNREFUSED => e
       return { "status" => nil } if MUTATION == "swallow-errors"
       raise PgIdempotency::KnownFailure, "provider unreachable: #{e.message}"
+    rescue Net::ReadTimeout, Net::OpenTimeout
+      raise unless MUTATION == "retry-without-key" && tries == 1
+      headers = headers.except("Idempotency-Key")   # once more inside the handler, the header left out
+      next
     end
     return { "status" => res.code.to_i } if res.is_a?(Net::HTTPSuccess)
+    if MUTATION == "retry-without-key" && tries == 1 && res.code.to_i != 422
+      headers = headers.except("Idempotency-Key")   # once more inside the handler, the header left out
+      next
+    end
     if MUTATION == "retry-forever"          # every error transient: again, forever
       sleep 0.2
       next
@@ -61,8 +71,10 @@ def refund(spool, run_key, op_key, attempt)
   end
 end
 
-def operation_key(run_key, path)
+def operation_key(run_key, path, message)
   return "msg-#{File.basename(path)}" if MUTATION == "message-id"
+  # the queue's retry count in the key
+  return "#{run_key}:#{message['retries']}" if MUTATION == "key-retries" && message["retries"].to_i.positive?
   return "refund:#{run_key}" if KEY_MODE == "prefix"
   return Digest::SHA256.hexdigest("refund:#{run_key}")[0, 16] if KEY_MODE == "hash"
   run_key
@@ -78,9 +90,10 @@ def handle(conn, beat_conn, spool, path, message, lease)
     refund(spool, run_key, run_key, 0)
     return File.unlink(path)
   end
-  key = message["copy"] == "new-key" ? "#{run_key}:again" : operation_key(run_key, path)
+  key = message["copy"] == "new-key" ? "#{run_key}:again" : operation_key(run_key, path, message)
   done = -> { File.unlink(path) }
-  again = ->(delay) { put(spool, message, delay); File.unlink(path) }
+  # the queue's own retry of the message: its retry count one more
+  again = ->(delay) { put(spool, message.merge("retries" => message["retries"].to_i + 1), delay); File.unlink(path) }
 
   refund(spool, run_key, key, 0) if MUTATION == "effect-before-claim"
   begin
@@ -120,7 +133,14 @@ def handle(conn, beat_conn, spool, path, message, lease)
     begin
       value = if MUTATION == "effect-before-claim" then { "refunded" => "before the claim" }
               elsif c.verify? && refunded?(spool, run_key) then { "found" => true }   # lookup: look first
-              else refund(spool, run_key, key, c.attempt)
+              else
+                begin
+                  refund(spool, run_key, key, c.attempt)
+                rescue StandardError
+                  # an ensure block: completed, the call failed or not
+                  PgIdempotency.complete(conn, JOB, key, c.attempt, { "tried" => true }) if MUTATION == "complete-on-failure"
+                  raise
+                end
               end
     rescue ProviderRefused => e             # refused for good: the operation ends
       value = { "refused" => e.message }
