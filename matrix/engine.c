@@ -1086,7 +1086,8 @@ arrived(signoff_state *s, exch *x)
 					  x->key, x->point, x->verdict[0] ? x->verdict : "-", x->sqlstate[0] ? " " : "", x->sqlstate,
 					  s->case_id ? ", during case " : "", s->case_id ? s->case_id : "");
 		}
-		if (s->cr)
+		/* the points of a claim the case failed for its key (key_changed()) say nothing more */
+		if (s->cr && !(s->unmappable && strcmp(x->key, s->unmapped) == 0))
 			case_note(s->cr, "A delivery of %s, not a key of this case (%s), reached %s (%s%s%s): answered continue.",
 					  x->key, owner >= 0 ? "a late delivery of an earlier case's key, noted there" :
 					  "a message the queue kept from an earlier case",
