@@ -47,9 +47,11 @@
 # Output: one line per run ("run 3/10 celery: ok, 2 of 2 sign-offs passed,
 # 412 s, load 5.1"), a summary table, and the logs of every failing run
 # kept in a directory it names. Exit 0 when no correct job failed and every
-# broken variant was caught. Time: a run of all four targets takes about
-# 25-40 minutes on 2 loaded cores (celery ~10, sidekiq ~12, sqs ~10,
-# catalogue ~6), so the default 10 runs take 5-7 hours: use -n for fewer.
+# broken variant was caught. Time, measured on the 2-core test machine
+# with its 4 busy processes and two other engineers' tests (load average
+# 3-22): a run of all four targets about 17 minutes (catalogue 138 s,
+# celery 265 s, sidekiq 228 s, sqs 360 s), the whole catalogue 302 s; so
+# the default 10 runs take about 3 hours: use -n for fewer.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
