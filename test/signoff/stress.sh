@@ -105,7 +105,7 @@ finish() {
     echo "# logs in $out"
 }
 trap finish EXIT
-trap 'exit 130' INT TERM
+trap 'trap - EXIT; finish; exit 130' INT TERM
 
 cores=$(nproc)
 nbusy=$((cores * busy_per_core))
