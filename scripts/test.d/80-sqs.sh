@@ -53,7 +53,8 @@
 #            examples/sqs/signoff.job, effect = smtp: the runner's own SMTP
 #            endpoint counts the emails): the seed's cases 1-7 and the
 #            runner's 9-13 under hold, retry and skip, then the faults at the
-#            effect, the storm and the batch (14-20) under retry; every case
+#            effect, the storm and the batch (14-20) under retry (with the
+#            database as --dsn alone, no PG* variable: --dsn-only); every case
 #            must hold;
 #   signoff-batch  the same with the batch handler
 #            (examples/sqs/signoff-batch.job: worker.mjs with SQS_BATCH=1);

@@ -34,7 +34,9 @@
 # redis-server; effect = smtp: the runner's own SMTP endpoint counts) under
 # hold, retry and skip: the seed's cases 1-7 and the runner's 9-13 through
 # the example's own workers and enqueue command; then the faults at the
-# effect and the storm (14-19) under retry. Then a job the examples do not
+# effect and the storm (14-19) under retry, with the database given as
+# --dsn alone and no PG* variable in the runner's environment
+# (signoff.py --dsn-only). Then a job the examples do not
 # have, examples/sidekiq/second-job/signoff.job (an HTTP POST, effect =
 # http), its faults at the effect (14-18) under retry.
 #
