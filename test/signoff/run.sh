@@ -81,7 +81,10 @@
 #      case 1 at once with "the claim failed: 42501 permission denied for
 #      schema idempotency", instead of the timeout; a job file whose
 #      job_type is not the one the worker claims under fails case 1 within
-#      15 s with one sentence naming both job types, case 2 not run.
+#      15 s with one sentence naming both job types, case 2 not run; a
+#      run given --dsn alone (a URI with a password) and no PG* variable:
+#      its worker and effects command get libpq's variables of it
+#      (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD decoded), the cases hold.
 #  14. a redelivery slower than the lease in 7a/7b (worker.py
 #      --slow-redelivery): once, the case notes that try 1 tested nothing,
 #      runs again under new keys and holds; always, it fails after 3 tries
@@ -1103,6 +1106,30 @@ if ((rc == 1)) && ((secs < 15)) && [[ $(grep -c 'FAILED' "$log") == 1 ]] &&
     ok "a job file whose job_type is not the worker's: case 1 fails in $secs s naming both job types, case 2 not run"
 else
     not_ok "$log" "a job file whose job_type is not the worker's: expected exit 1 within 15 s, the one sentence, case 2 not run; got exit $rc in $secs s"
+fi
+
+# --dsn alone (a URI with a percent-encoded password), no PG* variable in
+# the runner's environment: the worker and the commands get libpq's
+# variables of the --dsn, and the cases hold
+job=$out/dsn-only.job
+log=$out/dsn-only.log
+make_job "$job" "policies=hold" "lease=1.5" \
+    "worker=sh -c 'env | grep ^PG | sort >\"\$SIGNOFF_TEST_DIR/pgenv-worker-\$IDEMPOTENCY_SIGNOFF_RUN\"; exec /usr/bin/python3 worker.py'" \
+    "effects=sh -c 'env | grep ^PG | sort >\"\$SIGNOFF_TEST_DIR/pgenv-effects-\$IDEMPOTENCY_SIGNOFF_RUN\"; exec sh effects.sh \"\$1\"' - {key}"
+uri="postgresql://$PGUSER:s%40cret@/$run_db?host=$PGHOST&port=$PGPORT"
+unset_pg=()
+while IFS= read -r name; do unset_pg+=(-u "$name"); done < <(env | sed -n 's/^\(PG[A-Za-z_]*\)=.*/\1/p')
+env "${unset_pg[@]}" "$runner" --job "$job" --dsn "$uri" --cases 1,2 >"$log" 2>&1
+rc=$?
+run=$(prefix_of "$log"); run=${run#signoff_}
+want=$(printf 'PGDATABASE=%s\nPGHOST=%s\nPGPASSWORD=s@cret\nPGPORT=%s\nPGUSER=%s\n' "$run_db" "$PGHOST" "$PGPORT" "$PGUSER")
+if ((rc == 0)) && [[ -n $run && $(tail -n 1 "$log") == "2 passed, 0 failed" ]] &&
+    [[ $(cat "$SIGNOFF_TEST_DIR/pgenv-worker-$run" 2>/dev/null) == "$want" &&
+       $(cat "$SIGNOFF_TEST_DIR/pgenv-effects-$run" 2>/dev/null) == "$want" ]]; then
+    ok "--dsn alone, a URI with a password, no PG* variable set: the worker and effects get PGHOST, PGPORT, PGDATABASE, PGUSER and PGPASSWORD (decoded) of it; cases 1 and 2 hold"
+else
+    { echo "worker's PG*:"; cat "$SIGNOFF_TEST_DIR/pgenv-worker-$run"; echo "want:"; echo "$want"; } >>"$log" 2>&1
+    not_ok "$log" "--dsn alone: expected exit 0, '2 passed, 0 failed' and the worker's and the command's PG* variables those of the URI; got exit $rc"
 fi
 
 echo "signoff: $passed passed, $failed failed"
