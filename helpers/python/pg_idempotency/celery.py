@@ -156,7 +156,7 @@ class IdempotentTask(Task):
                            # at most half the lease, at least one try more
     finish_on_sigterm = True   # a prefork pool process finishes the task in hand
                                # when SIGTERM reaches it (ignored until the end)
-    throws = (PermanentFailure,)   # an expected failure: logged without a traceback
+    throws = (PermanentFailure,)   # an expected failure (Celery's `throws`)
 
     # -- override these as needed ---------------------------------------
     def bound_arguments(self, args, kwargs):
