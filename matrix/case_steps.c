@@ -787,7 +787,10 @@ typedef enum
 	FO_PENDING,
 	FO_HANDLED,					/* the handler returned: the job took it for a success */
 	FO_RELEASED,				/* released: a known failure */
-	FO_LEFT						/* still claimed, and stale: left to its lease */
+	FO_LEFT,					/* still claimed, and stale: left to its lease */
+	FO_ENDED					/* completed without the handler returning: the job
+								 * ended the operation on the failed call
+								 * (PermanentFailure: the point ended) */
 } fault_outcome;
 
 static fault_outcome
@@ -803,6 +806,8 @@ fault_outcome_of(signoff_state *s, int di)
 		return FO_PENDING;
 	if (strcmp(status, "released") == 0 || attempt != d->attempt)
 		return FO_RELEASED;
+	if (strcmp(status, "completed") == 0)
+		return FO_ENDED;
 	if (strcmp(status, "claimed") == 0 && stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]) == 1)
 		return FO_LEFT;
 	return FO_PENDING;
@@ -830,7 +835,7 @@ wait_fault_over(signoff_state *s, int di)
 		fault_outcome o = fault_outcome_of(s, di);
 
 		/* a run that ended without handled: settle() does not wait for it */
-		if (o == FO_RELEASED || o == FO_LEFT)
+		if (o == FO_RELEASED || o == FO_LEFT || o == FO_ENDED)
 			s->d[di].failed = true;
 		return o;
 	}
@@ -941,6 +946,13 @@ refused_for_now(signoff_state *s, bool unreachable)
 							  "the message retried)", what, unreachable ? "could not be reached" : "refused",
 							  effect_name_of(s));
 			}
+			break;
+		case FO_ENDED:
+			case_fail(s->cr, "the provider %s, so the %s certainly was not made, yet the job ended the operation "
+					  "(completed without its handler returning%s): a refusal for now is not one for good, and the "
+					  "%s will never be made; raise the helper's KnownFailure, so that the claim is released and "
+					  "the message retried", what, effect_name_of(s),
+					  s->d[di].ended[0] ? ", with PermanentFailure" : "", effect_name_of(s));
 			break;
 		case FO_LEFT:
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "left to its lease");
@@ -1053,6 +1065,12 @@ sc_15(signoff_state *s)
 			if (enqueue(s, 0, JF_ENQUEUE))
 				settle(s);
 			break;
+		case FO_ENDED:
+			case_fail(s->cr, "the %s call got no answer, yet the job ended the operation (completed without its handler "
+					  "returning%s): it cannot know whether the provider made the %s; let the error raise (not as a "
+					  "known or a permanent failure), so that the claim waits for its lease and the policy decides",
+					  effect_name_of(s), s->d[di].ended[0] ? ", with PermanentFailure" : "", effect_name_of(s));
+			break;
 		case FO_HANDLED:
 			case_fail(s->cr, "the %s call got no answer, yet the job completed the operation as if it had succeeded: "
 					  "it cannot know whether the provider made the %s; let the error raise (not as a known "
@@ -1076,8 +1094,9 @@ static void
 too_many_requests(signoff_state *s, case_result *cr, const effect_stats *st, double seconds)
 {
 	case_fail(cr, "the job retried a permanent refusal: %d requests in %.0f s, each refused for good (%s); a refusal "
-			  "that will not change must end the operation (complete it with the refusal as its result, or "
-			  "release it and drop the message), not be retried", st->requests, seconds,
+			  "that will not change must end the operation (the helper's PermanentFailure: completed with the "
+			  "refusal as its result, the delivery failed as the queue fails a job), not be retried",
+			  st->requests, seconds,
 			  s->job->effect == EFFECT_HTTP ? "HTTP 422" : "SMTP 550");
 }
 
@@ -1122,17 +1141,37 @@ sc_16(signoff_state *s)
 	else if (o == FO_RELEASED)
 	{
 		copy_str(s->cr->exp_record, CELL, "released #1");
+		copy_str(s->cr->ending, sizeof(s->cr->ending), "released #1, the message dropped");
 		case_note(s->cr, "The job released the claim after the refusal for good and did not retry it (%d request%s): "
 				  "a known failure, dropped; the record expected is released #1.", st.requests,
 				  st.requests == 1 ? "" : "s");
 	}
 	else if (o == FO_LEFT)
 		case_fail(s->cr, "the provider refused the %s for good, yet the job left its claim to its lease: the policy "
-				  "(%s) decides now, and under retry every takeover asks again; end the operation (complete it "
-				  "with the refusal as its result)", effect_name_of(s), policy_names[s->policy]);
+				  "(%s) decides now, and under retry every takeover asks again; end the operation (the helper's "
+				  "PermanentFailure: completed with the refusal as its result, the delivery failed as the queue "
+				  "fails a job)", effect_name_of(s), policy_names[s->policy]);
+	else if (o == FO_ENDED && s->d[di].ended[0])
+	{
+		snprintf(s->cr->ending, sizeof(s->cr->ending), "ended with %s", s->d[di].ended);
+		case_note(s->cr, "The provider refused for good; the job ended the operation after %d request%s: %s.",
+				  st.requests, st.requests == 1 ? "" : "s", s->cr->ending);
+	}
+	else if (o == FO_ENDED)
+	{
+		snprintf(s->cr->ending, sizeof(s->cr->ending), "completed #%d without its handler returning (the helper "
+				 "did not say how the delivery ended: no point ended)", s->d[di].attempt);
+		case_note(s->cr, "The provider refused for good; the job ended the operation after %d request%s: %s.",
+				  st.requests, st.requests == 1 ? "" : "s", s->cr->ending);
+	}
 	else if (o == FO_HANDLED)
+	{
+		snprintf(s->cr->ending, sizeof(s->cr->ending), "completed #%d with the refusal as its result: the handler "
+				 "returned, so the delivery succeeded", s->d[di].attempt);
 		case_note(s->cr, "The provider refused for good; the job completed the operation (the refusal as its result) "
-				  "after %d request%s.", st.requests, st.requests == 1 ? "" : "s");
+				  "after %d request%s: the handler returned, so the delivery succeeded.", st.requests,
+				  st.requests == 1 ? "" : "s");
+	}
 out:
 	stop_workers(s);
 	observe(s, NULL);
@@ -1845,6 +1884,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	int			total = 0,
 				done = 0;
 	double		t0;
+	const char *cut_drain = NULL;	/* interrupted: the policy whose drain did not end */
 
 	memset(s, 0, sizeof(*s));
 	s->ctx = ctx;
@@ -2017,6 +2057,16 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 				progress(ctx, "[%d/%d] policy %s, case %s: %s (try %d: the lease ran out before the redelivery)",
 						 done, total, policy_names[p], cr->id, cr->title, tries + 1);
 			}
+			if (matrix_interrupted)
+			{
+				/* stopped in the middle: the reports hold only finished cases */
+				sb_free(&cr->notes);
+				pr->ncases--;
+				done--;
+				s->cr = NULL;
+				s->nkeys = 0;
+				break;
+			}
 			cr->seconds = now_seconds() - tc;
 			case_finish(cr);
 			cr->at_end = cr->obs_emails;
@@ -2030,7 +2080,13 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			s->nkeys = 0;
 		}
 		if (!job->reference && job->drain_s > 0 && !matrix_interrupted)
+		{
 			drain(s, pr);
+			if (matrix_interrupted)
+				cut_drain = policy_names[p];
+		}
+		else if (!job->reference && job->drain_s > 0)
+			cut_drain = policy_names[p];
 		stop_kept_workers(s);
 		diagnose_policy(s, pr);
 		s->pr = NULL;
@@ -2042,7 +2098,21 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	progress_clear(ctx);
 	if (matrix_interrupted)
 	{
-		free(prs);
+		int			sig = (int) matrix_interrupted;
+
+		/*
+		 * The reports all the same, marked, with the cases that finished
+		 * (a policy stopped before its first one is left out); exit 130.
+		 */
+		if (npr > 0 && prs[npr - 1].ncases == 0)
+			npr--;
+		snprintf(ctx->interrupted, sizeof(ctx->interrupted),
+				 "by %s after %d of %d cases: the report holds the %d that finished%s%s%s",
+				 sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal",
+				 done, total, done, cut_drain ? "; the drain of policy " : "", cut_drain ? cut_drain : "",
+				 cut_drain ? " did not run to its end (an effect made late is not counted)" : "");
+		effect_stop();
+		report_all(ctx, prs, npr, html, json);
 		return 130;
 	}
 	if (job->value[JF_CLEANUP])
