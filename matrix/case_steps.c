@@ -908,7 +908,10 @@ typedef enum
 	FO_COMPLETED,				/* completed with no handled point: the handler raised, and
 								 * the job completed all the same (an ensure block) */
 	FO_RELEASED,				/* released: a known failure */
-	FO_LEFT						/* still claimed, and stale: left to its lease */
+	FO_LEFT,					/* still claimed, and stale: left to its lease */
+	FO_ENDED					/* completed without the handler returning: the job
+								 * ended the operation on the failed call
+								 * (PermanentFailure: the point ended) */
 } fault_outcome;
 
 static fault_outcome
@@ -926,11 +929,13 @@ fault_outcome_of(signoff_state *s, int di)
 		return FO_RELEASED;
 	/*
 	 * A helper sends the completion only once the runner answered its
-	 * handled point: completed without one is a completion outside the
-	 * handler's return, after the handler raised
+	 * handled point: completed without one is the job ending the operation
+	 * on its failed call (PermanentFailure, which says so at the point
+	 * ended), or, without that point, a completion outside the handler's
+	 * return after the handler raised (an ensure block)
 	 */
 	if (strcmp(status, "completed") == 0)
-		return FO_COMPLETED;
+		return d->ended[0] ? FO_ENDED : FO_COMPLETED;
 	if (strcmp(status, "claimed") == 0 && stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]) == 1)
 		return FO_LEFT;
 	return FO_PENDING;
@@ -958,7 +963,7 @@ wait_fault_over(signoff_state *s, int di)
 		fault_outcome o = fault_outcome_of(s, di);
 
 		/* a run that ended without handled: settle() does not wait for it */
-		if (o == FO_RELEASED || o == FO_LEFT || o == FO_COMPLETED)
+		if (o == FO_RELEASED || o == FO_LEFT || o == FO_COMPLETED || o == FO_ENDED)
 			s->d[di].failed = true;
 		if (o == FO_COMPLETED)
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "completed, not handled");
@@ -1123,6 +1128,12 @@ refused_for_now(signoff_state *s, bool unreachable)
 		case FO_COMPLETED:
 			completed_after_failure(s, what);
 			break;
+		case FO_ENDED:
+			case_defect(s, "the provider %s, so the %s certainly was not made, yet the job ended the operation "
+						"(completed without its handler returning, with PermanentFailure): a refusal for now is not "
+						"one for good, and the %s will never be made; raise the helper's KnownFailure, so that the "
+						"claim is released and the message retried", what, effect_name_of(s), effect_name_of(s));
+			break;
 		case FO_LEFT:
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "left to its lease");
 			case_defect(s, "the provider %s, so the %s certainly was not made, yet the job left its claim to its lease "
@@ -1237,6 +1248,12 @@ sc_15(signoff_state *s)
 			if (enqueue(s, 0, JF_ENQUEUE))
 				settle(s);
 			break;
+		case FO_ENDED:
+			case_defect(s, "the %s call got no answer, yet the job ended the operation (completed without its handler "
+						"returning, with PermanentFailure): it cannot know whether the provider made the %s; let the "
+						"error raise (not as a known or a permanent failure), so that the claim waits for its lease "
+						"and the policy decides", effect_name_of(s), effect_name_of(s));
+			break;
 		case FO_HANDLED:
 			settle(s);
 			if (!two_requests(s, "(the first got no answer)"))
@@ -1267,9 +1284,9 @@ too_many_requests(signoff_state *s, case_result *cr, const effect_stats *st, dou
 
 	s->cr = cr;					/* the drain's check names its case's defect too */
 	case_defect(s, "the job retried a permanent refusal: %d requests in %.0f s, each refused for good (%s); a refusal "
-				"that will not change must end the operation (complete it with the refusal as its result, or "
-				"release it and drop the message), not be retried", st->requests, seconds,
-				s->job->effect == EFFECT_HTTP ? "HTTP 422" : "SMTP 550");
+				"that will not change must end the operation (the helper's PermanentFailure: completed with the "
+				"refusal as its result, the delivery failed as the queue fails a job), not be retried",
+				st->requests, seconds, s->job->effect == EFFECT_HTTP ? "HTTP 422" : "SMTP 550");
 	s->cr = was;
 }
 
@@ -1298,7 +1315,7 @@ sc_16(signoff_state *s)
 	if (o == FO_HANDLED)
 		settle(s);
 	if (o == FO_COMPLETED)
-		o = FO_HANDLED;			/* completed with the refusal, the handler raising: ended all the same */
+		o = FO_ENDED;			/* completed, the handler raising, no point ended: ended all the same */
 	/* a retrying job shows itself within a few of its retry delays */
 	{
 		double		t1 = now_seconds();
@@ -1316,17 +1333,37 @@ sc_16(signoff_state *s)
 	else if (o == FO_RELEASED)
 	{
 		copy_str(s->cr->exp_record, CELL, "released #1");
+		copy_str(s->cr->ending, sizeof(s->cr->ending), "released #1, the message dropped");
 		case_note(s->cr, "The job released the claim after the refusal for good and did not retry it (%d request%s): "
 				  "a known failure, dropped; the record expected is released #1.", st.requests,
 				  st.requests == 1 ? "" : "s");
 	}
 	else if (o == FO_LEFT)
 		case_defect(s, "the provider refused the %s for good, yet the job left its claim to its lease: the policy "
-				  "(%s) decides now, and under retry every takeover asks again; end the operation (complete it "
-				  "with the refusal as its result)", effect_name_of(s), policy_names[s->policy]);
+					"(%s) decides now, and under retry every takeover asks again; end the operation (the helper's "
+					"PermanentFailure: completed with the refusal as its result, the delivery failed as the queue "
+					"fails a job)", effect_name_of(s), policy_names[s->policy]);
+	else if (o == FO_ENDED && s->d[di].ended[0])
+	{
+		snprintf(s->cr->ending, sizeof(s->cr->ending), "ended with %s", s->d[di].ended);
+		case_note(s->cr, "The provider refused for good; the job ended the operation after %d request%s: %s.",
+				  st.requests, st.requests == 1 ? "" : "s", s->cr->ending);
+	}
+	else if (o == FO_ENDED)
+	{
+		snprintf(s->cr->ending, sizeof(s->cr->ending), "completed #%d without its handler returning (the helper "
+				 "did not say how the delivery ended: no point ended)", s->d[di].attempt);
+		case_note(s->cr, "The provider refused for good; the job ended the operation after %d request%s: %s.",
+				  st.requests, st.requests == 1 ? "" : "s", s->cr->ending);
+	}
 	else if (o == FO_HANDLED)
+	{
+		snprintf(s->cr->ending, sizeof(s->cr->ending), "completed #%d with the refusal as its result: the handler "
+				 "returned, so the delivery succeeded", s->d[di].attempt);
 		case_note(s->cr, "The provider refused for good; the job completed the operation (the refusal as its result) "
-				  "after %d request%s.", st.requests, st.requests == 1 ? "" : "s");
+				  "after %d request%s: the handler returned, so the delivery succeeded.", st.requests,
+				  st.requests == 1 ? "" : "s");
+	}
 out:
 	stop_workers(s);
 	observe(s, NULL);
@@ -1412,6 +1449,14 @@ gave_up_slow(signoff_state *s, int di, double waited)
 			settle(s);
 			return;
 		case FO_COMPLETED:
+			completed_after_failure(s, "gave no answer before the job's client gave up");
+			return;
+		case FO_ENDED:
+			case_defect(s, "the job's client gave up on the %s call, yet the job ended the operation (completed "
+						"without its handler returning, with PermanentFailure): it cannot know whether the provider "
+						"made the %s; let the error raise (not as a known or a permanent failure), so that the claim "
+						"waits for its lease and the policy decides", eff, eff);
+			return;
 		case FO_PENDING:
 			return;
 	}
@@ -2114,6 +2159,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	int			total = 0,
 				done = 0;
 	double		t0;
+	const char *cut_drain = NULL;	/* interrupted: the policy whose drain did not end */
 
 	memset(s, 0, sizeof(*s));
 	s->ctx = ctx;
@@ -2286,6 +2332,16 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 				progress(ctx, "[%d/%d] policy %s, case %s: %s (try %d: the lease ran out before the redelivery)",
 						 done, total, policy_names[p], cr->id, cr->title, tries + 1);
 			}
+			if (matrix_interrupted)
+			{
+				/* stopped in the middle: the reports hold only finished cases */
+				sb_free(&cr->notes);
+				pr->ncases--;
+				done--;
+				s->cr = NULL;
+				s->nkeys = 0;
+				break;
+			}
 			cr->seconds = now_seconds() - tc;
 			case_finish(cr);
 			cr->at_end = cr->obs_emails;
@@ -2299,7 +2355,13 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			s->nkeys = 0;
 		}
 		if (!job->reference && job->drain_s > 0 && !matrix_interrupted)
+		{
 			drain(s, pr);
+			if (matrix_interrupted)
+				cut_drain = policy_names[p];
+		}
+		else if (!job->reference && job->drain_s > 0)
+			cut_drain = policy_names[p];
 		stop_kept_workers(s);
 		diagnose_policy(s, pr);
 		s->pr = NULL;
@@ -2311,7 +2373,21 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	progress_clear(ctx);
 	if (matrix_interrupted)
 	{
-		free(prs);
+		int			sig = (int) matrix_interrupted;
+
+		/*
+		 * The reports all the same, marked, with the cases that finished
+		 * (a policy stopped before its first one is left out); exit 130.
+		 */
+		if (npr > 0 && prs[npr - 1].ncases == 0)
+			npr--;
+		snprintf(ctx->interrupted, sizeof(ctx->interrupted),
+				 "by %s after %d of %d cases: the report holds the %d that finished%s%s%s",
+				 sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal",
+				 done, total, done, cut_drain ? "; the drain of policy " : "", cut_drain ? cut_drain : "",
+				 cut_drain ? " did not run to its end (an effect made late is not counted)" : "");
+		effect_stop();
+		report_all(ctx, prs, npr, html, json);
 		return 130;
 	}
 	if (job->value[JF_CLEANUP])

@@ -402,19 +402,57 @@ policy_by_name(const char *s)
 	return -1;
 }
 
+/*
+ * The next item of a list in a job file (policies, code): items are
+ * separated by commas, blanks or both ("hold, retry", "hold retry",
+ * "tasks.py, lib/refund.py"); inside braces (a glob's {a,b}) nothing
+ * separates. The item is cut out of *cursor in place, which then
+ * points after it; NULL when no item is left.
+ */
+char *
+job_list_next(char **cursor)
+{
+	char	   *p = *cursor;
+	char	   *item;
+	int			depth = 0;
+
+	while (*p == ',' || *p == ' ' || *p == '\t')
+		p++;
+	if (*p == '\0')
+	{
+		*cursor = p;
+		return NULL;
+	}
+	item = p;
+	for (; *p; p++)
+	{
+		if (*p == '{')
+			depth++;
+		else if (*p == '}' && depth > 0)
+			depth--;
+		else if (depth == 0 && (*p == ' ' || *p == '\t' || *p == ','))
+			break;
+	}
+	if (*p)
+		*p++ = '\0';
+	*cursor = p;
+	return item;
+}
+
 /* "hold, retry" or "all" into want[]; false: a word that is no policy, or none */
 bool
 parse_policies(const char *list, bool *want)
 {
 	char	   *copy = strdup(list);
-	char	   *save = NULL;
+	char	   *cursor = copy;
 	char	   *tok;
 	bool		ok = true;
 	int			i;
 
 	for (i = 0; i < N_POLICIES; i++)
 		want[i] = false;
-	for (tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
+	/* commas and blanks alike, as every list of a job file */
+	while ((tok = job_list_next(&cursor)) != NULL)
 	{
 		int			p = policy_by_name(tok);
 

@@ -25,6 +25,8 @@ extern const char *const policy_blurbs[N_POLICIES];
 extern const char *const policy_blurbs_job[N_POLICIES];
 int			policy_by_name(const char *s);
 bool		parse_policies(const char *list, bool *want);
+/* the next item of a job file's list (commas and blanks alike), or NULL */
+char	   *job_list_next(char **cursor);
 
 /* what one policy must give in one case */
 typedef struct case_expect
@@ -100,6 +102,7 @@ typedef struct case_result
 	int			at_end;
 	int			after_drain;
 	int			late;			/* deliveries of its keys that came after it */
+	char		ending[600];	/* how the job ended the operation, where the case names it (16) */
 } case_result;
 
 #define MAX_CASES 24

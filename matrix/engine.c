@@ -175,6 +175,7 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 		unsetenv("IDEMPOTENCY_SIGNOFF_HTTP");
 		unsetenv("IDEMPOTENCY_SIGNOFF_SMTP");
 		unsetenv("IDEMPOTENCY_SIGNOFF_HELLO");
+		unsetenv("IDEMPOTENCY_SIGNOFF_ENDED");
 		for (; env && *env; env++)
 			putenv(*env);
 		if (chdir(s->job->dir) != 0)
@@ -349,21 +350,37 @@ signoff_remove_dir(matrix_ctx *ctx, bool keep_logs)
 /*
  * A line of a library's warnings that says nothing of the job: Python's
  * DeprecationWarning and its source line, Node's deprecation notices, the
- * AWS SDK's notice of Node versions. Left out of a log's tail (counted).
+ * AWS SDK's notice of Node versions, the redis gem's deprecation notices
+ * under Debian's Sidekiq 6.4 ("Redis#sadd will always return an Integer
+ * in Redis 5.0.0 ...(called from: ...)", "Passing the timeout as a
+ * positional argument is deprecated ...:" and its indented example line)
+ * and Sidekiq's own ("... will be removed in Sidekiq 7.0"). A notice whose
+ * line ends with ":" goes on in the indented (or empty) lines after it
+ * (notice: in it, kept by the caller). Left out of a log's tail (counted).
  */
 static bool
-log_noise(const char *line)
+log_noise(const char *line, bool *notice)
 {
 	static const char *const noise[] = {
 		"DeprecationWarning", "PendingDeprecationWarning", "deprecated", "Deprecated",
 		"--trace-warnings", "--trace-deprecation", "will no longer support Node.js",
 		"warnings.warn(", "NOTE: The AWS SDK for JavaScript",
+		"(called from: ", "will always return an Integer", "will return an Integer",
+		"will be removed in Sidekiq", "will be removed in Redis", "will be removed in redis-rb",
 	};
 	size_t		i;
+	size_t		n = strlen(line);
 
+	if (*notice && (n == 0 || line[0] == ' ' || line[0] == '\t' ||
+					strncmp(line, "You should use the following form instead", 41) == 0))
+		return true;
+	*notice = false;
 	for (i = 0; i < sizeof(noise) / sizeof(noise[0]); i++)
 		if (strstr(line, noise[i]))
+		{
+			*notice = n > 0 && line[n - 1] == ':';
 			return true;
+		}
 	return false;
 }
 
@@ -381,6 +398,7 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 				noise = 0,
 				i;
 	bool		helper_shown = false;
+	bool		notice = false; /* inside a library's notice of several lines */
 	char	   *line = NULL;
 	size_t		cap = 0;
 	ssize_t		len;
@@ -395,7 +413,7 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 	{
 		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			line[--len] = '\0';
-		if (log_noise(line))
+		if (log_noise(line, &notice))
 		{
 			noise++;
 			continue;
@@ -530,6 +548,7 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	x->result[0] = '\0';
 	x->backend_pid = 0;
 	x->message[0] = '\0';
+	x->ending[0] = x->ended_how[0] = '\0';
 	memset(&x->hello, 0, sizeof(x->hello));
 	if (*p++ != '{')
 		goto bad;
@@ -610,6 +629,10 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 		}
 		else if (strcmp(name, "message") == 0 && is_str)
 			copy_str(x->message, sizeof(x->message), sval);
+		else if (strcmp(name, "ending") == 0 && is_str)
+			copy_str(x->ending, sizeof(x->ending), sval);
+		else if (strcmp(name, "delivery") == 0 && is_str)
+			copy_str(x->ended_how, sizeof(x->ended_how), sval);
 		else
 			hello_field(&x->hello, name, sval, is_str, is_null, num);
 		p = skip_ws(p);
@@ -630,9 +653,9 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	if (strcmp(x->point, "hello") == 0 && x->pid > 0)
 		return true;			/* the optional point: no key, no job type */
 	if (strcmp(x->point, "claimed") != 0 && strcmp(x->point, "judged") != 0 &&
-		strcmp(x->point, "handled") != 0)
+		strcmp(x->point, "handled") != 0 && strcmp(x->point, "ended") != 0)
 	{
-		snprintf(why, wsz, "no point claimed, judged, handled or hello (\"%s\")", x->point);
+		snprintf(why, wsz, "no point claimed, judged, handled, ended or hello (\"%s\")", x->point);
 		return false;
 	}
 	if (x->key[0] == '\0' || x->job_type[0] == '\0' || x->pid <= 0)
@@ -953,6 +976,32 @@ new_delivery(signoff_state *s, const exch *x)
 	return d;
 }
 
+/*
+ * The point ended: the job ended the operation of its delivery (key, pid,
+ * attempt) as a permanent failure (PermanentFailure), before its
+ * completion; recorded on the delivery, and noted in the case, with how the
+ * helper then ends the delivery in its queue library's words.
+ */
+static void
+ended_seen(signoff_state *s, exch *x)
+{
+	int			ki = map_key(s, x->key, false);
+	int			i;
+
+	s->last_delivery = now_seconds();
+	for (i = s->nd - 1; i >= 0; i--)
+		if (s->d[i].runs && !s->d[i].handled && s->d[i].pid == x->pid &&
+			s->d[i].attempt == x->attempt && strcmp(s->d[i].key, x->key) == 0)
+			break;
+	if (i < 0)
+		return;
+	snprintf(s->d[i].ended, sizeof(s->d[i].ended), "%s (\"%.200s\"): the operation completed #%d with the "
+			 "refusal as its result; the delivery: %s", x->ending[0] ? x->ending : "an ending",
+			 x->message, x->attempt, x->ended_how[0] ? x->ended_how : "not said");
+	if (ki >= 0 && s->cr && !s->d[i].stray)
+		case_note(s->cr, "The job ended %s (pid %ld) with %s.", x->key, x->pid, s->d[i].ended);
+}
+
 /* a complete line arrived on x */
 static void
 arrived(signoff_state *s, exch *x)
@@ -1002,6 +1051,12 @@ arrived(signoff_state *s, exch *x)
 			case_fail(s->cr, "%s", s->stopped);
 			s->stop_said = true;
 		}
+		answer(s, x, "continue");
+		return;
+	}
+	if (strcmp(x->point, "ended") == 0)
+	{
+		ended_seen(s, x);
 		answer(s, x, "continue");
 		return;
 	}
@@ -1357,7 +1412,8 @@ pump(signoff_state *s, int ms)
  * The environment of the run's processes
  * --------------------------------------------------------------------- */
 
-#define N_ENV 9
+/* the protocol's 10, and libpq's variables of what --dsn names (about 40 settings) */
+#define N_ENV 64
 
 typedef struct run_env
 {
@@ -1368,13 +1424,34 @@ typedef struct run_env
 /*
  * What every worker and command gets: the run's id, the job-type map, the
  * lease, the case, the run's database (--dsn; else the worker uses its own
- * configuration or libpq's environment); a worker also the socket.
+ * configuration or libpq's environment); a worker also the socket. With
+ * --dsn, also libpq's variable of each setting it names (PGHOST, PGPORT,
+ * PGDATABASE, PGUSER, PGPASSWORD, PGSSLMODE, ...: PQconninfoParse's
+ * envvar), so that whatever connects with libpq's defaults in the worker
+ * or a command (a helper given no connection, the app's own code, a pool
+ * made from the environment, psql in effects) reaches the run's database,
+ * as the runner does; a setting --dsn does not name stays as the
+ * environment has it (the runner's own connection took it from there too).
  */
 static void
 make_env(signoff_state *s, bool worker, run_env *e)
 {
 	int			n = 0;
 	int			i;
+
+	if (s->ctx->dsn)
+	{
+		char	   *err = NULL;
+		PQconninfoOption *opts = PQconninfoParse(s->ctx->dsn, &err);
+		PQconninfoOption *o;
+
+		/* the runner connected with it: it parses (else nothing to add) */
+		for (o = opts; o && o->keyword && n < N_ENV - 10; o++)
+			if (o->val && o->envvar && strlen(o->envvar) + strlen(o->val) + 2 <= sizeof(e->var[0]))
+				snprintf(e->var[n++], sizeof(e->var[0]), "%s=%s", o->envvar, o->val);
+		PQconninfoFree(opts);
+		PQfreemem(err);
+	}
 
 	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_RUN=%s", s->ctx->run_id);
 	snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_JOB_TYPES=%s", s->map);
@@ -1389,8 +1466,9 @@ make_env(signoff_state *s, bool worker, run_env *e)
 	if (worker)
 	{
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF=%s", s->sock);
-		/* this runner answers the point hello (an older one refused it) */
+		/* this runner answers the points hello and ended (an older one refused them) */
 		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_HELLO=1");
+		snprintf(e->var[n++], sizeof(e->var[0]), "IDEMPOTENCY_SIGNOFF_ENDED=1");
 	}
 	for (i = 0; i < n; i++)
 		e->env[i] = e->var[i];

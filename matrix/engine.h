@@ -66,6 +66,7 @@ typedef struct delivery
 	int			ki;				/* the case's key it maps to; -1: stray */
 	double		at;				/* now_seconds() when its point arrived */
 	double		handled_at;		/* and its handled point; 0: none */
+	char		ended[560];		/* the point ended: how the job ended it, for the notes */
 } delivery;
 
 /* one exchange on the socket */
@@ -95,7 +96,9 @@ typedef struct exch
 	bool		has_result;
 	char		result[512];	/* optional: the stored result, at judged */
 	long		backend_pid;	/* optional: the server process of its transaction */
-	char		message[300];	/* optional: the claim's error, at judged (error) */
+	char		message[300];	/* optional: the claim's error, at judged (error); the refusal, at ended */
+	char		ending[32];		/* the point ended: "PermanentFailure" */
+	char		ended_how[200];	/* the point ended: how the delivery then ends */
 	hello_info	hello;			/* the point hello's fields */
 	int			delivery;		/* index into deliveries, or -1 */
 	int			ki;				/* the case's key it maps to, or -1 */

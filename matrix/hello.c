@@ -127,6 +127,16 @@ hello_field(hello_info *h, const char *name, const char *sval,
 	return false;
 }
 
+/* where the worker was given the run's database: the end of the sentence */
+static const char *
+where_run_db(const signoff_state *s)
+{
+	return s->ctx->dsn ?
+		"the runner gives it to the worker in libpq's PG* variables and as IDEMPOTENCY_SIGNOFF_DSN; the "
+		"worker's command or its own configuration names another" :
+		"the worker inherits the runner's PG* variables; its command or its own configuration names another";
+}
+
 static void
 read_run_db(signoff_state *s)
 {
@@ -190,9 +200,8 @@ hello_record(signoff_state *s, long pid, const hello_info *h)
 	if (strcmp(h->database, run_db) != 0)
 		snprintf(s->stopped, sizeof(s->stopped),
 				 "the worker (pid %ld) uses the database \"%s\", but the run reads \"%s\" (%s), so no claim of "
-				 "the worker's can reach the run: start the worker on the run's database (the runner gives it "
-				 "as IDEMPOTENCY_SIGNOFF_DSN)",
-				 pid, h->database, run_db, s->ctx->dsn ? "--dsn" : "libpq's PG* variables");
+				 "the worker's can reach the run: start the worker on the run's database (%s)",
+				 pid, h->database, run_db, s->ctx->dsn ? "--dsn" : "libpq's PG* variables", where_run_db(s));
 	else if (h->system_identifier[0] && run_sysid[0] && strcmp(h->system_identifier, run_sysid) != 0)
 	{
 		char		theirs[80];
@@ -204,9 +213,9 @@ hello_record(signoff_state *s, long pid, const hello_info *h)
 			snprintf(theirs, sizeof(theirs), "system identifier %s", h->system_identifier);
 		snprintf(s->stopped, sizeof(s->stopped),
 				 "the worker (pid %ld) uses a database \"%s\" on another server (%s), but the run reads \"%s\" "
-				 "on the server with system identifier %s (%s): start the worker on the run's database (the "
-				 "runner gives it as IDEMPOTENCY_SIGNOFF_DSN)",
-				 pid, h->database, theirs, run_db, run_sysid, s->ctx->dsn ? "--dsn" : "libpq's PG* variables");
+				 "on the server with system identifier %s (%s): start the worker on the run's database (%s)",
+				 pid, h->database, theirs, run_db, run_sysid, s->ctx->dsn ? "--dsn" : "libpq's PG* variables",
+				 where_run_db(s));
 	}
 	else
 		return;

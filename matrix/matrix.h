@@ -170,6 +170,7 @@ typedef struct matrix_ctx
 	char		server_desc[256];	/* host, port, database, user */
 	char		isolation[64];
 	char		check_as_note[128];
+	char		interrupted[300];	/* "": ran to its end; else "by SIGINT after ..." */
 	double		seconds;
 	int			worker_processes;	/* the worker processes the run started */
 

@@ -149,7 +149,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 {
 	char	   *spec;
 	char	   *tok;
-	char	   *save = NULL;
+	char	   *cursor;
 	sbuf		list;
 	int			i;
 
@@ -164,7 +164,9 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 	if (code)
 	{
 		spec = strdup(code);
-		for (tok = strtok_r(spec, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save))
+		cursor = spec;
+		/* commas and blanks alike, as every list of a job file */
+		while ((tok = job_list_next(&cursor)) != NULL)
 		{
 			char		pattern[PATH_MAX + 8];
 			glob_t		g;

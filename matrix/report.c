@@ -244,6 +244,11 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 		fputs("\n", stdout);
 	}
 
+	/* how the job ended the operation, where a case that holds names it (16) */
+	for (i = 0; i < pr->ncases; i++)
+		if (pr->cases[i].pass && pr->cases[i].ending[0])
+			printf("  case %s (%s): the job %s\n", pr->cases[i].id, policy_names[pr->policy], pr->cases[i].ending);
+
 	/* why a row failed: its notes, right below the table */
 	for (i = 0; i < pr->ncases; i++)
 	{
@@ -379,6 +384,8 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 			   "it is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.\n"
 			   "Policy chosen: ______________  Signed off by: ______________________  Date: ____________\n\n",
 			   ctx->job->value[JF_JOB_TYPE], ctx->job->value[JF_QUEUE]);
+	if (ctx->interrupted[0])
+		printf("%sINTERRUPTED%s %s.\n\n", ctx->color ? C_RED : "", ctx->color ? C_RESET : "", ctx->interrupted);
 	/* the last line: the total, alone */
 	printf("%d passed, %d failed\n", *passed, *failed);
 	fflush(stdout);
@@ -619,6 +626,8 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 	}
 #define SET(k, l, ...) do { s[n].key = k; s[n].label = l; \
 		snprintf(s[n].value, sizeof(s[n].value), __VA_ARGS__); n++; } while (0)
+	if (ctx->interrupted[0])
+		SET("interrupted", "interrupted", "%s", ctx->interrupted);
 	if (ctx->job)
 	{
 		const signoff_job *job = ctx->job;
@@ -740,8 +749,15 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	else
 		sb_puts(&h, "<header>\n<h1>Replay matrix: send_confirmation for ORD-1001</h1>\n");
 	sb_printf(&h, "<p><span class=\"status %s\">%s</span></p>\n",
-			  failed ? "bad" : "ok",
-			  failed ? "Some cases do not hold: see the rows marked FAIL." : "Every case holds.");
+			  failed || ctx->interrupted[0] ? "bad" : "ok",
+			  failed ? "Some cases do not hold: see the rows marked FAIL." :
+			  ctx->interrupted[0] ? "Every case that finished holds; the run was interrupted." : "Every case holds.");
+	if (ctx->interrupted[0])
+	{
+		sb_puts(&h, "<p><strong>INTERRUPTED</strong> ");
+		html_escape(&h, ctx->interrupted);
+		sb_puts(&h, ".</p>\n");
+	}
 	if (ctx->job)
 		sb_puts(&h, "<p>Each row is one replay test of this job, through its queue and its worker processes: "
 				"how the message arrives, then what was observed afterwards (the job's effects, counted as the "
@@ -840,8 +856,9 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 
 	counts(prs, npr, &passed, &failed);
 	sb_init(&j);
-	sb_printf(&j, "{\n  \"format\": \"%s\",\n  \"settings\": {",
-			  ctx->job ? "idempotency-signoff/2" : "idempotency-matrix/1");
+	sb_printf(&j, "{\n  \"format\": \"%s\",\n  \"interrupted\": %s,\n  \"settings\": {",
+			  ctx->job ? "idempotency-signoff/2" : "idempotency-matrix/1",
+			  ctx->interrupted[0] ? "true" : "false");
 	for (i = 0; i < nset; i++)
 	{
 		sb_printf(&j, "%s\n    ", i ? "," : "");
@@ -940,6 +957,15 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 				sb_puts(&j, ", \"effects_after_drain\": ");
 				json_count(&j, cr->after_drain);
 				sb_printf(&j, ", \"late_deliveries\": %d", cr->late);
+			}
+			if (ctx->job)
+			{
+				/* how the job ended the operation, where the case names it (16) */
+				sb_puts(&j, ", \"ending\": ");
+				if (cr->ending[0])
+					json_string(&j, cr->ending);
+				else
+					sb_puts(&j, "null");
 			}
 			sb_printf(&j, "},\n       \"ran\": %s, \"%s_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
 					  "\"checks_ok\": %s, \"pass\": %s, \"seconds\": %.3f,\n       \"notes\": [",
@@ -1098,13 +1124,25 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 			f += !pr->cases[k].pass;
 		sb_printf(&x, "  <testsuite name=\"policy %s\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n",
 				  policy_names[pr->policy], pr->ncases, f, pr->seconds);
-		if (ctx->job)
+		if (ctx->job || ctx->interrupted[0])
 		{
-			sb_puts(&x, "    <properties>\n      <property name=\"helpers\" value=\"");
-			html_escape(&x, sb_str(&helpers));
-			sb_puts(&x, "\"/>\n      <property name=\"wrapper\" value=\"");
-			html_escape(&x, sb_str(&wrappers)[0] ? sb_str(&wrappers) : "not reported");
-			sb_puts(&x, "\"/>\n    </properties>\n");
+			sb_puts(&x, "    <properties>\n");
+			if (ctx->job)
+			{
+				sb_puts(&x, "      <property name=\"helpers\" value=\"");
+				html_escape(&x, sb_str(&helpers));
+				sb_puts(&x, "\"/>\n      <property name=\"wrapper\" value=\"");
+				html_escape(&x, sb_str(&wrappers)[0] ? sb_str(&wrappers) : "not reported");
+				sb_puts(&x, "\"/>\n");
+			}
+			if (ctx->interrupted[0])
+			{
+				/* the run was stopped: these are the cases that finished */
+				sb_puts(&x, "      <property name=\"interrupted\" value=\"");
+				html_escape(&x, ctx->interrupted);
+				sb_puts(&x, "\"/>\n");
+			}
+			sb_puts(&x, "    </properties>\n");
 		}
 		for (k = 0; k < pr->ncases; k++)
 		{

@@ -245,8 +245,7 @@ volatile sig_atomic_t matrix_interrupted = 0;
 static void
 on_signal(int sig)
 {
-	(void) sig;
-	matrix_interrupted = 1;
+	matrix_interrupted = sig;	/* which: the report names it */
 }
 
 /* SIGINT, SIGTERM and SIGHUP set matrix_interrupted; SIGPIPE is ignored */

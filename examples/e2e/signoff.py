@@ -36,6 +36,14 @@ signoff-RUN-POLICY-...). The per-policy time is printed. The runners' text
 reports are printed, one policy after another, once all have ended. The
 last line is "signoff QUEUE: N passed, N failed"; exit 0 when none failed.
 
+--dsn-only: the runner is given the database as --dsn alone (a URI made
+from libpq's PG* variables of the driver's environment: postgresql://USER
+[:PASSWORD]@/DATABASE?host=...&port=...), and no PG* variable is in its
+environment: the workers and the commands reach the database through what
+the runner hands them (libpq's variables of its --dsn), with every
+helper's and example's defaults. The report's hello must name that
+database.
+
 Run with the python the example's e2e test uses (the Celery venv's, for
 Celery; /usr/bin/python3 otherwise). Needs python3-aiosmtpd and psycopg, a
 PostgreSQL with the extension from libpq's environment, and
@@ -119,8 +127,23 @@ class Sink:
         self.out.close()
 
 
-def check_report(path):
-    """(ok, text): every case passes, effects counted by the command"""
+def dsn_from_environment():
+    """--dsn-only: the driver's PG* variables as one URI (libpq's own
+    defaults for what is unset), percent-encoded"""
+    from urllib.parse import quote, urlencode
+    e = os.environ
+    user = quote(e.get("PGUSER", ""), safe="")
+    password = e.get("PGPASSWORD")
+    auth = user + (":" + quote(password, safe="") if password else "")
+    query = {k: e[v] for k, v in (("host", "PGHOST"), ("port", "PGPORT"), ("sslmode", "PGSSLMODE"),
+                                  ("options", "PGOPTIONS")) if e.get(v)}
+    return (f"postgresql://{auth + '@' if auth else ''}/{quote(e.get('PGDATABASE', ''), safe='')}"
+            + (f"?{urlencode(query)}" if query else ""))
+
+
+def check_report(path, database=None):
+    """(ok, text): every case passes, effects counted by the command; with
+    database, every worker's hello named it"""
     try:
         with open(path) as f:
             r = json.load(f)
@@ -136,7 +159,11 @@ def check_report(path):
     bad = [f"{p}:{c['case']}" for p, c in cases if not c.get("pass")]
     if bad:
         return False, "failing cases " + " ".join(bad)
-    return True, f"{len(cases)} cases pass, effects counted by the {source}"
+    said = sorted({str(h.get("database")) for h in r["signoff"].get("helpers", [])})
+    if database is not None and said != [database]:
+        return False, f"the workers' hellos name the databases {said}, not {database!r} alone"
+    at = f", every worker on {database} (--dsn alone)" if database is not None else ""
+    return True, f"{len(cases)} cases pass, effects counted by the {source}{at}"
 
 
 def main(argv=None):
@@ -146,6 +173,8 @@ def main(argv=None):
     ap.add_argument("--policy", default="hold,retry,skip")
     ap.add_argument("--cases", help="the runner's --cases (default: all the job's cases)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--dsn-only", action="store_true",
+                    help="give the runner --dsn and no PG* variable in its environment")
     args = ap.parse_args(argv)
     # a SIGTERM (scripts/test stopping the hook) ends the run through the
     # finally below, so the broker and the sinks are stopped too
@@ -164,6 +193,9 @@ def main(argv=None):
         sinks = [Sink(tmp, "smtp"), Sink(tmp, "http")]
         tb = time.time()
         adapter.start_broker(tmp)
+        if args.dsn_only:
+            print("== the runner gets the database as --dsn alone (a URI), no PG* variable in its environment",
+                  flush=True)
         print(f"== {adapter.title}: {os.path.relpath(job, ROOT)} signed off through the real queue; "
               f"broker up in {time.time() - tb:.1f} s ({adapter.broker_desc}), "
               f"sinks: SMTP on 127.0.0.1:{sinks[0].port}, HTTP on 127.0.0.1:{sinks[1].port}", flush=True)
@@ -183,6 +215,12 @@ def main(argv=None):
             report = os.path.join(tmp, f"{policy}.json")
             out = open(os.path.join(tmp, f"{policy}.out"), "w+")
             cases = ["--cases", args.cases] if args.cases else []
+            if args.dsn_only:
+                # the database in --dsn only: nothing of libpq's in the
+                # environment the runner, its workers and commands start with
+                for name in [n for n in env if n.startswith("PG")]:
+                    del env[name]
+                cases += ["--dsn", dsn_from_environment()]
             p = subprocess.Popen([RUNNER, "--job", job, "--policy", policy, *cases, "--json", report,
                                   "--html", os.path.join(tmp, f"{policy}.html")],
                                  env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -212,7 +250,8 @@ def main(argv=None):
             r["out"].seek(0)
             print(r["out"].read(), end="", flush=True)
             r["out"].close()
-            ok, text = check_report(r["report"])
+            ok, text = check_report(r["report"], os.environ.get("PGDATABASE") or os.environ.get("PGUSER")
+                                    if args.dsn_only else None)
             # the run's keys name its policy (signoff-RUN-POLICY-CASE-N)
             sent = sum(s.effects(f"-{policy}-") for s in sinks)
             if p.returncode != 0:

@@ -16,7 +16,12 @@
 // A handler that throws KnownFailure (the effect certainly did not happen)
 // releases the claim and the message is redelivered after a backoff (its
 // visibility: `backoff` seconds doubling with the attempt, at most
-// `backoffMax` and half of `retryAfter`); any other error leaves the claim to
+// `backoffMax` and half of `retryAfter`); one that throws PermanentFailure
+// (the provider refused for good) completes the operation with
+// { permanent_failure: reason } as its result and leaves the message
+// undeleted, to the queue's redrive policy (a later receive meets that
+// result and is left again without the handler; `permanentFailure:
+// 'delete'` deletes it instead); any other error leaves the claim to
 // its lease and the message to its visibility timeout. A database error of
 // the claim throws too: the message is not deleted and comes back after its
 // visibility timeout (then to the dead-letter queue after maxReceiveCount).
@@ -67,12 +72,12 @@
 // (idempotentBatch), lib/signoff.mjs (the sign-off points, the mapping and
 // the lease), lib/portable.mjs (the portable edition's plain script:
 // portableSql, installPortable). The names: docs/helpers.md.
-export { KnownFailure, claimErrorHeals, connectionLost, fingerprintOf, isBusy, withReconnect,
-         workerId } from './lib/common.mjs';
-export { claim, claimBatch, complete, completeBatch, extendLease, Heartbeat, release,
+export { KnownFailure, PermanentFailure, claimErrorHeals, connectionLost, fingerprintOf, isBusy, permanentFailureOf,
+         permanentFailureResult, withReconnect, workerId } from './lib/common.mjs';
+export { claim, claimBatch, complete, completeBatch, extendLease, failPermanently, Heartbeat, release,
          releaseBatch } from './lib/plain.mjs';
-export { signoff, signoffAnswer, signoffHelloMessage, signoffMessage, signoffPoint, parseJobTypes, parseLease,
-         SignoffError, SIGNOFF_VERSION } from './lib/signoff.mjs';
+export { signoff, signoffAnswer, signoffEndedMessage, signoffHelloMessage, signoffMessage, signoffPoint, parseJobTypes,
+         parseLease, SignoffError, SIGNOFF_VERSION } from './lib/signoff.mjs';
 export { idempotent } from './lib/single.mjs';
 export { installPortable, portableSql } from './lib/portable.mjs';
 export { idempotentBatch } from './lib/batch.mjs';

@@ -1,6 +1,6 @@
 # The Ruby helper of the PostgreSQL extension `idempotency`:
 #   gem build pg-idempotency.gemspec
-#   gem install --local --ignore-dependencies -i DIR pg-idempotency-0.5.0.gem
+#   gem install --local --ignore-dependencies -i DIR pg-idempotency-0.5.1.gem
 
 # The portable edition's plain script (PgIdempotency.portable_sql) is made
 # here, when the gemspec is loaded (gem build), from the repository's
@@ -19,7 +19,7 @@ end
 
 Gem::Specification.new do |s|
   s.name = "pg-idempotency"
-  s.version = "0.5.0"
+  s.version = "0.5.1"
   s.license = "PostgreSQL"
   s.summary = "Exactly-once effects for Ruby queue workers on the PostgreSQL extension idempotency"
   s.description = "The claim protocol of the PostgreSQL extension idempotency (0.3 or later) on the pg gem: " \

@@ -53,7 +53,8 @@
 #            examples/sqs/signoff.job, effect = smtp: the runner's own SMTP
 #            endpoint counts the emails): the seed's cases 1-7 and the
 #            runner's 9-13 under hold, retry and skip, then the faults at the
-#            effect, the storm and the batch (14-20) under retry; every case
+#            effect, the storm and the batch (14-20) under retry (with the
+#            database as --dsn alone, no PG* variable: --dsn-only); every case
 #            must hold;
 #   signoff-batch  the same with the batch handler
 #            (examples/sqs/signoff-batch.job: worker.mjs with SQS_BATCH=1);
@@ -162,7 +163,8 @@ for mode in ${SQS_E2E_MODES:-single batch sigterm signoff signoff-batch second s
                 # the effect, the storm and the batch (14-20: their outcomes but 15's do
                 # not depend on the policy, and test/signoff proves each under every one)
                 with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job "$job" "${signoff[@]}" --cases 1-13 || rc=1
-                with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job "$job" --policy retry --cases 14-20 || rc=1
+                # with the database in --dsn alone, no PG* variable in the runner's environment
+                with_node "$major" /usr/bin/python3 examples/e2e/signoff.py sqs --job "$job" --policy retry --cases 14-20 --dsn-only || rc=1
             fi ;;
         second)
             [[ ${SIGNOFF_SECOND_JOB:-1} == 0 ]] && { echo "== 80-sqs: second job left out (SIGNOFF_SECOND_JOB=0)"; continue; }

@@ -41,7 +41,10 @@
 # sign-off points, and the emails sent to and counted by the runner's own
 # SMTP endpoint (effect = smtp): the seed's 1-7 and the runner's 9-13 must
 # hold under each policy, then the faults at the effect and the storm
-# (14-19) under retry. Then a second job that the examples do not have,
+# (14-19) under retry, with the database given as --dsn alone and no PG*
+# variable in the runner's environment (signoff.py --dsn-only: the workers
+# and commands reach it through the libpq variables the runner hands
+# them). Then a second job that the examples do not have,
 # with another kind of effect (examples/celery/second-job/signoff.job:
 # record_payment, an HTTP POST to a ledger, effect = http), its faults at
 # the effect (14-18) under retry.
@@ -75,7 +78,8 @@ else
     "$py" examples/e2e/signoff.py celery --policy "${SIGNOFF_POLICIES:-hold,retry,skip}" \
         --cases "${SIGNOFF_CASES:-1-13}" || rc=1
     if [[ -z ${SIGNOFF_CASES:-} ]]; then
-        "$py" examples/e2e/signoff.py celery --policy retry --cases 14-19 || rc=1
+        # with the database in --dsn alone, no PG* variable in the runner's environment
+        "$py" examples/e2e/signoff.py celery --policy retry --cases 14-19 --dsn-only || rc=1
     fi
 fi
 if [[ ${SIGNOFF_SECOND_JOB:-1} != 0 ]]; then

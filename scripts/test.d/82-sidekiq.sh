@@ -34,7 +34,9 @@
 # redis-server; effect = smtp: the runner's own SMTP endpoint counts) under
 # hold, retry and skip: the seed's cases 1-7 and the runner's 9-13 through
 # the example's own workers and enqueue command; then the faults at the
-# effect and the storm (14-19) under retry. Then a job the examples do not
+# effect and the storm (14-19) under retry, with the database given as
+# --dsn alone and no PG* variable in the runner's environment
+# (signoff.py --dsn-only). Then a job the examples do not
 # have, examples/sidekiq/second-job/signoff.job (an HTTP POST, effect =
 # http), its faults at the effect (14-18) under retry.
 #
@@ -63,7 +65,8 @@ else
     /usr/bin/python3 examples/e2e/signoff.py sidekiq --policy "${SIGNOFF_POLICIES:-$policies}" \
         --cases "${SIGNOFF_CASES:-1-13}" || rc=1
     if [[ -z ${SIGNOFF_CASES:-} ]]; then
-        /usr/bin/python3 examples/e2e/signoff.py sidekiq --policy retry --cases 14-19 || rc=1
+        # with the database in --dsn alone, no PG* variable in the runner's environment
+        /usr/bin/python3 examples/e2e/signoff.py sidekiq --policy retry --cases 14-19 --dsn-only || rc=1
     fi
 fi
 if [[ ${SIGNOFF_SECOND_JOB:-1} != 0 ]]; then

@@ -48,10 +48,18 @@ effect=refund            # the job files' effect_name
 # the job on a wrapper instead of the plain functions, per language and
 # entry, and the name its helper gives the wrapper at the point hello
 declare -A wrapper_job=([python:wrapper]=celery.job [ruby:wrapper]=sidekiq.job [node:wrapper]=sqs.job
-                        [node:batch-wrapper]=sqs-batch.job)
+                        [node:batch-wrapper]=sqs-batch.job
+                        [python:permanent-failure]=celery.job [ruby:permanent-failure]=sidekiq.job
+                        [node:permanent-failure]=sqs.job)
 declare -A wrapper_name=([python:wrapper]=IdempotentTask [ruby:wrapper]=SidekiqMiddleware [node:wrapper]=idempotent
-                         [node:batch-wrapper]=idempotentBatch)
-is_wrapper() { [[ $1 == wrapper || $1 == batch-wrapper ]]; }
+                         [node:batch-wrapper]=idempotentBatch
+                         [python:permanent-failure]=IdempotentTask [ruby:permanent-failure]=SidekiqMiddleware
+                         [node:permanent-failure]=idempotent)
+# how each wrapper fails the delivery of a permanent failure (the report's case 16 names it)
+declare -A permanent_delivery=([python]="the task in state FAILURE, not retried (Celery)"
+                               [ruby]="the job in Sidekiq's dead set, not retried"
+                               [node]="the message not deleted: left to the queue's redrive policy")
+is_wrapper() { [[ $1 == wrapper || $1 == batch-wrapper || $1 == permanent-failure ]]; }
 hash_command="key_command = sh -c 'printf %s \"refund:\$1\" | sha256sum | cut -c1-16' - {key}"
 
 die() { echo "test/catalogue/run.sh: error: $*" >&2; exit 2; }
@@ -127,10 +135,11 @@ finish() {
 trap finish EXIT
 
 # the verdict on one run's JSON report: prints "ok|not ok<TAB>what"
-judge() {   # judge KIND NAME LANG RC FAILS SENTENCE JSON LOG WRAPPER
+judge() {   # judge KIND NAME LANG RC FAILS SENTENCE JSON LOG WRAPPER [PERMANENT-DELIVERY]
     "$python" - "$@" <<'PY'
 import fnmatch, json, re, sys
 kind, name, lang, rc, fails, sentence, path, log, wrapper = sys.argv[1:10]
+permanent = sys.argv[10] if len(sys.argv) > 10 else ""
 rc = int(rc)
 try:
     r = json.load(open(path))
@@ -146,8 +155,15 @@ if said != [wrapper]:
 failing = [c for p in r["policies"] for c in p["cases"] if not c["pass"]]
 ids = " ".join(c["case"] for c in failing)
 if kind.startswith("correct"):
-    if rc == 0 and not failing:
-        print(f"ok\t{lang} {name}: exit 0, {r['passed']} cases hold, the report naming {wrapper}")
+    # a permanent failure's entry: case 16's report names how the job ended it
+    ending = next((c["observed"].get("ending") for p in r["policies"] for c in p["cases"] if c["case"] == "16"), None)
+    want_end = f"ended with PermanentFailure (" if name.startswith("permanent-failure") else None
+    end_ok = want_end is None or (ending or "").startswith(want_end) and permanent in ending
+    if rc == 0 and not failing and end_ok:
+        print(f"ok\t{lang} {name}: exit 0, {r['passed']} cases hold, the report naming {wrapper}"
+              + (f"; case 16: the job {ending}" if want_end else ""))
+    elif not end_ok:
+        print(f"not ok\t{lang} {name}: case 16's ending is {ending!r}, not '{want_end}...{permanent}'")
     else:
         print(f"not ok\t{lang} {name}: expected exit 0; got exit {rc}, failing '{ids}'")
     sys.exit()
@@ -183,7 +199,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
         job=$out/$lang-$tag.job log=$out/$lang-$tag.log json=$out/$lang-$tag.json
         base=$here/$lang.job
         wrapper=plain
-        if [[ $kind == correct ]] && is_wrapper "$name"; then
+        if [[ $kind == correct* ]] && is_wrapper "$name"; then
             [[ -n ${wrapper_job[$lang:$name]:-} ]] || { echo "not ok	$lang $name: no $name job for $lang"; continue; }
             base=$here/${wrapper_job[$lang:$name]}
             wrapper=${wrapper_name[$lang:$name]}
@@ -199,7 +215,7 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
         fi
         env=()
         case ${kind%-http}:$name in
-            correct:correct | correct:wrapper | correct:batch-wrapper) ;;
+            correct:correct | correct:wrapper | correct:batch-wrapper | correct:permanent-failure) ;;
             correct:prefix) env=(CATALOGUE_KEY=prefix) ;;
             correct:hash) env=(CATALOGUE_KEY=hash); echo "$hash_command" >>"$job" ;;
             broken:*) env=("CATALOGUE_MUTATION=${name%%/*}") ;;
@@ -210,7 +226,8 @@ run_language() {   # run_language LANG [wrapper]: one line per entry on stdout
         start=$SECONDS
         env "${env[@]}" "$runner" "${args[@]}" >"$log" 2>&1
         rc=$?
-        judge "$kind" "$tag" "$lang" "$rc" "$fails" "${sentence//\{effect\}/$effect}" "$json" "$log" "$wrapper" |
+        judge "$kind" "$tag" "$lang" "$rc" "$fails" "${sentence//\{effect\}/$effect}" "$json" "$log" "$wrapper" \
+              "${permanent_delivery[$lang]}" |
             sed "1s/\$/ ($((SECONDS - start)) s)/"
     done
 }

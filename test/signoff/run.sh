@@ -32,7 +32,9 @@
 #      of its log, the later cases not run;
 #   6. SIGINT, and SIGTERM, in the middle of a case with a live worker:
 #      exit 130, no worker process left, no job type or record of the run,
-#      its directory removed; SIGKILL, with a worker that is not the
+#      its directory removed; the text, JSON, HTML and JUnit reports are
+#      written all the same, marked interrupted, with the case that
+#      finished and without the one interrupted; SIGKILL, with a worker that is not the
 #      runner's child: the guardian kills it and removes the directory;
 #   7. effects counted by the handled reports (no effects line) and by
 #      effects_sql (lookup): the cases hold, the report names the source;
@@ -51,7 +53,8 @@
 #      naming both and what differs, no timeout waited; key with
 #      key_command, and key without {key}: exit 2;
 #  10. what was signed: the JSON report records the job file's sha256 and
-#      the code's (code = paths or globs), as sha256sum computes them, and
+#      the code's (code = paths or globs, separated by commas and blanks
+#      alike, a file named twice counted once), as sha256sum computes them, and
 #      git's commit; --junit writes JUnit XML; --verify REPORT exits 0 while
 #      nothing changed and 1 naming a changed, added or removed code file or
 #      a changed job file; a missing report: exit 2; code that matches no
@@ -83,7 +86,10 @@
 #      case 1 at once with "the claim failed: 42501 permission denied for
 #      schema idempotency", instead of the timeout; a job file whose
 #      job_type is not the one the worker claims under fails case 1 within
-#      15 s with one sentence naming both job types, case 2 not run.
+#      15 s with one sentence naming both job types, case 2 not run; a
+#      run given --dsn alone (a URI with a password) and no PG* variable:
+#      its worker and effects command get libpq's variables of it
+#      (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD decoded), the cases hold.
 #  14. a redelivery slower than the lease in 7a/7b (worker.py
 #      --slow-redelivery once, always): the runner keeps the dead claim
 #      young, and 7a holds on its first try, saying so. A runner stopped
@@ -492,18 +498,30 @@ else
     not_ok "$log" "a worker without IDEMPOTENCY_SIGNOFF: expected exit 1, 'not installed or not armed', its log's end and case 2 not run; got exit $rc"
 fi
 
-# the same worker behind a page of library warnings: the tail leaves them out
+# the same worker behind a page of library warnings: the tail leaves them
+# out. Python's (12 lines), and those of Debian 12's Sidekiq 6.4 and its
+# redis gem 4.8 as hook 82's worker logs show them (6 lines: a notice of
+# two lines twice, its second line indented; one of one line; Sidekiq's own)
+{
+    for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "/usr/lib/python3/dist-packages/kombu/x.py:$i: DeprecationWarning: old API"; done
+    for i in 1 2; do
+        echo 'Passing the timeout as a positional argument is deprecated, it should be passed as a keyword argument:'
+        echo '  redis.brpop("queue:q1", timeout: 2)(called from: /usr/share/rubygems-integration/all/gems/sidekiq-6.4.1/lib/sidekiq/fetch.rb:47:in `block in retrieve_work'"')"
+    done
+    echo 'Redis#sadd will always return an Integer in Redis 5.0.0. Use Redis#sadd? instead.(called from: /usr/share/rubygems-integration/all/gems/sidekiq-6.4.1/lib/sidekiq/launcher.rb:165:in `block (2 levels) in heartbeat'"')"
+    echo "/usr/lib/ruby/vendor_ruby/sidekiq/delay.rb:6: warning: Sidekiq's Delayed Extensions will be removed in Sidekiq 7.0"
+} >"$out/noise.txt"
 job=$out/noisy.job
-make_job "$job" "worker=sh -c 'for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo \"/usr/lib/python3/dist-packages/kombu/x.py:\$i: DeprecationWarning: old API\"; done; exec env -u IDEMPOTENCY_SIGNOFF /usr/bin/python3 worker.py'" "lease=1.5" "timeout=5"
+make_job "$job" "worker=sh -c 'cat \"$out/noise.txt\"; exec env -u IDEMPOTENCY_SIGNOFF /usr/bin/python3 worker.py'" "lease=1.5" "timeout=5"
 log=$out/noisy.log
 "$runner" --job "$job" --policy hold --cases 1 >"$log" 2>&1
 rc=$?
 if ((rc == 1)) && grep -qE '^      \| .* worker [0-9]+: started; lease 1.5 s' "$log" &&
-    ! grep -q '^      | .*DeprecationWarning' "$log" &&
-    grep -qF '(12 lines of library warnings left out: deprecation notices; the whole log is kept)' "$log"; then
-    ok "a worker log's tail leaves library deprecation warnings out, counted (12), and shows the worker's own lines"
+    ! grep -qE '^      \| .*(DeprecationWarning|deprecated|called from|Integer in Redis|Sidekiq 7)' "$log" &&
+    grep -qF '(18 lines of library warnings left out: deprecation notices; the whole log is kept)' "$log"; then
+    ok "a worker log's tail leaves library deprecation warnings out (Python's, Sidekiq 6.4's and the redis gem's), counted (18), and shows the worker's own lines"
 else
-    not_ok "$log" "a noisy worker log: expected its tail without the 12 DeprecationWarning lines and the count; got exit $rc"
+    not_ok "$log" "a noisy worker log: expected its tail without the 18 lines of Python's, Sidekiq's and redis' deprecation warnings, and the count; got exit $rc"
 fi
 
 # ---------------------------------------------------------------------
@@ -513,7 +531,9 @@ for sig in INT TERM; do
     job=$out/interrupt.job
     make_job "$job" "lease=1.5"
     log=$out/interrupt-$sig.log
-    "$runner" --job "$job" --policy hold --cases 9 >"$log" 2>"$log.err" &
+    rm -f "$out/interrupt-$sig".{json,html,xml}
+    "$runner" --job "$job" --policy hold --cases 1,9 --json "$out/interrupt-$sig.json" --html "$out/interrupt-$sig.html" \
+        --junit "$out/interrupt-$sig.xml" >"$log" 2>"$log.err" &
     pid=$!
     for _ in $(seq 600); do
         grep -q 'hold case 9: waiting for the lease' "$log.err" 2>/dev/null && break
@@ -533,6 +553,22 @@ for sig in INT TERM; do
     else
         cat "$log.err" >>"$log"
         not_ok "$log" "SIG$sig: expected exit 130 and nothing left; got exit $rc, workers alive before $before, after $after, rows left '$left', directory '$rundir'"
+    fi
+    # the reports all the same, marked interrupted, with the case that finished (1, not 9)
+    said="by SIG$sig after 1 of 2 cases: the report holds the 1 that finished; the drain of policy hold did not run to its end (an effect made late is not counted)"
+    if grep -qxF "INTERRUPTED $said." "$log" && [[ $(tail -n 1 "$log") == "1 passed, 0 failed" ]] &&
+        grep -qF "<strong>INTERRUPTED</strong> $said.</p>" "$out/interrupt-$sig.html" &&
+        grep -qF "<property name=\"interrupted\" value=\"$said\"/>" "$out/interrupt-$sig.xml" &&
+        "$python" - "$out/interrupt-$sig.json" "$said" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["interrupted"] is True and r["settings"]["interrupted"] == sys.argv[2], (r["interrupted"], r["settings"])
+assert [(p["policy"], [c["case"] for c in p["cases"]]) for p in r["policies"]] == [("hold", ["1"])], r["policies"]
+PY
+    then
+        ok "SIG$sig: the text, JSON, HTML and JUnit reports written all the same, marked interrupted, with case 1 (finished) and not case 9"
+    else
+        not_ok "$log" "SIG$sig: expected the four reports marked interrupted with case 1 alone; got exit $rc"
     fi
 done
 
@@ -750,7 +786,8 @@ mkdir -p "$out/code/lib"
 cp "$here/worker.py" "$here/dirqueue.py" "$out/code/"
 echo "# a module of the job" >"$out/code/lib/util.py"
 job=$out/signed.job
-make_job "$job" "code=$out/code/*.py $out/code/lib" "policies=hold" "lease=1.5"
+# a list takes commas and blanks alike: a comma, a comma and a blank, a blank
+make_job "$job" "code=$out/code/worker.py,$out/code/*.py, $out/code/lib $out/code/{lib,lib}" "policies=hold" "lease=1.5"
 log=$out/signed.log
 "$runner" --job "$job" --cases 1 --json "$out/signed.json" --junit "$out/signed.xml" >"$log" 2>&1
 rc=$?
@@ -1102,7 +1139,7 @@ start=$SECONDS
 "$runner" --job "$job" --dsn "dbname=$run_db" --cases 1,2 --json "$out/otherdb.json" >"$log" 2>&1
 rc=$?
 secs=$((SECONDS - start))
-sentence="FAILED: the worker \\(pid [0-9]+\\) uses the database \"$other\", but the run reads \"$run_db\" \(--dsn\), so no claim of the worker's can reach the run: start the worker on the run's database \(the runner gives it as IDEMPOTENCY_SIGNOFF_DSN\)"
+sentence="FAILED: the worker \\(pid [0-9]+\\) uses the database \"$other\", but the run reads \"$run_db\" \(--dsn\), so no claim of the worker's can reach the run: start the worker on the run's database \(the runner gives it to the worker in libpq's PG\* variables and as IDEMPOTENCY_SIGNOFF_DSN; the worker's command or its own configuration names another\)"
 if ((rc == 1)) && ((secs < 15)) && [[ $(grep -c 'FAILED' "$log") == 1 ]] && grep -qE "^    $sentence$" "$log" &&
     grep -q 'Not run: the run stopped in an earlier case' "$log" && ! grep -q 'not installed or not armed' "$log" &&
     [[ $(failing_cases "$out/otherdb.json") == "hold:1 hold:2" ]]; then
@@ -1141,6 +1178,30 @@ if ((rc == 1)) && ((secs < 15)) && [[ $(grep -c 'FAILED' "$log") == 1 ]] &&
     ok "a job file whose job_type is not the worker's: case 1 fails in $secs s naming both job types, case 2 not run"
 else
     not_ok "$log" "a job file whose job_type is not the worker's: expected exit 1 within 15 s, the one sentence, case 2 not run; got exit $rc in $secs s"
+fi
+
+# --dsn alone (a URI with a percent-encoded password), no PG* variable in
+# the runner's environment: the worker and the commands get libpq's
+# variables of the --dsn, and the cases hold
+job=$out/dsn-only.job
+log=$out/dsn-only.log
+make_job "$job" "policies=hold" "lease=1.5" \
+    "worker=sh -c 'env | grep ^PG | sort >\"\$SIGNOFF_TEST_DIR/pgenv-worker-\$IDEMPOTENCY_SIGNOFF_RUN\"; exec /usr/bin/python3 worker.py'" \
+    "effects=sh -c 'env | grep ^PG | sort >\"\$SIGNOFF_TEST_DIR/pgenv-effects-\$IDEMPOTENCY_SIGNOFF_RUN\"; exec sh effects.sh \"\$1\"' - {key}"
+uri="postgresql://$PGUSER:s%40cret@/$run_db?host=$PGHOST&port=$PGPORT"
+unset_pg=()
+while IFS= read -r name; do unset_pg+=(-u "$name"); done < <(env | sed -n 's/^\(PG[A-Za-z_]*\)=.*/\1/p')
+env "${unset_pg[@]}" "$runner" --job "$job" --dsn "$uri" --cases 1,2 >"$log" 2>&1
+rc=$?
+run=$(prefix_of "$log"); run=${run#signoff_}
+want=$(printf 'PGDATABASE=%s\nPGHOST=%s\nPGPASSWORD=s@cret\nPGPORT=%s\nPGUSER=%s\n' "$run_db" "$PGHOST" "$PGPORT" "$PGUSER")
+if ((rc == 0)) && [[ -n $run && $(tail -n 1 "$log") == "2 passed, 0 failed" ]] &&
+    [[ $(cat "$SIGNOFF_TEST_DIR/pgenv-worker-$run" 2>/dev/null) == "$want" &&
+       $(cat "$SIGNOFF_TEST_DIR/pgenv-effects-$run" 2>/dev/null) == "$want" ]]; then
+    ok "--dsn alone, a URI with a password, no PG* variable set: the worker and effects get PGHOST, PGPORT, PGDATABASE, PGUSER and PGPASSWORD (decoded) of it; cases 1 and 2 hold"
+else
+    { echo "worker's PG*:"; cat "$SIGNOFF_TEST_DIR/pgenv-worker-$run"; echo "want:"; echo "$want"; } >>"$log" 2>&1
+    not_ok "$log" "--dsn alone: expected exit 0, '2 passed, 0 failed' and the worker's and the command's PG* variables those of the URI; got exit $rc"
 fi
 
 echo "signoff: $passed passed, $failed failed"

@@ -4,6 +4,11 @@
 # promotion of the standby, every claim and completion a client saw
 # acknowledged is there, and the protocol goes on: a stale claim is taken
 # over per policy and fencing still refuses the old attempt.
+#
+# The C extension by default; test/t/007_portable_replica.pl runs this file
+# again with IDEMPOTENCY_TAP_EDITION=portable: the same checks on the
+# portable edition, installed as the plain script (portable/build.sh) by
+# psql -f, as a managed service's user installs it.
 use strict;
 use warnings;
 
@@ -20,8 +25,28 @@ log_statement = none
 });
 $primary->start;
 
+my $edition = $ENV{IDEMPOTENCY_TAP_EDITION} // 'c';
+if ($edition eq 'portable')
+{
+	my $dir = PostgreSQL::Test::Utils::tempdir;
+	system('sh', 'portable/build.sh', $dir) == 0
+	  or die 'portable/build.sh failed';
+	$primary->command_ok(
+		[
+			'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1',
+			'-d', $primary->connstr('postgres'),
+			'-f', "$dir/idempotency-portable.sql"
+		],
+		'the portable edition installed as the plain script');
+}
+else
+{
+	$primary->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+}
+is($primary->safe_psql('postgres', 'SELECT edition FROM idempotency.edition()'),
+	$edition, "the $edition edition answers");
+
 $primary->safe_psql('postgres', q{
-    CREATE EXTENSION idempotency;
     INSERT INTO idempotency.job_types (job_type, lease, stale_policy) VALUES
         ('send_email', '1 second', 'hold'),
         ('retry_email', '1 second', 'retry'),

@@ -3,9 +3,9 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
-import { BUSY, CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, KnownFailure, claimOn, connectionLost,
-         errorMessage, fingerprintOf, judgedVerdictOf, releaseDelay, sqlstateOf, sleep, timings,
-         withReconnect } from './common.mjs';
+import { BUSY, CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, KnownFailure, PermanentFailure, claimOn,
+         connectionLost, errorMessage, fingerprintOf, judgedVerdictOf, permanentDelivery, permanentFailureOf,
+         permanentFailureResult, releaseDelay, sqlstateOf, sleep, timings, withReconnect } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 const MAX_KEYS = 1000;        // claim_operations' limit per call
@@ -61,6 +61,8 @@ export function idempotentBatch(handler, opts) {
   const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
   const notify = opts.onVerdict ?? (() => {});
   const claimWait = opts.claimWait ?? 0;
+  // a permanent failure's message: 'leave' (not deleted: the redrive policy) or 'delete'
+  const permanentMode = opts.permanentFailure ?? 'leave';
   const lostOnce = (what) => (err) =>
     console.error(`${what}: ${err.message}; once more on a new connection`);
   const write = (sql, params, reconnectFor) => withReconnect(pool, (c) => c.query(sql, params),
@@ -218,6 +220,12 @@ export function idempotentBatch(handler, opts) {
           continue;
         }
         it.event = { ...it.seen, verdict: it.claim.verdict, attempt: it.claim.attempt };
+        if (it.claim.verdict === 'completed' && permanentFailureOf(it.claim.result) !== null) {
+          // the operation ended in a permanent failure: this message ends as that one did
+          if (permanentMode === 'delete') acks.push(it.message);
+          notify({ ...it.event, action: 'failed permanently' });
+          continue;
+        }
         switch (it.claim.verdict) {
           case 'completed':
           case 'skipped':
@@ -273,7 +281,27 @@ export function idempotentBatch(handler, opts) {
       }));
     }
 
-    // ---- one completion, one release
+    // ---- one completion (the refusals for good with it), one release
+    const permanent = work.filter((it) => it.failure instanceof PermanentFailure);
+    if (so.endedArmed && permanent.length) {
+      // sign-off point `ended` of every key refused for good, before its completion;
+      // a failed exchange leaves its key to its lease, as a handler's throw
+      await Promise.all(permanent.map(async (it) => {
+        try {
+          await so.ended({ job_type: jobType, key: it.key, attempt: it.claim.attempt, reason: it.failure.message,
+                           delivery: permanentDelivery(permanentMode) });
+        } catch (err) {
+          it.failure = err;
+        }
+      }));
+    }
+    for (const it of work) {
+      if (it.failure instanceof PermanentFailure) {
+        it.ok = true;
+        it.permanent = true;
+        it.result = permanentFailureResult(it.failure.message);
+      }
+    }
     const done = work.filter((it) => it.ok);
     const known = work.filter((it) => it.failure instanceof KnownFailure);
     for (const it of work) {
@@ -298,7 +326,11 @@ export function idempotentBatch(handler, opts) {
     };
     await outcome(COMPLETE_SQL, done, (list) => [list.map((it) => JSON.stringify(it.result ?? null))],
       (it, r) => {
-        if (r.done) {
+        if (r.done && it.permanent) {
+          // refused for good: left to the redrive policy (or deleted)
+          if (permanentMode === 'delete') acks.push(it.message);
+          notify({ ...it.event, action: 'failed permanently' });
+        } else if (r.done) {
           acks.push(it.message);
           notify({ ...it.event, action: 'completed' });
         } else if (r.sqlstate === 'ID003') {

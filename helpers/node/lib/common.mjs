@@ -246,6 +246,47 @@ export function releaseDelay(attempt, { backoff, backoffMax, releaseCap }) {
 /** Throw from a handler when the effect certainly did not happen. */
 export class KnownFailure extends Error {}
 
+/**
+ * Throw from a handler when the provider refused for good (HTTP 422, SMTP
+ * 550: the effect did not happen, and asking again with the same arguments
+ * cannot change that): the operation is ended, completed with
+ * permanentFailureResult(reason) as its result (no longer claimed, and the
+ * record says why), and the message fails as sqs-consumer fails one,
+ * without a retry of the work: not deleted, left to the queue's redrive
+ * policy (the dead-letter queue after maxReceiveCount; a later receive meets
+ * that result and is left again, without running the handler), or deleted
+ * with the option permanentFailure: 'delete'. The plain functions:
+ * failPermanently.
+ */
+export class PermanentFailure extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'PermanentFailure';
+  }
+}
+
+// the key of the stored result that marks a permanent failure
+export const PERMANENT_FAILURE = 'permanent_failure';
+
+/** the result a permanent failure completes the operation with: { permanent_failure: reason } */
+export const permanentFailureResult = (reason) => ({ [PERMANENT_FAILURE]: String(reason) });
+
+/** the reason when a stored result (a completed verdict's) marks a permanent failure, else null */
+export function permanentFailureOf(result) {
+  if (typeof result === 'string') {
+    try { result = JSON.parse(result); } catch { return null; }
+  }
+  if (result === null || typeof result !== 'object' || Array.isArray(result)) return null;
+  const keys = Object.keys(result);
+  return keys.length === 1 && keys[0] === PERMANENT_FAILURE && typeof result[PERMANENT_FAILURE] === 'string'
+    ? result[PERMANENT_FAILURE] : null;
+}
+
+// the sign-off report's words for how a permanent failure ends an SQS delivery
+export const permanentDelivery = (mode) => (mode === 'delete'
+  ? "the message deleted (permanentFailure: 'delete'), not retried"
+  : "the message not deleted: left to the queue's redrive policy (its dead-letter queue), the work not retried");
+
 // resolves after ms, or at once when signal aborts
 export const sleep = (ms, signal) => new Promise((resolve) => {
   const t = setTimeout(resolve, ms);

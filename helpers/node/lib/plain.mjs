@@ -17,7 +17,7 @@
 // whose connection was lost is sent again (the claim with its delivery
 // token) for up to `reconnectFor` seconds (withReconnect).
 import { randomUUID } from 'node:crypto';
-import { CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, claimErrorHeals, claimOn, errorMessage, isBusy,
+import { CLAIM_SQL, CLAIMS_SQL, COMPLETE_SQL, RELEASE_SQL, claimErrorHeals, claimOn, errorMessage, isBusy, permanentFailureResult,
          judgedVerdictOf, sleep, sqlstateOf, withReconnect, workerId } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
@@ -97,6 +97,22 @@ export async function complete(pool, jobType, key, attempt, result = null, opts 
   const runs = processSignoffSettings().jobType(jobType);
   await write(pool, 'SELECT idempotency.complete_operation($1, $2, $3, $4)',
               [runs, String(key), attempt, JSON.stringify(result ?? null)], opts);
+}
+
+/**
+ * End the operation of a permanent refusal (PermanentFailure): the sign-off
+ * point ended (nothing unless a runner that answers it started the worker),
+ * then complete() with permanentFailureResult(reason) as the result. The
+ * caller then fails the message the way its queue fails a job, without a
+ * retry (and, meeting that result in a later completed verdict, fails it
+ * again without running): opts.delivery says how, for the sign-off report.
+ * ID003 as complete().
+ */
+export async function failPermanently(pool, jobType, key, attempt, reason, opts = {}) {
+  const so = processSignoffSettings();
+  await so.ended({ job_type: so.jobType(jobType), key: String(key), attempt, reason: String(reason),
+                   delivery: opts.delivery ?? 'left to the caller' });
+  await complete(pool, jobType, key, attempt, permanentFailureResult(reason), opts);
 }
 
 /** idempotency.release_operation(jobType, key, attempt): the next claim runs attempt + 1 */

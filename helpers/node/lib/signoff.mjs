@@ -85,8 +85,8 @@ export function parseLease(text) {
 
 // the answers each point may get
 const ANSWERS = { claimed: ['continue', 'fail'], judged: ['continue'], handled: ['continue'] };
-// and the optional point hello's
-const ANY_ANSWERS = { ...ANSWERS, hello: ['continue'] };
+// and the optional points hello's and ended's
+const ANY_ANSWERS = { ...ANSWERS, hello: ['continue'], ended: ['continue'] };
 const unknownPoint = (point) =>
   new Error(`sign-off: unknown point ${quoted(point)} (expected claimed, judged or handled)`);
 
@@ -122,6 +122,19 @@ export function signoffHelloMessage({ helper, helper_version, runtime, runtime_v
     database: database ?? null, server_port: server_port ?? null, system_identifier: system_identifier ?? null,
     wrapper: wrapper ?? null,
   }) + '\n';
+}
+
+/**
+ * The line (JSON and '\n') of the point ended: the handler threw
+ * PermanentFailure (reason), the heartbeat stopped, the completion with the
+ * refusal as its result not sent yet; `delivery`: how the delivery then
+ * ends, in the queue library's words.
+ */
+export function signoffEndedMessage({ job_type, key, attempt = null, reason = '', delivery }, pid = process.pid) {
+  const text = String(reason ?? '').trim();
+  return JSON.stringify({ v: SIGNOFF_VERSION, point: 'ended', job_type, key: String(key), attempt, pid,
+                          ending: 'PermanentFailure', delivery: String(delivery),
+                          message: text ? text.split('\n')[0].trim() : '' }) + '\n';
 }
 
 /**
@@ -216,6 +229,8 @@ export function signoff(env = process.env) {
   const map = settle(parseJobTypes, env.IDEMPOTENCY_SIGNOFF_JOB_TYPES, new Map());
   const lease = settle(parseLease, env.IDEMPOTENCY_SIGNOFF_LEASE, null);
   const helloArmed = Boolean(socket) && env.IDEMPOTENCY_SIGNOFF_HELLO === '1';
+  // the runner answers the point ended (an older one refused it)
+  const endedArmed = Boolean(socket) && env.IDEMPOTENCY_SIGNOFF_ENDED === '1';
   const hello = (db, queueLibrary = null, wrapper = 'plain') =>
     (helloArmed ? sayHello(socket, db, queueLibrary, wrapper) : Promise.resolve());
   return Object.freeze({
@@ -236,6 +251,15 @@ export function signoff(env = process.env) {
       await hello(null);
       return signoffPoint(socket, point, fields);
     } : async () => 'continue',
+    endedArmed,
+    // the point ended (fields: job_type as sent, key, attempt, reason,
+    // delivery), before a permanent failure's completion; nothing unless
+    // endedArmed
+    ended: endedArmed ? async (fields) => {
+      await hello(null);
+      return exchange(socket, 'ended', signoffEndedMessage(fields),
+                      `sign-off runner at ${socket}, point ended of ${fields.job_type}/${fields.key}`);
+    } : async () => undefined,
   });
 }
 

@@ -3,8 +3,9 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangeMessageVisibilityCommand } from '@aws-sdk/client-sqs';
-import { BUSY, CLAIM_SQL, KnownFailure, claimOn, errorMessage, fingerprintOf, judgedVerdictOf, releaseDelay, sleep,
-         sqlstateOf, timings, withReconnect } from './common.mjs';
+import { BUSY, CLAIM_SQL, KnownFailure, PermanentFailure, claimOn, errorMessage, fingerprintOf, judgedVerdictOf,
+         permanentDelivery, permanentFailureOf, permanentFailureResult, releaseDelay, sleep, sqlstateOf, timings,
+         withReconnect } from './common.mjs';
 import { signoff } from './signoff.mjs';
 
 
@@ -27,6 +28,12 @@ import { signoff } from './signoff.mjs';
  *                        reconnect bound; default 30, or the deprecated
  *                        IDEMPOTENCY_RECONNECT_FOR in ms)
  * @param opts.onVerdict  optional (event) => void, for logs and metrics
+ * @param opts.permanentFailure 'leave' (default) or 'delete': the message of a
+ *                        handler that threw PermanentFailure (the operation
+ *                        completed with the refusal as its result) is not
+ *                        deleted, left to the queue's redrive policy (a later
+ *                        receive meets the result and leaves it again, without
+ *                        the handler), or deleted
  *
  * Sign-off (docs/signoff-protocol.md): the environment is read here, once.
  * IDEMPOTENCY_SIGNOFF_JOB_TYPES maps the job type of every call;
@@ -45,6 +52,10 @@ export function idempotent(handler, opts) {
   const worker = opts.worker ?? `${hostname()}/pid-${process.pid}`;
   const notify = opts.onVerdict ?? (() => {});
   const claimWait = opts.claimWait ?? 0;
+  const permanentMode = opts.permanentFailure ?? 'leave';
+  if (!['leave', 'delete'].includes(permanentMode)) {
+    throw new TypeError(`idempotent: permanentFailure ${JSON.stringify(permanentMode)} is not 'leave' or 'delete'`);
+  }
 
   return async (message) => {
     // both throw (a malformed map, a lease that is not a positive number)
@@ -108,6 +119,12 @@ export function idempotent(handler, opts) {
     if (claim.verdict !== 'run' && claim.verdict !== 'verify') {
       await judged(event, { attempt: claim.attempt, verdict: claim.verdict });
     }
+    if (claim.verdict === 'completed' && permanentFailureOf(claim.result) !== null) {
+      // the operation ended in a permanent failure: this receive ends as that one did
+      notify({ ...event, action: 'failed permanently' });
+      if (permanentMode === 'delete') return message;
+      throw new PermanentFailure(permanentFailureOf(claim.result));   // not deleted: the redrive policy
+    }
     switch (claim.verdict) {
       case 'completed':
       case 'skipped':
@@ -169,6 +186,26 @@ export function idempotent(handler, opts) {
           QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: delay }));
         notify({ ...event, action: 'released', retry_in: delay });
         return undefined;
+      }
+      if (err instanceof PermanentFailure) {
+        // refused for good: the operation ends (completed, the refusal its
+        // result); the message is not deleted (sqs-consumer sees the throw):
+        // the redrive policy takes it to the dead-letter queue (or deleted)
+        if (so.endedArmed) {
+          await so.ended({ job_type: jobType, key: opKey, attempt: claim.attempt, reason: err.message,
+                           delivery: permanentDelivery(permanentMode) });
+        }
+        try {
+          await write('SELECT idempotency.complete_operation($1, $2, $3, $4)',
+                      [jobType, opKey, claim.attempt, JSON.stringify(permanentFailureResult(err.message))]);
+        } catch (e) {
+          if (e.code !== 'ID003') throw e;   // left to its lease, as an unknown outcome
+          notify({ ...event, action: 'superseded' });
+          return message;
+        }
+        notify({ ...event, action: 'failed permanently' });
+        if (permanentMode === 'delete') return message;
+        throw err;
       }
       notify({ ...event, action: 'failed' });
       throw err;   // uncertain: the lease and the policy decide

@@ -31,7 +31,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { countingPool } from './counting-pool.mjs';
-import { idempotent, idempotentBatch, fingerprintOf, KnownFailure } from 'pg-idempotency';
+import { idempotent, idempotentBatch, fingerprintOf, KnownFailure, PermanentFailure, permanentFailureOf,
+         failPermanently, claim } from 'pg-idempotency';
 import { prepareEdition } from './edition.mjs';
 
 const LEASE = 1;            // seconds
@@ -522,4 +523,71 @@ test('batch: the heartbeat keeps an early finisher young while a slow handler ru
   assert.ok(calls(log, 'extend_lease') >= 2);
   assert.equal(calls(log, 'complete_operations'), 1);
   assert.deepEqual(verdicts('B-fast'), ['run:work', 'run:completed']);
+});
+
+// a handler that throws PermanentFailure (the provider said 422)
+function refusing(type, sqs, extra = {}) {
+  const calls = [];
+  const verdicts = [];
+  const opts = { pool, sqs, queueUrl: QUEUE_URL, jobType: type, key: (p) => p.order, heartbeat: 250,
+                 retryAfter: RETRY_AFTER, worker: 'unit-test',
+                 onVerdict: (e) => verdicts.push(`${e.verdict}:${e.action}`), ...extra };
+  const body = async (payload) => {
+    calls.push(payload.order);
+    throw new PermanentFailure('provider answered 422');
+  };
+  return { handle: idempotent(body, opts), batch: idempotentBatch(body, opts), calls, verdicts };
+}
+
+async function resultOf(type, key) {
+  const { rows: [r] } = await admin.query(
+    'SELECT result FROM idempotency.operations WHERE job_type = $1 AND operation_key = $2', [type, key]);
+  return r.result;
+}
+
+test('PermanentFailure: completed with the refusal as its result, the message not deleted nor postponed', async () => {
+  const type = await jobType('retry');
+  const sqs = fakeSqs();
+  const { handle, calls, verdicts } = refusing(type, sqs);
+  await assert.rejects(handle(message('K-perm')), (err) => err instanceof PermanentFailure &&
+                       err.message === 'provider answered 422');
+  assert.deepEqual(verdicts, ['run:work', 'run:failed permanently']);
+  assert.equal(sqs.sent.length, 0);   // left to the visibility timeout and the redrive policy
+  assert.equal(await record(type, 'K-perm'), 'completed #1');
+  assert.deepEqual(await resultOf(type, 'K-perm'), { permanent_failure: 'provider answered 422' });
+  // the message again (its next receive): thrown again, the handler not called
+  await assert.rejects(handle(message('K-perm')), PermanentFailure);
+  assert.deepEqual(calls, ['K-perm']);
+  assert.deepEqual(verdicts.slice(2), ['completed:failed permanently']);
+  assert.equal(permanentFailureOf(await resultOf(type, 'K-perm')), 'provider answered 422');
+});
+
+test("PermanentFailure with permanentFailure: 'delete': the message deleted", async () => {
+  const type = await jobType('retry');
+  const { handle } = refusing(type, fakeSqs(), { permanentFailure: 'delete' });
+  const m = message('K-perm-del');
+  assert.equal(await handle(m), m);
+  assert.equal(await record(type, 'K-perm-del'), 'completed #1');
+  assert.equal(await handle(m), m);
+  assert.throws(() => idempotent(async () => null, { pool, permanentFailure: 'drop' }), TypeError);
+});
+
+test('batch: PermanentFailure completes the key with the refusal, its message not among the deleted', async () => {
+  const type = await jobType('retry');
+  const { batch, calls } = refusing(type, fakeSqs());
+  assert.deepEqual(await batch([message('B-perm')]), []);
+  assert.equal(await record(type, 'B-perm'), 'completed #1');
+  assert.deepEqual(await resultOf(type, 'B-perm'), { permanent_failure: 'provider answered 422' });
+  assert.deepEqual(await batch([message('B-perm')]), []);
+  assert.deepEqual(calls, ['B-perm']);
+});
+
+test('failPermanently: the plain functions end the operation with the refusal as its result', async () => {
+  const type = await jobType('hold');
+  const c = await claim(pool, type, 'P-perm', { fingerprint: 'fp' });
+  await failPermanently(pool, type, 'P-perm', c.attempt, 'provider answered 422');
+  assert.equal(await record(type, 'P-perm'), 'completed #1');
+  const again = await claim(pool, type, 'P-perm', { fingerprint: 'fp' });
+  assert.equal(again.verdict, 'completed');
+  assert.equal(permanentFailureOf(again.result), 'provider answered 422');
 });

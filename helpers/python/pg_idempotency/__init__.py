@@ -77,16 +77,17 @@ import psycopg
 
 from .portable import install_portable, portable_sql  # noqa: F401 -- the portable edition's script
 
-__version__ = "0.5.0"
+__version__ = "0.5.1"
 EXTENSION_VERSION = "0.3"   # the extension version these helpers need (delivery, wait)
 
 __all__ = [
-    "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "Outcome", "SERVER_GONE",
+    "BUSY", "Claim", "EXTENSION_VERSION", "Heartbeat", "KnownFailure", "Outcome", "PermanentFailure", "SERVER_GONE",
     "SIGNOFF_VERSION", "SignoffError",
     "claim", "claim_batch", "claim_error_heals", "complete", "complete_batch", "connection",
-    "connection_lost", "discard", "error_message", "extend_lease", "fingerprint", "install_portable", "is_busy",
-    "new_delivery", "parse_job_types", "parse_lease", "portable_sql", "release", "release_batch", "signoff_answer",
-    "signoff_hello", "signoff_hello_armed", "signoff_hello_message", "signoff_job_type",
+    "connection_lost", "discard", "error_message", "extend_lease", "fail_permanently", "fingerprint",
+    "install_portable", "is_busy", "new_delivery", "parse_job_types", "parse_lease", "permanent_failure_of",
+    "permanent_failure_result", "portable_sql", "release", "release_batch", "signoff_answer", "signoff_ended",
+    "signoff_ended_message", "signoff_hello", "signoff_hello_armed", "signoff_hello_message", "signoff_job_type",
     "signoff_lease", "signoff_message", "signoff_point", "signoff_wrapper", "with_reconnect", "worker_id",
 ]
 
@@ -109,6 +110,34 @@ log = logging.getLogger(__name__)
 class KnownFailure(Exception):
     """Raise from a job's body when the effect certainly did not happen: the
     claim is released and the job retried (pg_idempotency.celery does so)."""
+
+
+class PermanentFailure(Exception):
+    """Raise from a job's body when the provider refused for good (HTTP 422,
+    SMTP 550: the effect did not happen, and asking again with the same
+    arguments cannot change that): the operation is ended, completed with
+    permanent_failure_result(reason) as its result (the record no longer
+    claimed, and it says why), and the delivery fails as the queue library
+    fails a job, without a retry (pg_idempotency.celery: the task in state
+    FAILURE). A later delivery of the operation meets that result and fails
+    the same way, without running. The plain functions: fail_permanently."""
+
+
+PERMANENT_FAILURE = "permanent_failure"   # the key of the stored result that marks one
+
+
+def permanent_failure_result(reason):
+    """the result a permanent failure completes the operation with:
+    {"permanent_failure": reason}"""
+    return {PERMANENT_FAILURE: str(reason)}
+
+
+def permanent_failure_of(result):
+    """the reason when a stored result (a completed verdict's Claim.result)
+    marks a permanent failure, else None"""
+    if isinstance(result, dict) and set(result) == {PERMANENT_FAILURE} and isinstance(result[PERMANENT_FAILURE], str):
+        return result[PERMANENT_FAILURE]
+    return None
 
 
 _db = {"pid": None, "conn": None, "in_place": False}
@@ -354,6 +383,20 @@ def release(job_type, key, attempt, *, dsn="", reconnect_for=30.0, on_lost=None)
            dsn=dsn, reconnect_for=reconnect_for, on_lost=on_lost)
 
 
+def fail_permanently(job_type, key, attempt, reason, *, dsn="", reconnect_for=30.0, on_lost=None,
+                     delivery="left to the caller"):
+    """End the operation of a permanent refusal (PermanentFailure): the
+    sign-off point ended (nothing unless a sign-off runner that answers it
+    started the worker), then complete() with permanent_failure_result(reason)
+    as the result. The caller then fails the message the way its queue fails
+    a job, without a retry (and, meeting that result in a later completed
+    verdict, fails it again without running): `delivery` says how, for the
+    sign-off report. ID003 as complete()."""
+    signoff_ended(job_type, key, attempt, reason, delivery=delivery)
+    complete(job_type, key, attempt, permanent_failure_result(reason), dsn=dsn,
+             reconnect_for=reconnect_for, on_lost=on_lost)
+
+
 CLAIMS_SQL = ("SELECT operation_key, verdict, attempt, result FROM idempotency.claim_operations("
               "%s, %s::text[], %s::text[], %s, deliveries => %s::text[], wait => %s)")
 
@@ -526,7 +569,8 @@ class Heartbeat:
 SIGNOFF_VERSION = 1   # the version of docs/signoff-protocol.md spoken here
 # the answers each point may get
 SIGNOFF_ANSWERS = {"claimed": ("continue", "fail"), "judged": ("continue",), "handled": ("continue",)}
-_ANSWERS = {**SIGNOFF_ANSWERS, "hello": ("continue",)}   # and the optional point hello
+# and the optional points hello and ended
+_ANSWERS = {**SIGNOFF_ANSWERS, "hello": ("continue",), "ended": ("continue",)}
 
 
 class SignoffError(RuntimeError):
@@ -581,7 +625,7 @@ def parse_lease(text):
 
 # (the runner's socket or None, {your job type: the run's}, the map's error
 # or None, the run's lease in seconds or None, the lease's error or None,
-# whether the runner answers the point hello)
+# whether the runner answers the point hello, and the point ended)
 _signoff = None
 _hello_pid = None   # the process that sent its hello
 
@@ -602,7 +646,8 @@ def _signoff_settings():
         _signoff = (os.environ.get("IDEMPOTENCY_SIGNOFF") or None,
                     *_settle(parse_job_types, os.environ.get("IDEMPOTENCY_SIGNOFF_JOB_TYPES"), {}),
                     *_settle(parse_lease, os.environ.get("IDEMPOTENCY_SIGNOFF_LEASE"), None),
-                    os.environ.get("IDEMPOTENCY_SIGNOFF_HELLO") == "1")
+                    os.environ.get("IDEMPOTENCY_SIGNOFF_HELLO") == "1",
+                    os.environ.get("IDEMPOTENCY_SIGNOFF_ENDED") == "1")
     return _signoff
 
 
@@ -804,3 +849,31 @@ def signoff_hello(conn=None, *, wrapper=None):
                                  wrapper=wrapper or _WRAPPER.get() or "plain")
     path = _signoff_settings()[0]
     _exchange(path, "hello", line, f"sign-off runner at {path}, point hello")
+
+
+# -- the point ended (docs/signoff-protocol.md) ---------------------------------
+def signoff_ended_message(job_type, key, attempt, reason, *, delivery, pid=None):
+    """the line (JSON and a newline) of the point ended: the handler raised
+    PermanentFailure (reason), the heartbeat stopped, the completion with the
+    refusal as its result not sent yet; delivery: how the delivery then ends,
+    in the queue library's words"""
+    line = {"v": SIGNOFF_VERSION, "point": "ended", "job_type": job_type, "key": str(key), "attempt": attempt,
+            "pid": os.getpid() if pid is None else pid, "ending": "PermanentFailure",
+            "delivery": str(delivery), "message": str(reason).strip().splitlines()[0] if str(reason).strip() else ""}
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def signoff_ended(job_type, key, attempt, reason, *, delivery):
+    """The point ended, before a permanent failure's completion: nothing
+    unless IDEMPOTENCY_SIGNOFF is set and the runner exported
+    IDEMPOTENCY_SIGNOFF_ENDED=1 (it answers the point; an older runner, which
+    does not, would refuse it). The runner answers continue and names the
+    ending in its report. SignoffError as at any point."""
+    settings = _signoff_settings()
+    if settings[0] is None or not settings[6]:
+        return
+    job_type = signoff_job_type(job_type)
+    signoff_hello()
+    path = settings[0]
+    _exchange(path, "ended", signoff_ended_message(job_type, key, attempt, reason, delivery=delivery),
+              f"sign-off runner at {path}, point ended of {job_type}/{key}")

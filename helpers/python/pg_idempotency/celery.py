@@ -1,7 +1,7 @@
 """pg_idempotency.celery: a Celery task base class for the claim protocol of the
 PostgreSQL extension `idempotency`.
 
-    from pg_idempotency.celery import IdempotentTask, KnownFailure
+    from pg_idempotency.celery import IdempotentTask, KnownFailure, PermanentFailure
 
     @app.task(base=IdempotentTask, job_type="send_confirmation", key_arg="order", lease=600)
     def send_confirmation(order, email): ...
@@ -18,9 +18,13 @@ delivery, wait) (extension 0.3 or later);
                          (resolve_operation; the sweeper then re-enqueues)
 The body raising KnownFailure (the effect certainly did not happen) releases
 the claim and retries after a backoff (doubling with the attempt, at most
-backoff_max and half the lease); any other exception leaves the claim to its
-lease (the job type's stale-claim policy decides at the next delivery, or the
-sweeper finds it).
+backoff_max and half the lease); the body raising PermanentFailure (the
+provider refused for good) completes the operation with
+{"permanent_failure": reason} as its result and fails the task without a
+retry (state FAILURE, the exception its result; a later delivery of the
+operation meets that result and fails the same way without running the
+body); any other exception leaves the claim to its lease (the job type's
+stale-claim policy decides at the next delivery, or the sweeper finds it).
 
 A claim that fails with an error is never acknowledged away: self.retry
 publishes the task again (before the message is acknowledged) after a capped
@@ -103,9 +107,12 @@ from celery import Task
 from celery.signals import worker_process_init
 
 import pg_idempotency
-from pg_idempotency import BUSY, KnownFailure, claim_error_heals
+from pg_idempotency import BUSY, KnownFailure, PermanentFailure, claim_error_heals
 
-__all__ = ["IdempotentTask", "KnownFailure"]
+__all__ = ["IdempotentTask", "KnownFailure", "PermanentFailure"]
+
+# the sign-off report's words for how a permanent failure ends the delivery
+PERMANENT_DELIVERY = "the task in state FAILURE, not retried (Celery)"
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +156,7 @@ class IdempotentTask(Task):
                            # at most half the lease, at least one try more
     finish_on_sigterm = True   # a prefork pool process finishes the task in hand
                                # when SIGTERM reaches it (ignored until the end)
+    throws = (PermanentFailure,)   # an expected failure (Celery's `throws`)
 
     # -- override these as needed ---------------------------------------
     def bound_arguments(self, args, kwargs):
@@ -226,6 +234,10 @@ class IdempotentTask(Task):
         verdict, attempt, result = claimed.verdict, claimed.attempt, claimed.result
         event.update(verdict=verdict, attempt=attempt)
 
+        if verdict == "completed" and pg_idempotency.permanent_failure_of(result) is not None:
+            # the operation ended in a permanent failure: this delivery fails as that one did
+            self.on_verdict({**event, "action": "failed permanently"})
+            raise PermanentFailure(pg_idempotency.permanent_failure_of(result))
         if verdict in ("completed", "skipped", "held"):
             self.on_verdict({**event, "action": "ack"})
             return result
@@ -266,6 +278,23 @@ class IdempotentTask(Task):
             delay = min(self.retry_delay(attempt - 1), lease / 2)
             self.on_verdict({**event, "action": "released", "retry_in": delay})
             raise self.retry(exc=failure, countdown=delay)
+        except PermanentFailure as failure:
+            # refused for good: the operation ends (completed, the refusal its
+            # result), the task fails without a retry (state FAILURE)
+            beat.stop()
+            try:
+                pg_idempotency.fail_permanently(job_type, key, attempt, str(failure), dsn=self.dsn,
+                                                reconnect_for=self._reconnect_for(lease),
+                                                delivery=PERMANENT_DELIVERY)
+            except psycopg.Error as err:
+                if err.sqlstate != "ID003":
+                    # still claimed: left to its lease, as an unknown outcome
+                    self.on_verdict({**event, "action": "failed", "sqlstate": err.sqlstate or "connection"})
+                    raise
+                self.on_verdict({**event, "action": "superseded"})
+                return None
+            self.on_verdict({**event, "action": "failed permanently"})
+            raise failure
         except Exception:
             # uncertain (or the sign-off runner could not be asked: a
             # SignoffError): the claim is left to its lease. Celery acknowledges

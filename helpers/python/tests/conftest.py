@@ -183,12 +183,14 @@ class FakeRunner:
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
-    def arm(self, job_types=None, socket_path=None, lease=None, hello=False):
+    def arm(self, job_types=None, socket_path=None, lease=None, hello=False, ended=False):
         """the variables a runner starts the worker with (in this process);
-        hello: a runner that answers the point hello"""
+        hello, ended: a runner that answers the point hello, ended"""
         self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF", socket_path or self.path)
         if hello:
             self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_HELLO", "1")
+        if ended:
+            self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_ENDED", "1")
         if job_types is not None:
             self.monkeypatch.setenv("IDEMPOTENCY_SIGNOFF_JOB_TYPES", job_types)
         if lease is not None:

@@ -49,7 +49,7 @@ from celery import Celery                      # noqa: E402
 from celery.exceptions import Retry            # noqa: E402
 
 import pg_idempotency                          # noqa: E402
-from pg_idempotency.celery import IdempotentTask   # noqa: E402
+from pg_idempotency.celery import IdempotentTask, PermanentFailure   # noqa: E402
 from conftest import check_killed_at            # noqa: E402
 
 LEASE = 1.0
@@ -538,3 +538,76 @@ def test_a_pool_process_is_recognised_by_worker_process_init(monkeypatch):
     monkeypatch.setattr(pc, "_in_pool_process", False)
     worker_process_init.send(sender=None)
     assert pc._in_pool_process is True
+
+
+def refusing_task(types, runs=None, **options):
+    """a task whose body raises PermanentFailure (the provider said 422)"""
+    t = types.make("retry", LEASE)
+    calls, verdicts = [], []
+
+    def body(self, order):
+        calls.append(order)
+        raise PermanentFailure("provider answered 422")
+
+    task = app.task(body, base=IdempotentTask, bind=True, name=t, job_type=t, key_arg="order", lease=LEASE,
+                    heartbeat=0.25, **options,
+                    on_verdict=lambda _self, e: verdicts.append(f"{e['verdict']}:{e['action']}"))
+    return task, calls, verdicts
+
+
+def test_permanent_failure_ends_the_operation_and_fails_the_task(types, admin):
+    """PermanentFailure: completed with the refusal as its result, the task
+    in FAILURE without a retry; a later delivery fails the same way without
+    running the body"""
+    task, calls, verdicts = refusing_task(types)
+    r = task.apply(("K-refused",), throw=False)
+    assert r.state == "FAILURE" and isinstance(r.result, PermanentFailure), (r.state, r.result)
+    assert str(r.result) == "provider answered 422"
+    assert verdicts == ["run:work", "run:failed permanently"]
+    assert types.record(task.job_type, "K-refused") == "completed #1"
+    result, = admin.execute("SELECT result FROM idempotency.operations WHERE job_type = %s AND operation_key = %s",
+                            (task.job_type, "K-refused")).fetchone()
+    assert result == {"permanent_failure": "provider answered 422"}
+    assert pg_idempotency.permanent_failure_of(result) == "provider answered 422"
+    # again: no retry was scheduled (apply() would have run it: one call), and
+    # a new delivery meets the ended operation: FAILURE, the body not run
+    r = task.apply(("K-refused",), throw=False)
+    assert r.state == "FAILURE" and str(r.result) == "provider answered 422"
+    assert calls == ["K-refused"]
+    assert verdicts[2:] == ["completed:failed permanently"]
+    assert types.record(task.job_type, "K-refused") == "completed #1"
+
+
+def test_signoff_ended_before_the_completion(types, runner):
+    """armed by a runner that answers it (IDEMPOTENCY_SIGNOFF_ENDED=1), the
+    point ended comes after claimed, with the refusal and how the task ends,
+    while the record is still claimed; without it, no point ended"""
+    task, calls, verdicts = refusing_task(types)
+    runs = types.make("retry", LEASE)
+    runner.arm(job_types=f"{task.job_type}={runs}", ended=True)
+    seen = {}
+
+    def answer(m):
+        if m["point"] == "ended":
+            seen["record"] = types.record(runs, m["key"])
+        return "continue"
+
+    runner.answer = answer
+    r = task.apply(("K-ended",), throw=False)
+    assert r.state == "FAILURE"
+    assert runner.points() == ["claimed", "ended"]
+    assert runner.lines[1] == {"v": 1, "point": "ended", "job_type": runs, "key": "K-ended", "attempt": 1,
+                               "pid": os.getpid(), "ending": "PermanentFailure",
+                               "delivery": "the task in state FAILURE, not retried (Celery)",
+                               "message": "provider answered 422"}
+    assert seen == {"record": "claimed #1"}
+    assert types.record(runs, "K-ended") == "completed #1"
+
+
+def test_signoff_no_ended_for_an_older_runner(types, runner):
+    task, calls, verdicts = refusing_task(types)
+    runs = types.make("retry", LEASE)
+    runner.arm(job_types=f"{task.job_type}={runs}")
+    assert task.apply(("K-old",), throw=False).state == "FAILURE"
+    assert runner.points() == ["claimed"]
+    assert types.record(runs, "K-old") == "completed #1"

@@ -70,7 +70,7 @@ def test_delivery_and_worker():
 
 
 def test_versions():
-    assert idem.__version__ == "0.5.0"
+    assert idem.__version__ == "0.5.1"
     assert idem.EXTENSION_VERSION == "0.3"
 
 
@@ -318,3 +318,18 @@ def test_deprecated_names_still_work():
         assert idem.SIGNOFF_PROTOCOL == idem.SIGNOFF_VERSION == 1
     with pytest.raises(AttributeError):
         idem.no_such_name   # noqa: B018
+
+
+def test_fail_permanently(types):
+    """the plain functions' PermanentFailure: completed with the refusal as
+    its result, which a later claim answers (permanent_failure_of)"""
+    jt = types.make("hold", 60)
+    c = idem.claim(jt, "K-perm", "fp")
+    idem.fail_permanently(jt, "K-perm", c.attempt, "provider answered 422")
+    assert types.record(jt, "K-perm") == "completed #1"
+    again = idem.claim(jt, "K-perm", "fp")
+    assert again.verdict == "completed"
+    assert idem.permanent_failure_of(again.result) == "provider answered 422"
+    assert idem.permanent_failure_result("x") == {"permanent_failure": "x"}
+    assert idem.permanent_failure_of({"sent": 1}) is None and idem.permanent_failure_of(None) is None
+    assert idem.permanent_failure_of({"permanent_failure": "x", "more": 1}) is None

@@ -60,13 +60,40 @@ require "securerandom"
 require "socket"
 
 module PgIdempotency
-  VERSION = "0.5.0"
+  VERSION = "0.5.1"
   # the extension version these calls need (delivery =>, wait =>)
   EXTENSION_VERSION = "0.3"
 
   # raise it from the work when the effect certainly did not happen: the
   # claim is released and a later claim runs attempt + 1
   class KnownFailure < StandardError; end
+
+  # raise it from the work when the provider refused for good (HTTP 422,
+  # SMTP 550: the effect did not happen, and asking again with the same
+  # arguments cannot change that): the operation is ended, completed with
+  # permanent_failure_result(reason) as its result (no longer claimed, and
+  # the record says why), and the delivery fails as the queue library fails
+  # a job, without a retry (the Sidekiq middleware: the dead set). A later
+  # delivery meets that result and fails the same way, without running. The
+  # plain calls: fail_permanently.
+  class PermanentFailure < StandardError; end
+
+  # the key of the stored result that marks a permanent failure
+  PERMANENT_FAILURE = "permanent_failure"
+
+  # the result a permanent failure completes the operation with
+  def self.permanent_failure_result(reason) = { PERMANENT_FAILURE => reason.to_s }
+
+  # the reason when a stored result (a completed Claim's result: jsonb text,
+  # or a Hash) marks a permanent failure, else nil
+  def self.permanent_failure_of(result)
+    result = JSON.parse(result) if result.is_a?(String)
+    return nil unless result.is_a?(Hash) && result.keys == [PERMANENT_FAILURE]
+
+    result[PERMANENT_FAILURE].is_a?(String) ? result[PERMANENT_FAILURE] : nil
+  rescue JSON::ParserError
+    nil
+  end
 
   # the sign-off run's variables are wrong, or its runner could not be asked
   # (unreachable, closed without a line, another answer)
@@ -357,6 +384,20 @@ module PgIdempotency
     nil
   end
 
+  # End the operation of a permanent refusal (PermanentFailure): the sign-off
+  # point ended (nothing unless a runner that answers it started the
+  # worker), then complete with permanent_failure_result(reason) as the
+  # result. The caller then fails the message the way its queue fails a job,
+  # without a retry (and, meeting that result in a later completed verdict,
+  # fails it again without running): `delivery` says how, for the sign-off
+  # report. ID003 as complete.
+  def self.fail_permanently(conn, job_type, key, attempt, reason, reconnect_for: nil, on_lost: nil,
+                            delivery: "left to the caller")
+    signoff_ended(job_type, key, attempt, reason, delivery: delivery)
+    complete(conn, job_type, key, attempt, permanent_failure_result(reason), reconnect_for: reconnect_for,
+                                                                             on_lost: on_lost)
+  end
+
   # release_operation(job_type, key, attempt): the effect certainly did not
   # happen; a later claim runs attempt + 1
   def self.release(conn, job_type, key, attempt, reconnect_for: nil, on_lost: nil, within: nil, on_reconnect: nil)
@@ -556,7 +597,7 @@ module PgIdempotency
     lead = where ? "#{where}: " : ""
     line, newline, = (received || "").partition("\n")
     raise SignoffError, "#{lead}the runner closed the connection without an answer line" if newline.empty?
-    allowed = (point.to_s == "hello" ? %w[continue] : SIGNOFF_ANSWERS.fetch(point.to_s))
+    allowed = (%w[hello ended].include?(point.to_s) ? %w[continue] : SIGNOFF_ANSWERS.fetch(point.to_s))
     unless allowed.include?(line)
       raise SignoffError, "#{lead}unexpected answer #{JSON.generate(line)} (expected #{allowed.join(' or ')})"
     end
@@ -679,6 +720,35 @@ module PgIdempotency
                                  system_identifier: sysid, wrapper: wrapper || signoff_wrapper_name || "plain")
     path = ENV["IDEMPOTENCY_SIGNOFF"]
     signoff_exchange(path, "hello", line, "sign-off runner at #{path}, point hello")
+  end
+
+  # -- the point ended (docs/signoff-protocol.md) ------------------------------
+  # the line (JSON and "\n") of the point ended: the work raised
+  # PermanentFailure (reason), the heartbeat stopped, the completion with the
+  # refusal as its result not sent yet; delivery: how the delivery then
+  # ends, in the queue library's words
+  def self.signoff_ended_message(job_type, key, attempt, reason, delivery:, pid: Process.pid)
+    text = reason.to_s.strip
+    line = { "v" => SIGNOFF_VERSION, "point" => "ended", "job_type" => job_type, "key" => key.to_s,
+             "attempt" => attempt, "pid" => pid, "ending" => "PermanentFailure", "delivery" => delivery.to_s,
+             "message" => text.empty? ? "" : text.lines.first.strip }
+    "#{JSON.generate(line)}\n"
+  end
+
+  # The point ended, before a permanent failure's completion: nothing unless
+  # IDEMPOTENCY_SIGNOFF is set and the runner exported
+  # IDEMPOTENCY_SIGNOFF_ENDED=1 (it answers the point; an older runner, which
+  # does not, would refuse it). The runner answers continue and names the
+  # ending in its report. SignoffError as at any point.
+  def self.signoff_ended(job_type, key, attempt, reason, delivery:)
+    path = ENV["IDEMPOTENCY_SIGNOFF"]
+    return if path.nil? || path.empty? || ENV["IDEMPOTENCY_SIGNOFF_ENDED"] != "1"
+
+    job_type = signoff_job_type(job_type)
+    signoff_hello
+    signoff_exchange(path, "ended", signoff_ended_message(job_type, key, attempt, reason, delivery: delivery),
+                     "sign-off runner at #{path}, point ended of #{job_type}/#{key}")
+    nil
   end
 end
 

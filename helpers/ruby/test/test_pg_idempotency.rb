@@ -21,7 +21,7 @@ class PgIdempotencyTest < Minitest::Test
   end
 
   def test_version
-    assert_equal "0.5.0", PgIdempotency::VERSION
+    assert_equal "0.5.1", PgIdempotency::VERSION
     assert_equal "0.3", PgIdempotency::EXTENSION_VERSION
   end
 

@@ -222,6 +222,58 @@ class SidekiqMiddlewareTest < Minitest::Test
     assert_equal "claimed #1", record(type, "K20")   # the other arguments' claim, untouched
   end
 
+  # the middleware on a job whose perform raises PermanentFailure (the
+  # provider said 422): [seen, dead, raised]
+  def refused_run(klass, key, **extra)
+    seen = []
+    dead = []
+    PgIdempotency::SidekiqMiddleware.dead_set = ->(job, err) { dead << [job, err] }
+    mw = PgIdempotency::SidekiqMiddleware.new(on_verdict: ->(e) { seen << "#{e['verdict']}:#{e['action']}" })
+    job = { "class" => "UnitJob", "args" => [key], "jid" => "j-#{key}", "queue" => "q" }.merge(extra)
+    raised = nil
+    begin
+      mw.call(klass.new, job, "q") { raise PgIdempotency::PermanentFailure, "provider answered 422" }
+    rescue StandardError => e
+      raised = e
+    end
+    [seen, dead, raised]
+  ensure
+    PgIdempotency::SidekiqMiddleware.dead_set = nil
+  end
+
+  def test_permanent_failure_ends_the_operation_and_goes_to_the_dead_set
+    type = job_type("retry")
+    klass = job_class(type)
+    seen, dead, raised = refused_run(klass, "K40")
+    assert_nil raised
+    assert_equal ["run:work", "run:dead"], seen
+    assert_equal [], klass.scheduled   # no retry
+    assert_equal 1, dead.size
+    job, err = dead.first
+    assert_kind_of PgIdempotency::PermanentFailure, err
+    assert_equal ["PgIdempotency::PermanentFailure", "provider answered 422"], [job["error_class"], job["error_message"]]
+    assert_equal "completed #1", record(type, "K40")
+    result = @admin.exec_params("SELECT result::text FROM idempotency.operations WHERE job_type = $1 AND " \
+                                "operation_key = 'K40'", [type]).getvalue(0, 0)
+    assert_equal({ "permanent_failure" => "provider answered 422" }, JSON.parse(result))
+    assert_equal "provider answered 422", PgIdempotency.permanent_failure_of(result)
+    # a later delivery meets the ended operation: the dead set again, perform not run
+    seen, dead, raised = refused_run(klass, "K40")
+    assert_nil raised
+    assert_equal ["completed:dead"], seen
+    assert_equal 1, dead.size
+    assert_equal "completed #1", record(type, "K40")
+  end
+
+  def test_permanent_failure_with_retry_false_raises_for_sidekiq_to_drop
+    type = job_type("retry")
+    seen, dead, raised = refused_run(job_class(type), "K41", "retry" => false)
+    assert_kind_of PgIdempotency::PermanentFailure, raised
+    assert_equal ["run:work", "run:failed permanently"], seen
+    assert_equal [], dead
+    assert_equal "completed #1", record(type, "K41")
+  end
+
   def test_a_retried_job_dies_with_sidekiqs_retry_fields
     type = job_type("hold")
     @admin.exec_params("SELECT idempotency.claim_operation($1, 'K21', 'sha256:other', 'w')", [type])

@@ -84,7 +84,7 @@ class SignoffTest < Minitest::Test
   def prefix = "signoff_unit"
 
   VARS = %w[IDEMPOTENCY_SIGNOFF IDEMPOTENCY_SIGNOFF_JOB_TYPES IDEMPOTENCY_SIGNOFF_LEASE
-            IDEMPOTENCY_SIGNOFF_HELLO].freeze
+            IDEMPOTENCY_SIGNOFF_HELLO IDEMPOTENCY_SIGNOFF_ENDED].freeze
 
   def setup
     super
@@ -431,6 +431,33 @@ class SignoffTest < Minitest::Test
     assert_nil PgIdempotency.signoff_wrapper_name
   ensure
     db&.close
+  end
+
+  # with IDEMPOTENCY_SIGNOFF_ENDED=1 a PermanentFailure sends the point
+  # ended after claimed, before its completion (the record still claimed),
+  # with the refusal and how the job then ends; without it, none
+  def test_ended_before_a_permanent_failures_completion
+    yours, runs = mapped_types
+    seen = {}
+    r = runner do |m|
+      seen[:record] = record(runs, m["key"]) if m["point"] == "ended"
+      "continue"
+    end
+    ENV["IDEMPOTENCY_SIGNOFF_ENDED"] = "1"
+    PgIdempotency::SidekiqMiddleware.dead_set = ->(_job, _err) {}
+    run_job(job_class(yours), "S50") { raise PgIdempotency::PermanentFailure, "provider answered 422" }
+    assert_equal %w[claimed ended], r.messages.map { |m| m["point"] }
+    assert_equal({ "v" => 1, "point" => "ended", "job_type" => runs, "key" => "S50", "attempt" => 1,
+                   "pid" => Process.pid, "ending" => "PermanentFailure",
+                   "delivery" => "the job in Sidekiq's dead set, not retried",
+                   "message" => "provider answered 422" }, r.messages.last)
+    assert_equal({ record: "claimed #1" }, seen)
+    assert_equal "completed #1", record(runs, "S50")
+    ENV.delete("IDEMPOTENCY_SIGNOFF_ENDED")
+    run_job(job_class(yours), "S51") { raise PgIdempotency::PermanentFailure, "provider answered 422" }
+    assert_equal %w[claimed ended claimed], r.messages.map { |m| m["point"] }
+  ensure
+    PgIdempotency::SidekiqMiddleware.dead_set = nil
   end
 
   # an older runner exports no IDEMPOTENCY_SIGNOFF_HELLO (and would refuse

@@ -16,6 +16,7 @@
 #
 #   ruby -I ../../helpers/ruby/lib sidekiq/worker.rb
 require "json"
+require "net/http"
 require "securerandom"
 require "sidekiq"
 require "sidekiq/testing"
@@ -28,17 +29,41 @@ $stderr.sync = true
 $stdout.sync = true
 Sidekiq::Testing.fake!   # perform_in pushes to Refund.jobs, not to Redis
 
+# with IDEMPOTENCY_SIGNOFF_HTTP (effect = http) the refund is a POST to the
+# provider, whose answers the job tells apart as docs/signoff.md says: 503 or
+# a refused connection a KnownFailure, 422 a PermanentFailure (the operation
+# ends, the job goes to the dead set: here a directory), no answer within 5 s
+# an unknown outcome (raised). Then the job has Sidekiq's retries (retry:
+# true) and the middleware a dead set of this loop's own, without Redis;
+# else retry: false, as above.
+HTTP = ENV["IDEMPOTENCY_SIGNOFF_HTTP"].then { |u| u.nil? || u.empty? ? nil : u }
+RETRY = !HTTP.nil?
+
+def refund_at(key)
+  uri = URI("#{HTTP}/refunds/#{key}")
+  res = Net::HTTP.start(uri.host, uri.port, open_timeout: 5, read_timeout: 5) do |http|
+    http.post(uri.path, '{"amount_cents": 1250}', "Idempotency-Key" => key, "Content-Type" => "application/json")
+  end
+  return { "status" => res.code.to_i } if res.code.to_i.between?(200, 299)
+  raise PgIdempotency::PermanentFailure, "provider answered #{res.code}" if res.code.to_i == 422
+
+  raise PgIdempotency::KnownFailure, "provider answered #{res.code}"
+rescue Errno::ECONNREFUSED => e
+  raise PgIdempotency::KnownFailure, "provider unreachable: #{e.message}"
+end
+
 def log(msg) = warn("#{Time.now.utc.strftime('%H:%M:%S.%L')} refund worker #{Process.pid}: #{msg}")
 
 # the refund job, as a Sidekiq application writes it
 class Refund
   include Sidekiq::Job
   include PgIdempotency::Job
-  sidekiq_options retry: false, idempotency: { "job_type" => JOB, "lease" => 300 }
+  sidekiq_options retry: RETRY, idempotency: { "job_type" => JOB, "lease" => 300 }
 
   def self.idempotency_key(key, _args) = key
 
   def perform(key, _args)
+    return refund_at(key) if HTTP
     dir = spool
     # lookup (verdict verify): the provider's own record first, here the effects file
     return { "found" => true } if idempotency_verify? && refunded?(dir, key)
@@ -53,11 +78,19 @@ dir = spool
 mine = register(dir)
 dsn = ENV["IDEMPOTENCY_SIGNOFF_DSN"].then { |d| d.nil? || d.empty? ? nil : d }   # nil: the PG* variables
 middleware = PgIdempotency::SidekiqMiddleware.new(dsn: dsn)
+if RETRY
+  # the dead set, as a directory of the spool (no Redis): what the middleware kills lands there
+  FileUtils.mkdir_p(File.join(dir, "dead"))
+  PgIdempotency::SidekiqMiddleware.dead_set = lambda do |job, err|
+    File.write(File.join(dir, "dead", job["jid"]), JSON.generate(job))
+    log("#{job['args'][0]}: to the dead set: #{err.class}: #{err.message}")
+  end
+end
 log("started (Sidekiq #{Sidekiq::VERSION}, the middleware); lease #{PgIdempotency.signoff_lease || 300} s")
 each_message(dir, mine, -> { stopping }) do |path, message|
   # the job hash as Sidekiq's fetch gives it to the middleware
   job = { "class" => "Refund", "args" => [message["key"], message["args"]], "jid" => SecureRandom.hex(12),
-          "queue" => "default", "retry" => false, "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f }
+          "queue" => "default", "retry" => RETRY, "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f }
   worker = Refund.new
   worker.jid = job["jid"]
   begin

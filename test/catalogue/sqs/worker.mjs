@@ -19,7 +19,7 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { idempotent, idempotentBatch, signoff } from '../../../helpers/node/index.mjs';
+import { KnownFailure, PermanentFailure, idempotent, idempotentBatch, signoff } from '../../../helpers/node/index.mjs';
 import { put, spool, take } from '../node/dirqueue.mjs';
 
 const helper = fileURLToPath(new URL('../../../helpers/node/index.mjs', import.meta.url));
@@ -56,9 +56,33 @@ function refunded(runKey) {
   }
 }
 
+// with IDEMPOTENCY_SIGNOFF_HTTP (effect = http) the refund is a POST to the
+// provider, whose answers the handler tells apart as docs/signoff.md says:
+// 503 or a refused connection a KnownFailure, 422 a PermanentFailure (the
+// operation ends, the message is not deleted: here the dead-letter
+// directory), no answer within 5 s an unknown outcome (thrown)
+const HTTP = process.env.IDEMPOTENCY_SIGNOFF_HTTP || null;
+async function refundAt(opKey) {
+  let res;
+  try {
+    res = await fetch(`${HTTP}/refunds/${encodeURIComponent(opKey)}`, {
+      method: 'POST', headers: { 'Idempotency-Key': opKey, 'Content-Type': 'application/json' },
+      body: '{"amount_cents": 1250}', signal: AbortSignal.timeout(5000) });
+  } catch (err) {
+    if (err.cause?.code === 'ECONNREFUSED') throw new KnownFailure(`provider unreachable: ${err.cause.message}`);
+    throw err;
+  }
+  await res.text();
+  if (res.ok) return { status: res.status };
+  if (res.status === 422) throw new PermanentFailure(`provider answered ${res.status}`);
+  throw new KnownFailure(`provider answered ${res.status}`);
+}
+
 // the handler, as an sqs-consumer application writes it for the wrapper
-const handler = async (payload, ctx) => (ctx.verify && refunded(payload.key) ? { found: true }
-                                                                              : refund(payload.key, ctx.attempt));
+const handler = async (payload, ctx) => {
+  if (ctx.verify && refunded(payload.key)) return { found: true };
+  return HTTP ? refundAt(ctx.key) : refund(payload.key, ctx.attempt);
+};
 
 // the SQS client the wrapper is given: what it asks of the queue
 const visibility = new Map();   // ReceiptHandle -> seconds until the message is seen again

@@ -36,8 +36,13 @@
 # perform raising PgIdempotency::KnownFailure (the effect certainly did not
 # happen) releases the claim and re-enqueues the job after a backoff (doubling
 # with the attempt from "backoff" seconds, at most "backoff_max" and half the
-# lease); any other error leaves the claim to its lease and the job to
-# Sidekiq's retries. A database error of the claim itself goes to Sidekiq's
+# lease); perform raising PgIdempotency::PermanentFailure (the provider
+# refused for good) completes the operation with {"permanent_failure" =>
+# reason} as its result and sends the job to Sidekiq's dead set at once, as
+# a job whose retries are exhausted (a job with retry: false is raised, for
+# Sidekiq to drop; a later delivery of the operation meets that result and
+# ends the same way without running perform); any other error leaves the
+# claim to its lease and the job to Sidekiq's retries. A database error of the claim itself goes to Sidekiq's
 # retries too (nothing is acknowledged away), unless retrying cannot heal it
 # (PgIdempotency.claim_error_heals? false: ID002, the key claimed with other
 # arguments; class 22, bad input): then the job goes to Sidekiq's dead set at
@@ -204,7 +209,7 @@ module PgIdempotency
         # retry: false is Sidekiq's to drop, as before; under
         # Sidekiq::Testing without a dead_set of its own: raised, as before)
         if !PgIdempotency.claim_error_heals?(e) && retries?(worker, job) && self.class.dead_set_here?
-          kill(worker, job, queue, e, key, error["sqlstate"])
+          kill(worker, job, queue, e, key, "claim_operation: #{error['sqlstate']}", "retrying cannot heal it")
           return notify(error, "dead")
         end
         # to Sidekiq's retries (then the dead set): a lost connection, 42501,
@@ -214,6 +219,11 @@ module PgIdempotency
       end
       verdict, attempt = claim.verdict, claim.attempt
       event = { "key" => key, "verdict" => verdict, "attempt" => attempt, "jid" => job["jid"] }
+
+      if verdict == "completed" && (reason = PgIdempotency.permanent_failure_of(claim.result))
+        # the operation ended in a permanent failure: this delivery ends as that one did
+        return permanently_failed(worker, job, queue, PermanentFailure.new(reason), key, event)
+      end
 
       case verdict
       when "completed", "skipped", "held"
@@ -254,6 +264,21 @@ module PgIdempotency
         delay = [backoff(opts, attempt - 1), lease / 2].min
         worker.class.set(queue: queue).perform_in(delay, *args)
         return notify(event.merge("retry_in" => delay), "released")
+      rescue PermanentFailure => e
+        # refused for good: the operation ends (completed, the refusal its
+        # result), the job dies without a retry (the dead set)
+        beat.stop
+        begin
+          PgIdempotency.fail_permanently(db, job_type, key, attempt, e.message,
+                                         reconnect_for: reconnect,
+                                         on_lost: written_again(key, "complete_operation"),
+                                         delivery: dead?(worker, job) ? DEAD_DELIVERY : DROPPED_DELIVERY)
+        rescue PG::Error => x
+          raise unless PgIdempotency.sqlstate(x) == "ID003"   # left to its lease, as an unknown outcome
+
+          return notify(event, "superseded")
+        end
+        return permanently_failed(worker, job, queue, e, key, event)
       rescue StandardError
         notify(event, "failed")   # uncertain: the claim is left to its lease
         raise
@@ -279,7 +304,26 @@ module PgIdempotency
       notify(event, "completed")
     end
 
+    # the sign-off report's words for how a permanent failure ends the delivery
+    DEAD_DELIVERY = "the job in Sidekiq's dead set, not retried"
+    DROPPED_DELIVERY = "the job raised, with retry: false: Sidekiq drops it, not retried"
+
     private
+
+    # a permanent failure goes to the dead set here (else it is raised)
+    def dead?(worker, job) = retries?(worker, job) && self.class.dead_set_here?
+
+    # the delivery of an operation that ended in a permanent failure: to the
+    # dead set at once (as kill does), or raised where the dead set is not
+    # this middleware's (retry: false, Sidekiq::Testing without a dead_set)
+    def permanently_failed(worker, job, queue, err, key, event)
+      unless dead?(worker, job)
+        notify(event, "failed permanently")
+        raise err
+      end
+      kill(worker, job, queue, err, key, "PermanentFailure", "the provider refused for good")
+      notify(event, "dead")
+    end
 
     # Sidekiq would retry the job if it raised (JobRetry#local: the job's
     # "retry", else its class's)
@@ -295,7 +339,7 @@ module PgIdempotency
     # set (unless dead: false, or the block answered :discard: 7 does nothing
     # more, 8 still calls the death handlers), the death handlers. The job is
     # not raised: Sidekiq acknowledges it
-    def kill(worker, job, queue, err, key, code)
+    def kill(worker, job, queue, err, key, what_failed, why)
       msg = job.dup
       now = SidekiqCompat.job_time
       msg["queue"] = msg["retry_queue"] || queue
@@ -331,8 +375,7 @@ module PgIdempotency
         self.class.dead_set.call(msg, err)
         what = "sent to the dead set"
       end
-      Sidekiq.logger.error("#{key}: claim_operation: #{code}: #{PgIdempotency.error_message(err)}; " \
-                           "#{what}: retrying cannot heal it")
+      Sidekiq.logger.error("#{key}: #{what_failed}: #{PgIdempotency.error_message(err)}; #{what}: #{why}")
       return if discard && !SidekiqCompat::SIDEKIQ_8   # 7: poof, no death handlers
 
       SidekiqCompat.death_handlers.each do |handler|
