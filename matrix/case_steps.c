@@ -1017,6 +1017,23 @@ first_delivery(signoff_state *s, const char *mark)
 }
 
 /*
+ * After delivery di left its claim to its lease (15, 17): the message
+ * again, then a wait for the delivery the database judged after the lease
+ * (the policy's answer: held, skipped, verify, a takeover), then settled.
+ * Not settled on the count of deliveries alone: a helper's own retry of an
+ * in_progress copy may arrive first, still inside the lease, and would end
+ * the case before the policy answered (seen in 17 on a loaded machine).
+ */
+static void
+again_after_lease(signoff_state *s, int di)
+{
+	if (!enqueue(s, 0, JF_ENQUEUE))
+		return;
+	wait_for(s, pred_stale_after, &di, true, s->job->lease_s + s->job->timeout_s);
+	settle(s);
+}
+
+/*
  * Did the delivery of the case's key send more than one request, the later
  * ones without the key the first carried? The endpoint counts, per key, the
  * requests whose Idempotency-Key header named it and the later ones that
@@ -1236,8 +1253,7 @@ sc_15(signoff_state *s)
 		case FO_LEFT:
 			case_note(s->cr, "The job left its claim to its lease (it cannot know whether the %s was made); stale_claims() "
 					  "lists it; then the message again.", effect_name_of(s));
-			if (enqueue(s, 0, JF_ENQUEUE))
-				settle(s);
+			again_after_lease(s, di);
 			break;
 		case FO_RELEASED:
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
@@ -1430,8 +1446,7 @@ gave_up_slow(signoff_state *s, int di, double waited)
 	{
 		case FO_LEFT:
 			case_note(cr, "The job left its claim to its lease; then the message again.");
-			if (enqueue(s, 0, JF_ENQUEUE))
-				settle(s);
+			again_after_lease(s, di);
 			break;
 		case FO_RELEASED:
 			copy_str(s->d[di].after, sizeof(s->d[di].after), "released");
