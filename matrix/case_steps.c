@@ -8,9 +8,8 @@
  * enqueue, whom to kill. A step arms the point it wants to hold for a key
  * (one-shot); every other exchange is answered "continue" at once.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -1903,7 +1902,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	for (p = 0; p < N_POLICIES; p++)
 		if (want[p])
 			total += signoff_count_cases(ctx->cases, s->job);
-	prs = calloc(N_POLICIES, sizeof(policy_result));
+	prs = pg_malloc0_array(policy_result, N_POLICIES);
 	t0 = now_seconds();
 	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
 	{
@@ -2042,7 +2041,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	progress_clear(ctx);
 	if (matrix_interrupted)
 	{
-		free(prs);
+		pg_free(prs);
 		return 130;
 	}
 	if (job->value[JF_CLEANUP])

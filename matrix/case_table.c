@@ -15,9 +15,8 @@
  * two slots a run fills: {effect} ("email" in the reference run, "effect"
  * in a sign-off run) and {item} ("order ORD-1002" / "key").
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,7 +402,7 @@ policy_by_name(const char *s)
 bool
 parse_policies(const char *list, bool *want)
 {
-	char	   *copy = strdup(list);
+	char	   *copy = pg_strdup(list);
 	char	   *save = NULL;
 	char	   *tok;
 	bool		ok = true;
@@ -423,7 +422,7 @@ parse_policies(const char *list, bool *want)
 		else
 			ok = false;
 	}
-	free(copy);
+	pg_free(copy);
 	for (i = 0; i < N_POLICIES; i++)
 		if (want[i])
 			return ok;

@@ -52,6 +52,8 @@
  *
  * The reference run is not diagnosed: its job is the runner's own.
  */
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>

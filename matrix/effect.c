@@ -22,9 +22,8 @@
  * runner talks to it over a socket pair, a line each way (effect_* below);
  * nothing else reaches it but 127.0.0.1.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -110,9 +109,7 @@ key_index(const char *name, bool add)
 	if (nkeys == capkeys)
 	{
 		capkeys = capkeys ? capkeys * 2 : 64;
-		keys = realloc(keys, sizeof(ekey) * (size_t) capkeys);
-		if (keys == NULL)
-			_exit(3);
+		keys = pg_realloc_array(keys, ekey, capkeys);
 	}
 	memset(&keys[nkeys], 0, sizeof(ekey));
 	copy_str(keys[nkeys].name, NAME_SZ, name);

@@ -35,9 +35,8 @@
  * the job file's timeout as the bound), stale_claims() polled for a lease
  * to run out, the record polled for a completion or a release.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -400,11 +399,11 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 		}
 		if (strstr(line, "idempotency") || strstr(line, "Idempotent") || strstr(line, "signoff"))
 		{
-			free(helper);
-			helper = strdup(line);
+			pg_free(helper);
+			helper = pg_strdup(line);
 		}
-		free(ring[n % TAIL_KEEP]);
-		ring[n % TAIL_KEEP] = strdup(line);
+		pg_free(ring[n % TAIL_KEEP]);
+		ring[n % TAIL_KEEP] = pg_strdup(line);
 		n++;
 	}
 	free(line);
@@ -424,8 +423,8 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 		case_note(cr, "%s(%d line%s of library warnings left out: deprecation notices; the whole log is kept)",
 				  prefix, noise, noise == 1 ? "" : "s");
 	for (i = 0; i < TAIL_KEEP; i++)
-		free(ring[i]);
-	free(helper);
+		pg_free(ring[i]);
+	pg_free(helper);
 }
 
 /* ---------------------------------------------------------------------
@@ -658,7 +657,7 @@ exch_free(signoff_state *s, exch *x)
 			s->x[i] = s->x[--s->nx];
 			break;
 		}
-	free(x);
+	pg_free(x);
 }
 
 /* the answer line, and the exchange is over */
@@ -845,12 +844,7 @@ new_delivery(signoff_state *s, const exch *x)
 	if (s->nd == s->dcap)
 	{
 		s->dcap = s->dcap ? s->dcap * 2 : 64;
-		s->d = realloc(s->d, (size_t) s->dcap * sizeof(delivery));
-		if (s->d == NULL)
-		{
-			fprintf(stderr, "idempotency-matrix: out of memory\n");
-			abort();
-		}
+		s->d = pg_realloc_array(s->d, delivery, s->dcap);
 	}
 	d = &s->d[s->nd++];
 	memset(d, 0, sizeof(*d));
@@ -1109,7 +1103,7 @@ pump(signoff_state *s, int ms)
 						case_fail(s->cr, "more than %d exchanges open at once", MAX_EXCH);
 					continue;
 				}
-				x = calloc(1, sizeof(exch));
+				x = pg_malloc0_object(exch);
 				x->fd = fd;
 				x->state = X_READING;
 				x->delivery = -1;

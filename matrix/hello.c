@@ -33,6 +33,8 @@
  * This file only decides and records; engine.c reads the lines and
  * answers them.
  */
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>

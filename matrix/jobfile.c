@@ -3,9 +3,8 @@
  *		A sign-off run's job file (docs/signoff.md): name = value lines,
  *		read and checked before anything starts.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -142,7 +141,7 @@ signoff_load_job(const char *path, signoff_job *job)
 			job_error(job, lineno, "\"%s\" has no value (%s)", name, job_field_what[i]);
 			goto bad;
 		}
-		job->value[i] = strdup(value);
+		job->value[i] = pg_strdup(value);
 		job->line[i] = lineno;
 	}
 	free(line);

@@ -12,9 +12,8 @@
  * Exit status: 0 every cell holds; 1 some do not; 2 it could not run
  * (bad option, no connection, no extension); 130 interrupted.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>

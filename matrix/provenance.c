@@ -15,9 +15,8 @@
  * exit 0 unchanged, 1 changed (each change named), 2 not a report it can
  * read. (Anchors: SLSA and in-toto provenance, whose subjects are digests.)
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -51,12 +50,7 @@ add_file(provenance *pv, const char *dir, const char *abs)
 	if (pv->nfiles == pv->cap)
 	{
 		pv->cap = pv->cap ? pv->cap * 2 : 64;
-		pv->files = realloc(pv->files, (size_t) pv->cap * sizeof(code_file));
-		if (pv->files == NULL)
-		{
-			fprintf(stderr, "idempotency-matrix: out of memory\n");
-			abort();
-		}
+		pv->files = pg_realloc_array(pv->files, code_file, pv->cap);
 	}
 	copy_str(pv->files[pv->nfiles].path, sizeof(pv->files[0].path), rel);
 	if (!sha256_file(abs, pv->files[pv->nfiles].sha256))
@@ -163,7 +157,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 	copy_str(pv->dir, sizeof(pv->dir), dir);
 	if (code)
 	{
-		spec = strdup(code);
+		spec = pg_strdup(code);
 		for (tok = strtok_r(spec, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save))
 		{
 			char		pattern[PATH_MAX + 8];
@@ -175,7 +169,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 			{
 				snprintf(err, esz, "code: \"%s\" matches no file in %s", tok, dir);
 				globfree(&g);
-				free(spec);
+				pg_free(spec);
 				return false;
 			}
 			for (k = 0; k < g.gl_pathc; k++)
@@ -193,13 +187,13 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 				{
 					snprintf(err, esz, "code: cannot read a file of \"%s\": %s", tok, strerror(errno));
 					globfree(&g);
-					free(spec);
+					pg_free(spec);
 					return false;
 				}
 			}
 			globfree(&g);
 		}
-		free(spec);
+		pg_free(spec);
 		qsort(pv->files, (size_t) pv->nfiles, sizeof(code_file), path_cmp);
 		sb_init(&list);
 		for (i = 0; i < pv->nfiles; i++)
@@ -215,7 +209,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 
 		if (capture(dir, head, out, sizeof(out)))
 		{
-			char	  **argv = calloc((size_t) pv->nfiles + 8, sizeof(char *));
+			char	  **argv = pg_malloc0_array(char *, pv->nfiles + 8);
 			int			n = 0;
 
 			copy_str(pv->git_commit, sizeof(pv->git_commit), trim(out));
@@ -230,7 +224,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 			argv[n] = NULL;
 			if (capture(dir, argv, out, sizeof(out)))
 				pv->git_dirty = out[0] != '\0';
-			free(argv);
+			pg_free(argv);
 		}
 	}
 	return true;
@@ -239,7 +233,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 void
 provenance_free(provenance *pv)
 {
-	free(pv->files);
+	pg_free(pv->files);
 	pv->files = NULL;
 	pv->nfiles = pv->cap = 0;
 }
@@ -335,7 +329,7 @@ provenance_verify(const char *report)
 			if (was.nfiles == was.cap)
 			{
 				was.cap = was.cap ? was.cap * 2 : 64;
-				was.files = realloc(was.files, (size_t) was.cap * sizeof(code_file));
+				was.files = pg_realloc_array(was.files, code_file, was.cap);
 			}
 			copy_str(was.files[was.nfiles].path, sizeof(was.files[0].path), path);
 			copy_str(was.files[was.nfiles].sha256, sizeof(was.files[0].sha256), sha);

@@ -16,9 +16,8 @@
  * cases themselves, their steps and their expectations are the engine's
  * and case_table.c's, as for any job.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -131,9 +130,9 @@ reference_run(matrix_ctx *ctx, const bool *want, int check_as, const char *html,
 	reference.stress = ctx->stress;
 	reference_banner(ctx, &reference);
 	rc = signoff_run(ctx, &reference, want, check_as, html, json);
-	free(reference.value[JF_WORKER]);
-	free(reference.value[JF_ENQUEUE]);
-	free(reference.value[JF_ENQUEUE_OTHER]);
-	free(reference.value[JF_EFFECTS]);
+	pg_free(reference.value[JF_WORKER]);
+	pg_free(reference.value[JF_ENQUEUE]);
+	pg_free(reference.value[JF_ENQUEUE_OTHER]);
+	pg_free(reference.value[JF_EFFECTS]);
 	return rc;
 }

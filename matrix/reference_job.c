@@ -33,9 +33,8 @@
  *	  sends its server process ("backend_pid"), which case 8 waits for;
  *	- it is quick to start (no interpreter), so case 3s can start 16.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -11,9 +11,8 @@
  * A sign-off run (ctx->job) has the same tables, with "effects" in place of
  * "emails", headed by its job file's settings, and a line to sign.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -550,12 +549,12 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 		while (*p)
 		{
 			size_t		len = strcspn(p, "\n");
-			char	   *line = strndup(p, len);
+			char	   *line = pnstrdup(p, len);
 
 			sb_printf(h, "<dd%s>", strncmp(line, "FAILED", 6) == 0 ? " class=\"failed\"" : "");
 			html_escape(h, line);
 			sb_puts(h, "</dd>\n");
-			free(line);
+			pg_free(line);
 			p += len;
 			if (*p)
 				p++;
@@ -949,11 +948,11 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			while (*p)
 			{
 				size_t		len = strcspn(p, "\n");
-				char	   *line = strndup(p, len);
+				char	   *line = pnstrdup(p, len);
 
 				sb_puts(&j, first ? "" : ", ");
 				json_string(&j, line);
-				free(line);
+				pg_free(line);
 				first = false;
 				p += len;
 				if (*p)
@@ -1183,6 +1182,6 @@ report_all(matrix_ctx *ctx, policy_result *prs, int npr, const char *html,
 	for (p = 0; p < npr; p++)
 		for (k = 0; k < prs[p].ncases; k++)
 			sb_free(&prs[p].cases[k].notes);
-	free(prs);
+	pg_free(prs);
 	return rc;
 }

@@ -7,6 +7,8 @@
  * cryptohash goes through OpenSSL on Debian and would need libcrypto at
  * link time.
  */
+#include "postgres_fe.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

@@ -2,9 +2,8 @@
  * util.c
  *		Strings, escaping and clocks for the replay matrix runner.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <ftw.h>
