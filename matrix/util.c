@@ -13,6 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/cryptohash.h"
+#include "common/logging.h"
+#include "common/sha2.h"
+
 #include "util.h"
 
 void
@@ -345,4 +349,87 @@ void
 remove_tree(const char *path)
 {
 	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* the digest of a hash context, as hex; false: why in err (not for OOM: NULL ctx) */
+static bool
+sha256_end(pg_cryptohash_ctx *c, char out[65])
+{
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	int			i;
+
+	if (pg_cryptohash_final(c, digest, sizeof(digest)) < 0)
+		return false;
+	for (i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+		snprintf(out + 2 * i, 3, "%02x", digest[i]);
+	return true;
+}
+
+/* libcrypto refused: the run cannot say what it signs (exit 2, as a run that cannot start) */
+static void
+sha256_failed(const char *why)
+{
+	pg_log_error("cannot compute SHA-256: %s", why);
+	exit(2);
+}
+
+/*
+ * A SHA-256 context from libpgcommon (OpenSSL's on Debian), ready; a
+ * failure ends the run (exit 2): the frontend's pg_cryptohash_create() returns NULL
+ * only when it is out of memory (libcrypto's context included), and
+ * pg_cryptohash_init() fails only when libcrypto refuses, which
+ * pg_cryptohash_error() names (it exists from PostgreSQL 15 on).
+ */
+static pg_cryptohash_ctx *
+sha256_begin(void)
+{
+	pg_cryptohash_ctx *c = pg_cryptohash_create(PG_SHA256);
+
+	if (c == NULL)
+		sha256_failed("out of memory");
+	if (pg_cryptohash_init(c) < 0)
+		sha256_failed(pg_cryptohash_error(c));
+	return c;
+}
+
+/* the sha256 of n bytes, as 64 hex digits */
+void
+sha256_buffer(const void *data, size_t n, char out[65])
+{
+	pg_cryptohash_ctx *c = sha256_begin();
+
+	if (pg_cryptohash_update(c, (const uint8 *) data, n) < 0 || !sha256_end(c, out))
+		sha256_failed(pg_cryptohash_error(c));
+	pg_cryptohash_free(c);
+}
+
+/* the sha256 of a file's content; false: it cannot be read (errno) */
+bool
+sha256_file(const char *path, char out[65])
+{
+	FILE	   *f = fopen(path, "rb");
+	uint8		buf[65536];
+	size_t		n;
+	pg_cryptohash_ctx *c;
+
+	if (f == NULL)
+		return false;
+	c = sha256_begin();
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		if (pg_cryptohash_update(c, buf, n) < 0)
+			sha256_failed(pg_cryptohash_error(c));
+	if (ferror(f))
+	{
+		int			save = errno;
+
+		fclose(f);
+		pg_cryptohash_free(c);
+		errno = save;
+		return false;
+	}
+	fclose(f);
+	if (!sha256_end(c, out))
+		sha256_failed(pg_cryptohash_error(c));
+	pg_cryptohash_free(c);
+	return true;
 }

@@ -1,7 +1,7 @@
 /*
  * util.h
- *		The runner's strings, escaping, clocks and interruption (util.c),
- *		and SHA-256 (sha256.c).
+ *		The runner's strings, escaping, clocks and interruption, and
+ *		SHA-256 (util.c).
  *
  * Depends on nothing else of the runner: every other file may use it.
  */
@@ -54,7 +54,7 @@ bool		parse_lease(const char *s, double *out);
 void		shell_quote(sbuf *b, const char *s);
 void		remove_tree(const char *path);
 
-/* sha256.c */
+/* util.c: SHA-256 through libpgcommon's pg_cryptohash (sha256sum's digests) */
 void		sha256_buffer(const void *data, size_t n, char out[65]);
 bool		sha256_file(const char *path, char out[65]);
 
