@@ -1551,13 +1551,13 @@ operation_key(signoff_state *s, int ki)
 	}
 	else if (s->job->value[JF_KEY_COMMAND])
 	{
-		sbuf		out;
+		StringInfoData out;
 		char	   *k;
 
-		sb_init(&out);
+		initStringInfo(&out);
 		if (run_command(s, JF_KEY_COMMAND, s->keys[ki], false, &out) != 0)
 		{
-			sb_free(&out);
+			pfree(out.data);
 			return false;
 		}
 		k = trim(out.data ? out.data : (char *) "");
@@ -1565,13 +1565,13 @@ operation_key(signoff_state *s, int ki)
 		{
 			case_fail(s->cr, "key_command printed %s for %s: one line, the operation key, was expected",
 					  *k ? "more than one line" : "nothing", s->keys[ki]);
-			sb_free(&out);
+			pfree(out.data);
 			return false;
 		}
 		copy_str(s->opkey[ki], KEYSZ, k);
 		s->opkey_known[ki] = true;
 		know_key(s, k);
-		sb_free(&out);
+		pfree(out.data);
 	}
 	return true;
 }
@@ -1605,7 +1605,7 @@ drain(signoff_state *s, policy_result *pr)
 	if (s->unmappable || s->not_armed || s->stopped[0] || s->claim_failed || pr->ncases == 0)
 		return;
 	memset(&notes, 0, sizeof(notes));
-	sb_init(&notes.notes);
+	initStringInfo(&notes.notes);
 	notes.id = "drain";
 	notes.checks_ok = true;
 	s->cr = &notes;
@@ -1630,7 +1630,7 @@ drain(signoff_state *s, policy_result *pr)
 	for (k = 0; k < s->nworkers; k++)
 		forget_proc(s->workers[k]);
 	s->nworkers = 0;
-	sb_free(&notes.notes);
+	pfree(notes.notes.data);
 	for (c = 0; c < pr->ncases; c++)
 	{
 		case_result *cr = &pr->cases[c];
@@ -1685,7 +1685,7 @@ run_cleanup(signoff_state *s)
 	int			status;
 
 	memset(&notes, 0, sizeof(notes));
-	sb_init(&notes.notes);
+	initStringInfo(&notes.notes);
 	notes.id = "cleanup";
 	s->cr = &notes;
 	s->case_id = "cleanup";
@@ -1696,9 +1696,9 @@ run_cleanup(signoff_state *s)
 				 s->job->value[JF_CLEANUP]);
 	else
 		snprintf(s->ctx->cleanup_said, sizeof(s->ctx->cleanup_said), "%.590s",
-				 one_line(sb_str(&notes.notes)));	/* "FAILED: the cleanup command ..." */
+				 one_line(notes.notes.data));	/* "FAILED: the cleanup command ..." */
 	printf("\ncleanup: %s\n", s->ctx->cleanup_said);
-	sb_free(&notes.notes);
+	pfree(notes.notes.data);
 }
 
 /*
@@ -2009,7 +2009,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 						 tries, s->keys[0], s->missed);
 				for (ki = 0; ki < s->nkeys; ki++)
 					know_key(s, s->opkey[ki]);
-				sb_free(&cr->notes);
+				pfree(cr->notes.data);
 				case_expectations(c, pr->checked_as, words, job->stress, ctx->utf8, cr);
 				for (ki = 0; ki < tries; ki++)
 					case_note(cr, "%s", tried[ki]);

@@ -315,7 +315,7 @@ case_expectations(const case_spec *c, policy_t as, const case_words *words,
 	const case_expect *e = &c->expect[as];
 
 	memset(cr, 0, sizeof(*cr));
-	sb_init(&cr->notes);
+	initStringInfo(&cr->notes);
 	cr->id = c->id;
 	cr->obs_emails = -1;
 	cr->at_end = cr->after_drain = -1;
@@ -347,13 +347,33 @@ case_finish(case_result *cr)
 		cr->checks_ok;
 }
 
+/* fmt's text at the end of the case's notes (appendStringInfoVA's loop) */
+static void notes_vappend(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+
+static void
+notes_vappend(case_result *cr, const char *fmt, va_list ap)
+{
+	for (;;)
+	{
+		va_list		copy;
+		int			needed;
+
+		va_copy(copy, ap);
+		needed = appendStringInfoVA(&cr->notes, fmt, copy);
+		va_end(copy);
+		if (needed == 0)
+			return;
+		enlargeStringInfo(&cr->notes, needed);
+	}
+}
+
 /* a sentence for the report, about what was checked */
 void
 case_vnote(case_result *cr, const char *fmt, va_list ap)
 {
 	if (cr->notes.len)
-		sb_puts(&cr->notes, "\n");
-	sb_vprintf(&cr->notes, fmt, ap);
+		appendStringInfoString(&cr->notes, "\n");
+	notes_vappend(cr, fmt, ap);
 }
 
 void
@@ -371,9 +391,9 @@ void
 case_vfail(case_result *cr, const char *fmt, va_list ap)
 {
 	if (cr->notes.len)
-		sb_puts(&cr->notes, "\n");
-	sb_puts(&cr->notes, "FAILED: ");
-	sb_vprintf(&cr->notes, fmt, ap);
+		appendStringInfoString(&cr->notes, "\n");
+	appendStringInfoString(&cr->notes, "FAILED: ");
+	notes_vappend(cr, fmt, ap);
 	cr->checks_ok = false;
 }
 

@@ -66,7 +66,7 @@ signoff_state *live_state;
 
 /* the command with every {key} replaced by the key, shell-quoted */
 static void
-expand(sbuf *b, const char *tmpl, const char *key)
+expand(StringInfo b, const char *tmpl, const char *key)
 {
 	const char *p = tmpl;
 
@@ -76,10 +76,10 @@ expand(sbuf *b, const char *tmpl, const char *key)
 
 		if (k == NULL)
 		{
-			sb_puts(b, p);
+			appendStringInfoString(b, p);
 			break;
 		}
-		sb_append(b, p, (size_t) (k - p));
+		appendBinaryStringInfo(b, p, (size_t) (k - p));
 		shell_quote(b, key);
 		p = k + 5;
 	}
@@ -1164,7 +1164,7 @@ make_env(signoff_state *s, bool worker, run_env *e)
 
 /* a file's content (at most a few kB of its end), for messages */
 static void
-read_file(const char *path, sbuf *b, size_t max)
+read_file(const char *path, StringInfo b, size_t max)
 {
 	FILE	   *f = fopen(path, "r");
 	char		buf[4096];
@@ -1178,7 +1178,7 @@ read_file(const char *path, sbuf *b, size_t max)
 	else
 		fseek(f, 0, SEEK_SET);
 	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		sb_append(b, buf, n);
+		appendBinaryStringInfo(b, buf, n);
 	fclose(f);
 }
 
@@ -1192,9 +1192,9 @@ read_file(const char *path, sbuf *b, size_t max)
  */
 int
 run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwhile,
-			sbuf *out)
+			StringInfo out)
 {
-	sbuf		cmd;
+	StringInfoData cmd;
 	char		why[256];
 	run_env		env;
 	pid_t		pid;
@@ -1214,18 +1214,18 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 	 */
 	snprintf(out_path, sizeof(out_path), "%s.%d", s->cmd_out, s->command_depth);
 	snprintf(err_path, sizeof(err_path), "%s.%d", s->cmd_err, s->command_depth);
-	sb_init(&cmd);
+	initStringInfo(&cmd);
 	expand(&cmd, s->job->value[which], key);
 	make_env(s, false, &env);
-	pid = spawn(s, sb_str(&cmd), out_path, err_path, false, env.env, why, sizeof(why));
+	pid = spawn(s, cmd.data, out_path, err_path, false, env.env, why, sizeof(why));
 	idx = pid < 0 ? -1 : track_proc(pid, job_field_names[which], err_path);
 	if (idx < 0)
 	{
 		if (pid > 0)
 			kill(-pid, SIGKILL);
 		case_fail(s->cr, "the %s command `%s` could not start: %s", job_field_names[which],
-				  sb_str(&cmd), pid < 0 ? why : "too many processes");
-		sb_free(&cmd);
+				  cmd.data, pid < 0 ? why : "too many processes");
+		pfree(cmd.data);
 		return -1;
 	}
 	t0 = now_seconds();
@@ -1238,7 +1238,7 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 		{
 			kill_group(&procs[idx]);
 			forget_proc(idx);
-			sb_free(&cmd);
+			pfree(cmd.data);
 			case_fail(s->cr, "interrupted");
 			return -1;
 		}
@@ -1262,16 +1262,16 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 	forget_proc(idx);
 	if (status != 0)
 	{
-		sbuf		err;
+		StringInfoData err;
 		const char *p;
 
 		if (timed_out)
 			case_fail(s->cr, "the %s command `%s` did not end within %g s (timeout): killed",
-					  job_field_names[which], sb_str(&cmd), s->job->timeout_s);
+					  job_field_names[which], cmd.data, s->job->timeout_s);
 		else
 			case_fail(s->cr, "the %s command `%s` exited with status %d", job_field_names[which],
-					  sb_str(&cmd), status);
-		sb_init(&err);
+					  cmd.data, status);
+		initStringInfo(&err);
 		read_file(err_path, &err, 2000);
 		if (err.len == 0)
 			case_note(s->cr, "  (its standard error was empty)");
@@ -1281,11 +1281,11 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 			const char *start;
 
 			/* the last TAIL_LINES lines */
-			p = sb_str(&err) + err.len;
-			while (p > sb_str(&err) && (p[-1] == '\n'))
+			p = err.data + err.len;
+			while (p > err.data && (p[-1] == '\n'))
 				p--;
 			start = p;
-			while (start > sb_str(&err) && lines < TAIL_LINES)
+			while (start > err.data && lines < TAIL_LINES)
 			{
 				start--;
 				if (*start == '\n')
@@ -1304,11 +1304,11 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 					start++;
 			}
 		}
-		sb_free(&err);
+		pfree(err.data);
 	}
 	else if (out)
 		read_file(out_path, out, 4096);
-	sb_free(&cmd);
+	pfree(cmd.data);
 	return status;
 }
 
@@ -1334,15 +1334,15 @@ effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 	}
 	if (s->job->value[JF_EFFECTS])
 	{
-		sbuf		out;
+		StringInfoData out;
 		char	   *p;
 		char	   *end;
 		long		n;
 
-		sb_init(&out);
+		initStringInfo(&out);
 		if (run_command(s, JF_EFFECTS, key, pump_meanwhile, &out) != 0)
 		{
-			sb_free(&out);
+			pfree(out.data);
 			return -1;
 		}
 		p = trim(out.data ? out.data : (char *) "");
@@ -1350,10 +1350,10 @@ effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 		if (end == p || *end != '\0' || n < 0 || n > INT_MAX)
 		{
 			case_fail(s->cr, "the effects command for %s printed \"%.80s\", not a number of effects", key, p);
-			sb_free(&out);
+			pfree(out.data);
 			return -1;
 		}
-		sb_free(&out);
+		pfree(out.data);
 		return (int) n;
 	}
 	if (s->job->value[JF_EFFECTS_SQL])

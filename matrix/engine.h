@@ -206,7 +206,7 @@ void	answer(signoff_state *s, exch *x, const char *word);
 void	pump(signoff_state *s, int ms);
 void	know_key(signoff_state *s, const char *key);
 int		run_command(signoff_state *s, job_field which, const char *key,
-						bool pump_meanwhile, sbuf *out);
+						bool pump_meanwhile, StringInfo out);
 int		effects_count(signoff_state *s, const char *key, bool pump_meanwhile);
 bool	start_workers(signoff_state *s, int n);
 bool	start_workers_alike(signoff_state *s, int n);

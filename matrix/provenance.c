@@ -144,7 +144,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 	char	   *spec;
 	char	   *tok;
 	char	   *save = NULL;
-	sbuf		list;
+	StringInfoData list;
 	int			i;
 
 	memset(pv, 0, sizeof(*pv));
@@ -195,11 +195,11 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 		}
 		pg_free(spec);
 		qsort(pv->files, (size_t) pv->nfiles, sizeof(code_file), path_cmp);
-		sb_init(&list);
+		initStringInfo(&list);
 		for (i = 0; i < pv->nfiles; i++)
-			sb_printf(&list, "%s  %s\n", pv->files[i].sha256, pv->files[i].path);
+			appendStringInfo(&list, "%s  %s\n", pv->files[i].sha256, pv->files[i].path);
 		sha256_buffer(list.data ? list.data : "", list.len, pv->code_sha256);
-		sb_free(&list);
+		pfree(list.data);
 	}
 
 	/* git: the commit, and whether the job file or the code differ from it */

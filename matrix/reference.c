@@ -64,19 +64,19 @@ reference_banner(const matrix_ctx *ctx, const signoff_job *job)
 static char *
 command(const matrix_ctx *ctx, const char *self, const char *what, bool keyed)
 {
-	sbuf		b;
+	StringInfoData b;
 
-	sb_init(&b);
+	initStringInfo(&b);
 	shell_quote(&b, self);
-	sb_printf(&b, " --reference-job=%s --reference-dir=", what);
+	appendStringInfo(&b, " --reference-job=%s --reference-dir=", what);
 	shell_quote(&b, ctx->maildir);
 	if (ctx->effects_table[0])
 	{
-		sb_puts(&b, " --reference-table=");
+		appendStringInfoString(&b, " --reference-table=");
 		shell_quote(&b, ctx->effects_table);
 	}
 	if (keyed)
-		sb_puts(&b, " {key}");
+		appendStringInfoString(&b, " {key}");
 	return b.data;
 }
 

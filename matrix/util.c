@@ -20,152 +20,63 @@
 #include "util.h"
 
 void
-sb_init(sbuf *b)
-{
-	b->data = NULL;
-	b->len = 0;
-	b->cap = 0;
-}
-
-void
-sb_free(sbuf *b)
-{
-	free(b->data);
-	sb_init(b);
-}
-
-void
-sb_reset(sbuf *b)
-{
-	b->len = 0;
-	if (b->data)
-		b->data[0] = '\0';
-}
-
-static void
-sb_reserve(sbuf *b, size_t extra)
-{
-	size_t		need = b->len + extra + 1;
-	size_t		cap = b->cap ? b->cap : 256;
-
-	if (need <= b->cap)
-		return;
-	while (cap < need)
-		cap *= 2;
-	b->data = realloc(b->data, cap);
-	if (b->data == NULL)
-	{
-		fprintf(stderr, "idempotency-matrix: out of memory\n");
-		abort();
-	}
-	b->cap = cap;
-}
-
-void
-sb_append(sbuf *b, const char *s, size_t n)
-{
-	sb_reserve(b, n);
-	memcpy(b->data + b->len, s, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-}
-
-void
-sb_puts(sbuf *b, const char *s)
-{
-	sb_append(b, s, strlen(s));
-}
-
-void
-sb_vprintf(sbuf *b, const char *fmt, va_list ap)
-{
-	va_list		ap2;
-	int			n;
-
-	va_copy(ap2, ap);
-	n = vsnprintf(NULL, 0, fmt, ap2);
-	va_end(ap2);
-	if (n < 0)
-		return;
-	sb_reserve(b, (size_t) n);
-	vsnprintf(b->data + b->len, (size_t) n + 1, fmt, ap);
-	b->len += (size_t) n;
-}
-
-void
-sb_printf(sbuf *b, const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	sb_vprintf(b, fmt, ap);
-	va_end(ap);
-}
-
-const char *
-sb_str(const sbuf *b)
-{
-	return b->data ? b->data : "";
-}
-
-void
-html_escape(sbuf *b, const char *s)
+html_escape(StringInfo b, const char *s)
 {
 	for (; *s; s++)
 	{
 		switch (*s)
 		{
 			case '&':
-				sb_puts(b, "&amp;");
+				appendStringInfoString(b, "&amp;");
 				break;
 			case '<':
-				sb_puts(b, "&lt;");
+				appendStringInfoString(b, "&lt;");
 				break;
 			case '>':
-				sb_puts(b, "&gt;");
+				appendStringInfoString(b, "&gt;");
 				break;
 			case '"':
-				sb_puts(b, "&quot;");
+				appendStringInfoString(b, "&quot;");
 				break;
 			case '\'':
-				sb_puts(b, "&#39;");
+				appendStringInfoString(b, "&#39;");
 				break;
 			default:
 				/* XML 1.0 has no other control character (--junit) */
 				if ((unsigned char) *s < 0x20 && *s != '\n' && *s != '\t' && *s != '\r')
-					sb_puts(b, " ");
+					appendStringInfoString(b, " ");
 				else
-					sb_append(b, s, 1);
+					appendStringInfoChar(b, *s);
 		}
 	}
 }
 
 /* a JSON string literal, quotes included */
 void
-json_string(sbuf *b, const char *s)
+json_string(StringInfo b, const char *s)
 {
-	sb_puts(b, "\"");
+	appendStringInfoString(b, "\"");
 	for (; *s; s++)
 	{
 		unsigned char c = (unsigned char) *s;
 
 		if (c == '"' || c == '\\')
 		{
-			sb_append(b, "\\", 1);
-			sb_append(b, s, 1);
+			appendStringInfoChar(b, '\\');
+			appendStringInfoChar(b, *s);
 		}
 		else if (c == '\n')
-			sb_puts(b, "\\n");
+			appendStringInfoString(b, "\\n");
 		else if (c == '\t')
-			sb_puts(b, "\\t");
+			appendStringInfoString(b, "\\t");
 		else if (c == '\r')
-			sb_puts(b, "\\r");
+			appendStringInfoString(b, "\\r");
 		else if (c < 0x20)
-			sb_printf(b, "\\u%04x", c);
+			appendStringInfo(b, "\\u%04x", c);
 		else
-			sb_append(b, s, 1);
+			appendStringInfoChar(b, *s);
 	}
-	sb_puts(b, "\"");
+	appendStringInfoString(b, "\"");
 }
 
 /*
@@ -323,17 +234,17 @@ trim(char *s)
 
 /* s, quoted for /bin/sh: 'it'\''s' */
 void
-shell_quote(sbuf *b, const char *s)
+shell_quote(StringInfo b, const char *s)
 {
-	sb_puts(b, "'");
+	appendStringInfoString(b, "'");
 	for (; *s; s++)
 	{
 		if (*s == '\'')
-			sb_puts(b, "'\\''");
+			appendStringInfoString(b, "'\\''");
 		else
-			sb_append(b, s, 1);
+			appendStringInfoChar(b, *s);
 	}
-	sb_puts(b, "'");
+	appendStringInfoString(b, "'");
 }
 
 static int
