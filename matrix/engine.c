@@ -431,92 +431,20 @@ note_tail(case_result *cr, const char *path, const char *prefix)
  * The socket: exchanges
  * --------------------------------------------------------------------- */
 
-/* a JSON string at *p (after the quote); false if malformed */
-static bool
-json_str(const char **pp, char *out, size_t sz)
-{
-	const char *p = *pp;
-	size_t		n = 0;
-
-	for (;;)
-	{
-		unsigned int c = (unsigned char) *p++;
-
-		if (c == '\0')
-			return false;
-		if (c == '"')
-			break;
-		if (c == '\\')
-		{
-			c = (unsigned char) *p++;
-			switch (c)
-			{
-				case 'n':
-					c = '\n';
-					break;
-				case 't':
-					c = '\t';
-					break;
-				case 'r':
-					c = '\r';
-					break;
-				case 'b':
-					c = '\b';
-					break;
-				case 'f':
-					c = '\f';
-					break;
-				case 'u':
-					{
-						unsigned int u = 0;
-						int			k;
-
-						for (k = 0; k < 4; k++)
-						{
-							char		h = *p++;
-
-							u <<= 4;
-							if (h >= '0' && h <= '9')
-								u |= (unsigned) (h - '0');
-							else if (h >= 'a' && h <= 'f')
-								u |= (unsigned) (h - 'a' + 10);
-							else if (h >= 'A' && h <= 'F')
-								u |= (unsigned) (h - 'A' + 10);
-							else
-								return false;
-						}
-						c = u < 0x80 ? u : '?';	/* the fields are ASCII */
-					}
-					break;
-				case '"':
-				case '\\':
-				case '/':
-					break;
-				default:
-					return false;
-			}
-		}
-		if (n + 1 < sz)
-			out[n++] = (char) c;
-	}
-	out[n] = '\0';
-	*pp = p;
-	return true;
-}
-
-static const char *
-skip_ws(const char *p)
-{
-	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-		p++;
-	return p;
-}
-
-/* one line of the protocol (a flat JSON object) into x; false: why */
-static bool
+/*
+ * One line of the protocol (a JSON object, read by json.c with
+ * libpgcommon's parser) into x; false: why. Any valid JSON object is read
+ * (whitespace, key order, nested values); a field the runner does not know
+ * is ignored, and so is a known one of another type. result may come as a
+ * JSON text in a string (the protocol) or as the JSON value itself: then
+ * its text, as the line has it.
+ */
+bool
 parse_line(const char *line, exch *x, char *why, size_t wsz)
 {
-	const char *p = skip_ws(line);
+	char		perr[200];
+	json_value *obj;
+	int			i;
 
 	x->v = 0;
 	x->point[0] = x->job_type[0] = x->key[0] = x->verdict[0] = x->sqlstate[0] = '\0';
@@ -528,59 +456,30 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	x->backend_pid = 0;
 	x->message[0] = '\0';
 	memset(&x->hello, 0, sizeof(x->hello));
-	if (*p++ != '{')
-		goto bad;
-	p = skip_ws(p);
-	if (*p == '}')
-		goto bad;
-	for (;;)
+	obj = json_parse(line, strlen(line), perr, sizeof(perr));
+	if (obj == NULL)
 	{
-		char		name[32];
-		char		sval[512];
-		bool		is_str = false;
-		bool		is_null = false;
-		double		num = 0;
+		snprintf(why, wsz, "not JSON: %s", perr);
+		return false;
+	}
+	if (obj->kind != JSON_KIND_OBJECT || obj->nitems == 0)
+	{
+		json_free(obj);
+		snprintf(why, wsz, "not a JSON object");
+		return false;
+	}
+	for (i = 0; i < obj->nitems; i++)
+	{
+		const json_value *m = obj->items[i];
+		const char *name = m->name;
+		bool		is_str = m->kind == JSON_KIND_STRING;
+		bool		is_null = m->kind == JSON_KIND_NULL;
+		bool		nested = m->kind == JSON_KIND_OBJECT || m->kind == JSON_KIND_ARRAY;
+		const char *sval = is_str ? m->text : "";
+		double		num = m->kind == JSON_KIND_NUMBER ? strtod(m->text, NULL) :
+			m->kind == JSON_KIND_TRUE ? 1 : 0;
 
-		p = skip_ws(p);
-		if (*p++ != '"' || !json_str(&p, name, sizeof(name)))
-			goto bad;
-		p = skip_ws(p);
-		if (*p++ != ':')
-			goto bad;
-		p = skip_ws(p);
-		sval[0] = '\0';
-		if (*p == '"')
-		{
-			p++;
-			if (!json_str(&p, sval, sizeof(sval)))
-				goto bad;
-			is_str = true;
-		}
-		else if (strncmp(p, "null", 4) == 0)
-		{
-			is_null = true;
-			p += 4;
-		}
-		else if (strncmp(p, "true", 4) == 0)
-		{
-			num = 1;
-			p += 4;
-		}
-		else if (strncmp(p, "false", 5) == 0)
-		{
-			num = 0;
-			p += 5;
-		}
-		else
-		{
-			char	   *end;
-
-			num = strtod(p, &end);
-			if (end == p)
-				goto bad;
-			p = end;
-		}
-		if (strcmp(name, "v") == 0 && !is_str && !is_null)
+		if (strcmp(name, "v") == 0 && !is_str && !is_null && !nested)
 			x->v = (int) num;
 		else if (strcmp(name, "point") == 0 && is_str)
 			copy_str(x->point, sizeof(x->point), sval);
@@ -592,33 +491,25 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 			copy_str(x->verdict, sizeof(x->verdict), sval);
 		else if (strcmp(name, "sqlstate") == 0 && is_str)
 			copy_str(x->sqlstate, sizeof(x->sqlstate), sval);
-		else if (strcmp(name, "attempt") == 0 && !is_str)
+		else if (strcmp(name, "attempt") == 0 && !is_str && !nested)
 			x->attempt = is_null ? 0 : (int) num;
-		else if (strcmp(name, "pid") == 0 && !is_str && !is_null)
+		else if (strcmp(name, "pid") == 0 && !is_str && !is_null && !nested)
 			x->pid = (long) num;
-		else if (strcmp(name, "heartbeat") == 0 && !is_str && !is_null)
+		else if (strcmp(name, "heartbeat") == 0 && !is_str && !is_null && !nested)
 			x->heartbeat = num != 0;
-		else if (strcmp(name, "backend_pid") == 0 && !is_str && !is_null)
+		else if (strcmp(name, "backend_pid") == 0 && !is_str && !is_null && !nested)
 			x->backend_pid = (long) num;
-		else if (strcmp(name, "result") == 0 && is_str)
+		else if (strcmp(name, "result") == 0 && (is_str || nested))
 		{
 			x->has_result = true;
-			copy_str(x->result, sizeof(x->result), sval);
+			copy_str(x->result, sizeof(x->result), m->text);
 		}
 		else if (strcmp(name, "message") == 0 && is_str)
 			copy_str(x->message, sizeof(x->message), sval);
 		else
 			hello_field(&x->hello, name, sval, is_str, is_null, num);
-		p = skip_ws(p);
-		if (*p == ',')
-		{
-			p++;
-			continue;
-		}
-		if (*p == '}')
-			break;
-		goto bad;
 	}
+	json_free(obj);
 	if (x->v != 1)
 	{
 		snprintf(why, wsz, "protocol version %d, not 1", x->v);
@@ -638,10 +529,6 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 		return false;
 	}
 	return true;
-
-bad:
-	snprintf(why, wsz, "not a JSON object");
-	return false;
 }
 
 static void
@@ -879,7 +766,7 @@ new_delivery(signoff_state *s, const exch *x)
 static void
 arrived(signoff_state *s, exch *x)
 {
-	char		why[128];
+	char		why[300];
 	char	   *nl = memchr(x->buf, '\n', x->len);
 	int			ki;
 	int			i;

@@ -13,6 +13,7 @@
 
 #include "matrix.h"
 #include "hello.h"
+#include "json.h"
 
 #define KEYSZ 160
 #define MAX_PROCS 256			/* process groups of a whole run */
@@ -202,6 +203,7 @@ extern signoff_state *live_state;
 extern int	case_first_delivery;
 
 void	forget_proc(int i);
+bool	parse_line(const char *line, exch *x, char *why, size_t wsz);
 void	answer(signoff_state *s, exch *x, const char *word);
 void	pump(signoff_state *s, int ms);
 void	know_key(signoff_state *s, const char *key);

@@ -26,6 +26,8 @@
  *	guardian.c	a process that cleans up after a runner killed with SIGKILL
  *	jobfile.c	the sign-off run's job file
  *	provenance.c	the job file's and the code's digests; --verify
+ *	json.c		JSON read with libpgcommon's parser (json.h): the protocol's
+ *				lines, --verify's report
  *	db.c		what both runs read in the database: records, stale_claims()
  *	report.c	progress lines, terminal tables, --html and --json
  *	case_table.c	the cases: each one's title, steps and expectations,

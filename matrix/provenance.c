@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "matrix.h"
+#include "json.h"
 
 static int
 path_cmp(const void *a, const void *b)
@@ -242,60 +243,25 @@ provenance_free(provenance *pv)
  * --verify REPORT
  * --------------------------------------------------------------------- */
 
-/* the JSON string after "name": on a line of the report; false: none */
-static bool
-field(const char *line, const char *name, char *out, size_t sz)
-{
-	char		pat[64];
-	const char *p;
-	size_t		n = 0;
-
-	snprintf(pat, sizeof(pat), "\"%s\": \"", name);
-	p = strstr(line, pat);
-	if (p == NULL)
-		return false;
-	p += strlen(pat);
-	while (*p && *p != '"' && n + 1 < sz)
-	{
-		if (*p == '\\' && p[1])
-		{
-			p++;
-			switch (*p)
-			{
-				case 'n':
-					out[n++] = '\n';
-					break;
-				case 't':
-					out[n++] = '\t';
-					break;
-				case 'u':
-					/* the report escapes only control characters so */
-					out[n++] = '?';
-					p += 4;
-					break;
-				default:
-					out[n++] = *p;
-			}
-			p++;
-			continue;
-		}
-		out[n++] = *p++;
-	}
-	out[n] = '\0';
-	return *p == '"';
-}
-
 /*
  * --verify REPORT: exit 0 when the job file and the code the report names
  * are unchanged, 1 when not (each change a line on stdout), 2 when the
- * report cannot be read or names no job file.
+ * report cannot be read or names no job file. The report is read with
+ * libpgcommon's JSON parser (json.c), so it may have passed through jq or
+ * any other JSON tool: the signoff object's job_file_path,
+ * job_file_sha256, directory, code and code_files (path, sha256).
  */
 int
 provenance_verify(const char *report)
 {
 	FILE	   *f = fopen(report, "r");
-	char	   *line = NULL;
-	size_t		cap = 0;
+	StringInfoData text;
+	char		buf[65536];
+	size_t		n;
+	json_value *doc;
+	const json_value *signoff;
+	const json_value *files;
+	char		perr[300];
 	char		job_file[PATH_MAX] = "";
 	char		job_sha[65] = "";
 	char		dir[PATH_MAX] = "";
@@ -313,31 +279,52 @@ provenance_verify(const char *report)
 		fprintf(stderr, "idempotency-matrix: --verify: cannot read %s: %s\n", report, strerror(errno));
 		return 2;
 	}
-	memset(&was, 0, sizeof(was));
-	while (getline(&line, &cap, f) > 0)
+	initStringInfo(&text);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		appendBinaryStringInfo(&text, buf, (int) n);
+	if (ferror(f))
 	{
-		char		path[PATH_MAX];
-		char		sha[65];
-
-		field(line, "job_file_path", job_file, sizeof(job_file));
-		field(line, "job_file_sha256", job_sha, sizeof(job_sha));
-		field(line, "directory", dir, sizeof(dir));
-		if (field(line, "code", code, sizeof(code)))
-			has_code = true;
-		if (field(line, "path", path, sizeof(path)) && field(line, "sha256", sha, sizeof(sha)))
-		{
-			if (was.nfiles == was.cap)
-			{
-				was.cap = was.cap ? was.cap * 2 : 64;
-				was.files = pg_realloc_array(was.files, code_file, was.cap);
-			}
-			copy_str(was.files[was.nfiles].path, sizeof(was.files[0].path), path);
-			copy_str(was.files[was.nfiles].sha256, sizeof(was.files[0].sha256), sha);
-			was.nfiles++;
-		}
+		fprintf(stderr, "idempotency-matrix: --verify: cannot read %s: %s\n", report, strerror(errno));
+		fclose(f);
+		pfree(text.data);
+		return 2;
 	}
-	free(line);
 	fclose(f);
+	doc = json_parse(text.data, (size_t) text.len, perr, sizeof(perr));
+	pfree(text.data);
+	if (doc == NULL)
+	{
+		fprintf(stderr, "idempotency-matrix: --verify: %s is not JSON (%s)\n", report, perr);
+		return 2;
+	}
+	memset(&was, 0, sizeof(was));
+	signoff = json_member(doc, "signoff");
+	copy_str(job_file, sizeof(job_file), json_string_member(signoff, "job_file_path"));
+	copy_str(job_sha, sizeof(job_sha), json_string_member(signoff, "job_file_sha256"));
+	copy_str(dir, sizeof(dir), json_string_member(signoff, "directory"));
+	if (json_string_member(signoff, "code"))
+	{
+		copy_str(code, sizeof(code), json_string_member(signoff, "code"));
+		has_code = true;
+	}
+	files = json_member(signoff, "code_files");
+	for (i = 0; files && files->kind == JSON_KIND_ARRAY && i < files->nitems; i++)
+	{
+		const char *path = json_string_member(files->items[i], "path");
+		const char *sha = json_string_member(files->items[i], "sha256");
+
+		if (path == NULL || sha == NULL)
+			continue;
+		if (was.nfiles == was.cap)
+		{
+			was.cap = was.cap ? was.cap * 2 : 64;
+			was.files = pg_realloc_array(was.files, code_file, was.cap);
+		}
+		copy_str(was.files[was.nfiles].path, sizeof(was.files[0].path), path);
+		copy_str(was.files[was.nfiles].sha256, sizeof(was.files[0].sha256), sha);
+		was.nfiles++;
+	}
+	json_free(doc);
 	if (job_file[0] == '\0' || job_sha[0] == '\0' || dir[0] == '\0')
 	{
 		fprintf(stderr, "idempotency-matrix: --verify: %s is not a sign-off report of idempotency-matrix 0.4 or later "
