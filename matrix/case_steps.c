@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/logging.h"
 #include "diagnosis.h"
 #include "engine.h"
 
@@ -1858,7 +1859,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			 tmp && *tmp ? tmp : "/tmp");
 	if (mkdtemp(ctx->signoff_dir) == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot create a directory %s: %s\n",
+		pg_log_error("cannot create a directory %s: %s",
 				ctx->signoff_dir, strerror(errno));
 		ctx->signoff_dir[0] = '\0';
 		return 2;
@@ -1873,7 +1874,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	addr.sun_family = AF_UNIX;
 	if (strlen(s->sock) >= sizeof(addr.sun_path))
 	{
-		fprintf(stderr, "idempotency-matrix: the socket path %s is too long for a Unix socket: set TMPDIR to a shorter directory\n",
+		pg_log_error("the socket path %s is too long for a Unix socket: set TMPDIR to a shorter directory",
 				s->sock);
 		return 2;
 	}
@@ -1882,7 +1883,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *) &addr, sizeof(addr)) != 0 ||
 		listen(s->lfd, 64) != 0)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot listen on %s: %s\n", s->sock, strerror(errno));
+		pg_log_error("cannot listen on %s: %s", s->sock, strerror(errno));
 		return 2;
 	}
 
@@ -1892,7 +1893,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 
 		if (!effect_start(job->effect, s->effect_addr, sizeof(s->effect_addr), why, sizeof(why)))
 		{
-			fprintf(stderr, "idempotency-matrix: cannot start the run's %s endpoint: %s\n",
+			pg_log_error("cannot start the run's %s endpoint: %s",
 					effect_kind_names[job->effect], why);
 			return 2;
 		}

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/logging.h"
 #include "case_table.h"
 #include "util.h"
 
@@ -602,7 +603,7 @@ case_table_list(const char *what)
 	}
 	else
 	{
-		fprintf(stderr, "idempotency-matrix: --list-cases: \"%s\" is not proves, steps or policies\n", what);
+		pg_log_error("--list-cases: \"%s\" is not proves, steps or policies", what);
 		return 2;
 	}
 	return 0;

@@ -54,6 +54,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/logging.h"
 #include "engine.h"
 
 sproc		procs[MAX_PROCS];
@@ -176,11 +177,11 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 			putenv(*env);
 		if (chdir(s->job->dir) != 0)
 		{
-			fprintf(stderr, "idempotency-matrix: cannot enter %s: %s\n", s->job->dir, strerror(errno));
+			pg_log_error("cannot enter %s: %s", s->job->dir, strerror(errno));
 			_exit(127);
 		}
 		execl("/bin/sh", "sh", "-c", cmd, (char *) NULL);
-		fprintf(stderr, "idempotency-matrix: cannot run /bin/sh: %s\n", strerror(errno));
+		pg_log_error("cannot run /bin/sh: %s", strerror(errno));
 		_exit(127);
 	}
 	close(sync[1]);
@@ -340,7 +341,7 @@ signoff_remove_dir(matrix_ctx *ctx, bool keep_logs)
 		closedir(d);
 	}
 	if (rmdir(ctx->signoff_dir) != 0 && keep_logs)
-		fprintf(stderr, "idempotency-matrix: the worker logs are kept in %s\n", ctx->signoff_dir);
+		pg_log_info("the worker logs are kept in %s", ctx->signoff_dir);
 }
 
 /*

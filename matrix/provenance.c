@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 #include "json.h"
 
@@ -276,7 +277,7 @@ provenance_verify(const char *report)
 
 	if (f == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: --verify: cannot read %s: %s\n", report, strerror(errno));
+		pg_log_error("--verify: cannot read %s: %s", report, strerror(errno));
 		return 2;
 	}
 	initStringInfo(&text);
@@ -284,7 +285,7 @@ provenance_verify(const char *report)
 		appendBinaryStringInfo(&text, buf, (int) n);
 	if (ferror(f))
 	{
-		fprintf(stderr, "idempotency-matrix: --verify: cannot read %s: %s\n", report, strerror(errno));
+		pg_log_error("--verify: cannot read %s: %s", report, strerror(errno));
 		fclose(f);
 		pfree(text.data);
 		return 2;
@@ -294,7 +295,7 @@ provenance_verify(const char *report)
 	pfree(text.data);
 	if (doc == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: --verify: %s is not JSON (%s)\n", report, perr);
+		pg_log_error("--verify: %s is not JSON (%s)", report, perr);
 		return 2;
 	}
 	memset(&was, 0, sizeof(was));
@@ -327,8 +328,8 @@ provenance_verify(const char *report)
 	json_free(doc);
 	if (job_file[0] == '\0' || job_sha[0] == '\0' || dir[0] == '\0')
 	{
-		fprintf(stderr, "idempotency-matrix: --verify: %s is not a sign-off report of idempotency-matrix 0.4 or later "
-				"(no job_file_path, job_file_sha256 or directory)\n", report);
+		pg_log_error("--verify: %s is not a sign-off report of idempotency-matrix 0.4 or later "
+				"(no job_file_path, job_file_sha256 or directory)", report);
 		provenance_free(&was);
 		return 2;
 	}

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 
 /* the reference run's job, as a job file would give it */
@@ -97,7 +98,7 @@ reference_run(matrix_ctx *ctx, const bool *want, int check_as, const char *html,
 
 	if (n <= 0)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot find its own program (/proc/self/exe): %s\n",
+		pg_log_error("cannot find its own program (/proc/self/exe): %s",
 				strerror(errno));
 		return 2;
 	}
@@ -109,7 +110,7 @@ reference_run(matrix_ctx *ctx, const bool *want, int check_as, const char *html,
 		snprintf(d, sizeof(d), "%s/%s", ctx->maildir, subdirs[i]);
 		if (mkdir(d, 0700) != 0)
 		{
-			fprintf(stderr, "idempotency-matrix: cannot create %s: %s\n", d, strerror(errno));
+			pg_log_error("cannot create %s: %s", d, strerror(errno));
 			return 2;
 		}
 	}

@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 
 #define REFERENCE_JOB_TYPE "send_confirmation"
@@ -72,12 +73,12 @@ static int
 fail_with(const char *fmt,...)
 {
 	va_list		ap;
+	char		sentence[4096];
 
-	fprintf(stderr, "idempotency-matrix: reference job (pid %d): ", (int) getpid());
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(sentence, sizeof(sentence), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	pg_log_error("reference job (pid %d): %s", (int) getpid(), sentence);
 	return 2;
 }
 

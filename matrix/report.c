@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 #include "hello.h"
 
@@ -570,12 +571,12 @@ write_file(const char *path, const StringInfoData *b)
 
 	if (f == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot write %s: %s\n", path, strerror(errno));
+		pg_log_error("cannot write %s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (fwrite(b->data, 1, b->len, f) != (size_t) b->len || fclose(f) != 0)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot write %s: %s\n", path, strerror(errno));
+		pg_log_error("cannot write %s: %s", path, strerror(errno));
 		return -1;
 	}
 	return 0;

@@ -403,25 +403,25 @@ bad_input() {   # bad_input WHAT SENTENCE RUNNER-ARGS...
 job=$out/no-worker.job
 make_job "$job" "worker=-"
 bad_input "a job file without worker" \
-    "idempotency-matrix: $job: no \"worker\" line (the command that starts one worker process of your app)" --job "$job"
+    "idempotency-matrix: error: $job: no \"worker\" line (the command that starts one worker process of your app)" --job "$job"
 job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain, effect and batch)" --job "$job"
+    "idempotency-matrix: error: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain, effect and batch)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
 first=$(grep -n '^enqueue =' "$job" | head -n 1 | cut -d: -f1)
 line=$(grep -n '^enqueue =' "$job" | tail -n 1 | cut -d: -f1)
 bad_input "a job file with a repeated name" \
-    "idempotency-matrix: $job line $line: \"enqueue\" is given twice (also on line $first)" --job "$job"
+    "idempotency-matrix: error: $job line $line: \"enqueue\" is given twice (also on line $first)" --job "$job"
 job=$out/noeq.job
 make_job "$job"
 echo "worker /usr/bin/python3 worker.py" >>"$job"
 line=$(wc -l <"$job")
 bad_input "a job file with a line without =" \
-    "idempotency-matrix: $job line $line: \"worker /usr/bin/python3 worker.py\" has no \"=\" (each line is name = value)" --job "$job"
+    "idempotency-matrix: error: $job line $line: \"worker /usr/bin/python3 worker.py\" has no \"=\" (each line is name = value)" --job "$job"
 noext=signoff_test_noext_$$
 old=signoff_test_old_$$
 dbs+=("$noext" "$old")
@@ -429,10 +429,10 @@ dbs+=("$noext" "$old")
     "${psql[@]}" -d "$old" -c "CREATE EXTENSION idempotency VERSION '0.2'" >/dev/null ||
     not_ok "" "cannot create the databases $noext and $old"
 bad_input "a database without the extension" \
-    "idempotency-matrix: the idempotency extension is not installed in database \"$noext\" (a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)" \
+    "idempotency-matrix: error: the idempotency extension is not installed in database \"$noext\" (a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)" \
     --job "$here/good.job" --dsn "dbname=$noext"
 bad_input "a database with the extension 0.2" \
-    "idempotency-matrix: the idempotency extension in database \"$old\" is version 0.2 (c edition), and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)" \
+    "idempotency-matrix: error: the idempotency extension in database \"$old\" is version 0.2 (c edition), and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)" \
     --job "$here/good.job" --dsn "dbname=$old"
 if [[ $(ls "$SIGNOFF_TEST_DIR" | wc -l) == "$spools_before" ]] &&
     [[ $("${psql[@]}" -c "SELECT count(*) FROM idempotency.job_types WHERE job_type LIKE 'signoff\\_%'$(not_bg)") == "$types_before" ]]; then
@@ -638,7 +638,7 @@ job=$out/tx-nosql.job
 make_job "$job" "transactional=yes"
 line=$(grep -n '^transactional' "$job" | cut -d: -f1)
 bad_input "transactional = yes without effects_sql" \
-    "idempotency-matrix: $job line $line: transactional = yes needs effects_sql (the query that counts the rows your job writes in the completion's transaction)" --job "$job"
+    "idempotency-matrix: error: $job line $line: transactional = yes needs effects_sql (the query that counts the rows your job writes in the completion's transaction)" --job "$job"
 "${psql[@]}" -c 'DROP TABLE IF EXISTS public.signoff_tx_effects' >/dev/null
 
 # ---------------------------------------------------------------------
@@ -704,12 +704,12 @@ job=$out/key-both.job
 make_job "$job" "key=refund:{key}" "key_command=echo {key}"
 line=$(grep -n '^key_command' "$job" | cut -d: -f1)
 bad_input "key and key_command both" \
-    "idempotency-matrix: $job line $line: give key or key_command, not both (key is on line $((line - 1)))" --job "$job"
+    "idempotency-matrix: error: $job line $line: give key or key_command, not both (key is on line $((line - 1)))" --job "$job"
 job=$out/key-nokey.job
 make_job "$job" "key=refund"
 line=$(grep -n '^key =' "$job" | cut -d: -f1)
 bad_input "key without {key}" \
-    "idempotency-matrix: $job line $line: \"key\" has no {key} (the operation key your code claims, as a template with {key})" --job "$job"
+    "idempotency-matrix: error: $job line $line: \"key\" has no {key} (the operation key your code claims, as a template with {key})" --job "$job"
 
 # ---------------------------------------------------------------------
 # 10. what was signed: the job file and the code by sha256, --verify, --junit
@@ -863,17 +863,17 @@ job=$out/drain.job
 make_job "$job" "drain=soon"
 line=$(grep -n '^drain' "$job" | cut -d: -f1)
 bad_input "a drain that is no number" \
-    "idempotency-matrix: $job line $line: drain \"soon\" is not a number of seconds between 0 and 3600" --job "$job"
+    "idempotency-matrix: error: $job line $line: drain \"soon\" is not a number of seconds between 0 and 3600" --job "$job"
 job=$out/effect-name.job
 make_job "$job" "effect_name=refund; rm -rf"
 line=$(grep -n '^effect_name' "$job" | cut -d: -f1)
 bad_input "an effect_name that is not a word or two" \
-    "idempotency-matrix: $job line $line: effect_name \"refund; rm -rf\" is not a word or two (letters, digits, blanks, - and _; at most 40)" --job "$job"
+    "idempotency-matrix: error: $job line $line: effect_name \"refund; rm -rf\" is not a word or two (letters, digits, blanks, - and _; at most 40)" --job "$job"
 job=$out/nocode.job
 make_job "$job" "code=no-such-*.py"
 line=$(grep -n '^code' "$job" | cut -d: -f1)
 bad_input "code that matches no file" \
-    "idempotency-matrix: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
+    "idempotency-matrix: error: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
 
 # ---------------------------------------------------------------------
 # 11. faults at the effect: the run's own endpoints (effect = http, smtp)
@@ -938,15 +938,15 @@ job=$out/effect.job
 make_job "$job" "effect=ftp"
 line=$(grep -n '^effect =' "$job" | cut -d: -f1)
 bad_input "an effect that is neither http nor smtp" \
-    "idempotency-matrix: $job line $line: effect \"ftp\" is not http or smtp (the run's own endpoint your job sends its effect to)" --job "$job"
+    "idempotency-matrix: error: $job line $line: effect \"ftp\" is not http or smtp (the run's own endpoint your job sends its effect to)" --job "$job"
 make_job "$job" "effect=http"
 line=$(grep -n '^effects =' "$job" | cut -d: -f1)
 eline=$(grep -n '^effect =' "$job" | cut -d: -f1)
 bad_input "effect beside an effects command" \
-    "idempotency-matrix: $job line $line: give effect or effects, not both: with effect = http the run's endpoint counts the effects (effect is on line $eline)" --job "$job"
+    "idempotency-matrix: error: $job line $line: give effect or effects, not both: with effect = http the run's endpoint counts the effects (effect is on line $eline)" --job "$job"
 make_job "$job" "effects=-" "effect=smtp" "policies=lookup"
 bad_input "the lookup policy with effect = smtp" \
-    "idempotency-matrix: the policy lookup needs a provider to look the operation up at; the run's SMTP endpoint has none ($job: effect = smtp): leave lookup out, or use effect = http, whose endpoint answers a GET" --job "$job"
+    "idempotency-matrix: error: the policy lookup needs a provider to look the operation up at; the run's SMTP endpoint has none ($job: effect = smtp): leave lookup out, or use effect = http, whose endpoint answers a GET" --job "$job"
 
 # ---------------------------------------------------------------------
 # 12. a batch handler (worker.py --batch 10, batch = yes): case 20
@@ -969,7 +969,7 @@ job=$out/batch.job
 make_job "$job" "batch=sometimes"
 line=$(grep -n '^batch' "$job" | cut -d: -f1)
 bad_input "a batch that is neither yes nor no" \
-    "idempotency-matrix: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
+    "idempotency-matrix: error: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
 
 # ---------------------------------------------------------------------
 # 14. a redelivery that comes after the lease in 7a/7b (worker.py
