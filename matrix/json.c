@@ -49,65 +49,48 @@
 #define LEX_FREE(lex) (pfree((lex)->strval->data), pfree((lex)->strval), pfree(lex))
 #define LEX_ERROR_WORDS(err, lex) json_error_words((err), (lex))
 
-/* json_errdetail()'s sentences, which 15's and 16's frontend library lacks */
+/*
+ * json_errdetail()'s sentences, which 15's and 16's frontend library lacks;
+ * %.*s is the token the parser stopped at
+ */
+static const struct
+{
+	JsonParseErrorType err;
+	const char *words;
+}			json_error_table[] =
+{
+	{JSON_ESCAPING_INVALID, "Escape sequence \"\\%.*s\" is invalid."},
+	{JSON_EXPECTED_END, "Expected end of input, but found \"%.*s\"."},
+	{JSON_EXPECTED_ARRAY_FIRST, "Expected array element or \"]\", but found \"%.*s\"."},
+	{JSON_EXPECTED_ARRAY_NEXT, "Expected \",\" or \"]\", but found \"%.*s\"."},
+	{JSON_EXPECTED_COLON, "Expected \":\", but found \"%.*s\"."},
+	{JSON_EXPECTED_JSON, "Expected JSON value, but found \"%.*s\"."},
+	{JSON_EXPECTED_MORE, "The input string ended unexpectedly."},
+	{JSON_EXPECTED_OBJECT_FIRST, "Expected string or \"}\", but found \"%.*s\"."},
+	{JSON_EXPECTED_OBJECT_NEXT, "Expected \",\" or \"}\", but found \"%.*s\"."},
+	{JSON_EXPECTED_STRING, "Expected string, but found \"%.*s\"."},
+	{JSON_INVALID_TOKEN, "Token \"%.*s\" is invalid."},
+	{JSON_UNICODE_CODE_POINT_ZERO, "\\u0000 cannot be converted to text."},
+	{JSON_UNICODE_ESCAPE_FORMAT, "\"\\u\" must be followed by four hexadecimal digits."},
+	{JSON_UNICODE_HIGH_SURROGATE, "Unicode high surrogate must not follow a high surrogate."},
+	{JSON_UNICODE_LOW_SURROGATE, "Unicode low surrogate must follow a high surrogate."},
+};
+
 static const char *
 json_error_words(JsonParseErrorType err, JsonLexContext *lex)
 {
 	static char buf[300];
-	const char *what;
-	int			n = (int) (lex->token_terminator - lex->token_start);
+	size_t		i;
 
-	switch (err)
-	{
-		case JSON_ESCAPING_INVALID:
-			what = "Escape sequence \"\\%.*s\" is invalid.";
-			break;
-		case JSON_ESCAPING_REQUIRED:
-			snprintf(buf, sizeof(buf), "Character with value 0x%02x must be escaped.",
-					 (unsigned char) *lex->token_terminator);
-			return buf;
-		case JSON_EXPECTED_END:
-			what = "Expected end of input, but found \"%.*s\".";
-			break;
-		case JSON_EXPECTED_ARRAY_FIRST:
-			what = "Expected array element or \"]\", but found \"%.*s\".";
-			break;
-		case JSON_EXPECTED_ARRAY_NEXT:
-			what = "Expected \",\" or \"]\", but found \"%.*s\".";
-			break;
-		case JSON_EXPECTED_COLON:
-			what = "Expected \":\", but found \"%.*s\".";
-			break;
-		case JSON_EXPECTED_JSON:
-			what = "Expected JSON value, but found \"%.*s\".";
-			break;
-		case JSON_EXPECTED_MORE:
-			return "The input string ended unexpectedly.";
-		case JSON_EXPECTED_OBJECT_FIRST:
-			what = "Expected string or \"}\", but found \"%.*s\".";
-			break;
-		case JSON_EXPECTED_OBJECT_NEXT:
-			what = "Expected \",\" or \"}\", but found \"%.*s\".";
-			break;
-		case JSON_EXPECTED_STRING:
-			what = "Expected string, but found \"%.*s\".";
-			break;
-		case JSON_INVALID_TOKEN:
-			what = "Token \"%.*s\" is invalid.";
-			break;
-		case JSON_UNICODE_CODE_POINT_ZERO:
-			return "\\u0000 cannot be converted to text.";
-		case JSON_UNICODE_ESCAPE_FORMAT:
-			return "\"\\u\" must be followed by four hexadecimal digits.";
-		case JSON_UNICODE_HIGH_SURROGATE:
-			return "Unicode high surrogate must not follow a high surrogate.";
-		case JSON_UNICODE_LOW_SURROGATE:
-			return "Unicode low surrogate must follow a high surrogate.";
-		default:
-			snprintf(buf, sizeof(buf), "JSON parse error %d.", (int) err);
-			return buf;
-	}
-	snprintf(buf, sizeof(buf), what, n, lex->token_start);
+	if (err == JSON_ESCAPING_REQUIRED)
+		snprintf(buf, sizeof(buf), "Character with value 0x%02x must be escaped.",
+				 (unsigned char) *lex->token_terminator);
+	else
+		snprintf(buf, sizeof(buf), "JSON parse error %d.", (int) err);
+	for (i = 0; i < lengthof(json_error_table); i++)
+		if (json_error_table[i].err == err)
+			snprintf(buf, sizeof(buf), json_error_table[i].words,
+					 (int) (lex->token_terminator - lex->token_start), lex->token_start);
 	return buf;
 }
 #endif
