@@ -94,7 +94,7 @@ typedef struct case_result
 	bool		checks_ok;		/* the checks behind the notes */
 	bool		ran;
 	bool		pass;
-	sbuf		notes;			/* what else was checked; why a cell failed */
+	StringInfoData notes;			/* what else was checked; why a cell failed */
 	double		seconds;
 	/* a sign-off's judged points: the effects when the case ended, after the drain (-1: none) */
 	int			at_end;

@@ -52,6 +52,8 @@
  *
  * The reference run is not diagnosed: its job is the runner's own.
  */
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -182,7 +184,7 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 {
 	const case_result *cr = &pr->cases[c];
 	const char *eff = effect_of(s);
-	const char *notes = sb_str(&cr->notes);
+	const char *notes = cr->notes.data;
 	int			nk = s->case_nkeys[c];
 	int			i,
 				k;
@@ -383,18 +385,18 @@ diagnose_policy(const signoff_state *s, policy_result *pr)
 	{
 		case_result *cr = &pr->cases[c];
 		char		sentence[700];
-		sbuf		notes;
+		StringInfoData notes;
 
 		if (cr->pass || !diagnose_case(s, pr, c, sentence, sizeof(sentence)))
 			continue;
-		sb_init(&notes);
-		sb_printf(&notes, "Diagnosis: %s.", sentence);
+		initStringInfo(&notes);
+		appendStringInfo(&notes, "Diagnosis: %s.", sentence);
 		if (cr->notes.len)
 		{
-			sb_puts(&notes, "\n");
-			sb_puts(&notes, sb_str(&cr->notes));
+			appendStringInfoString(&notes, "\n");
+			appendStringInfoString(&notes, cr->notes.data);
 		}
-		sb_free(&cr->notes);
+		pfree(cr->notes.data);
 		cr->notes = notes;
 	}
 }
