@@ -117,6 +117,15 @@ test_lines(void)
 	check_str(x.job_type, "t\xC3\xA9", "\\u00e9 as UTF-8");
 	check_str(x.key, "ORD-\xF0\x9F\x98\x80-\xE6\x97\xA5\"\\/\t", "a surrogate pair as one UTF-8 character");
 
+	/* ended (docs/signoff-protocol.md's example): the ending and how the delivery ended */
+	read_ok("{\"v\":1,\"point\":\"ended\",\"job_type\":\"signoff_ab12_retry\",\"key\":\"ORD-1\",\"attempt\":1,"
+			"\"pid\":4242,\"ending\":\"PermanentFailure\",\"delivery\":\"the task in state FAILURE, not retried "
+			"(Celery)\",\"message\":\"provider answered 422\"}", &x, "ended");
+	check_str(x.point, "ended", "ended's point");
+	check_str(x.ending, "PermanentFailure", "ended's ending");
+	check_str(x.ended_how, "the task in state FAILURE, not retried (Celery)", "ended's delivery");
+	check_str(x.message, "provider answered 422", "ended's message");
+
 	/* hello: its fields go to hello.c; a wrapper that is an object is not a name */
 	read_ok("{\"v\":1,\"point\":\"hello\",\"pid\":4242,\"helper\":\"pg_idempotency\",\"helper_version\":\"0.3.0\","
 			"\"runtime\":\"CPython\",\"runtime_version\":\"3.11.2\",\"queue_library\":null,"
@@ -157,7 +166,7 @@ test_lines(void)
 	refused("{}", "not a JSON object", "an empty object");
 	refused("{\"v\":2,\"point\":\"claimed\"}", "protocol version 2, not 1", "another version");
 	refused("{\"v\":1,\"point\":\"done\",\"key\":\"K\",\"job_type\":\"t\",\"pid\":1}",
-			"no point claimed, judged, handled or hello (\"done\")", "an unknown point");
+			"no point claimed, judged, handled, ended or hello (\"done\")", "an unknown point");
 }
 
 /* what json_string() writes reads back as the same bytes */
