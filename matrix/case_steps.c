@@ -8,9 +8,8 @@
  * enqueue, whom to kill. A step arms the point it wants to hold for a key
  * (one-shot); every other exchange is answered "continue" at once.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -29,6 +28,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/logging.h"
 #include "diagnosis.h"
 #include "engine.h"
 
@@ -1882,13 +1882,13 @@ operation_key(signoff_state *s, int ki)
 	}
 	else if (s->job->value[JF_KEY_COMMAND])
 	{
-		sbuf		out;
+		StringInfoData out;
 		char	   *k;
 
-		sb_init(&out);
+		initStringInfo(&out);
 		if (run_command(s, JF_KEY_COMMAND, s->keys[ki], false, &out) != 0)
 		{
-			sb_free(&out);
+			pfree(out.data);
 			return false;
 		}
 		k = trim(out.data ? out.data : (char *) "");
@@ -1896,13 +1896,13 @@ operation_key(signoff_state *s, int ki)
 		{
 			case_fail(s->cr, "key_command printed %s for %s: one line, the operation key, was expected",
 					  *k ? "more than one line" : "nothing", s->keys[ki]);
-			sb_free(&out);
+			pfree(out.data);
 			return false;
 		}
 		copy_str(s->opkey[ki], KEYSZ, k);
 		s->opkey_known[ki] = true;
 		know_key(s, k);
-		sb_free(&out);
+		pfree(out.data);
 	}
 	return true;
 }
@@ -1936,7 +1936,7 @@ drain(signoff_state *s, policy_result *pr)
 	if (s->unmappable || s->not_armed || s->stopped[0] || s->claim_failed || pr->ncases == 0)
 		return;
 	memset(&notes, 0, sizeof(notes));
-	sb_init(&notes.notes);
+	initStringInfo(&notes.notes);
 	notes.id = "drain";
 	notes.checks_ok = true;
 	s->cr = &notes;
@@ -1961,7 +1961,7 @@ drain(signoff_state *s, policy_result *pr)
 	for (k = 0; k < s->nworkers; k++)
 		forget_proc(s->workers[k]);
 	s->nworkers = 0;
-	sb_free(&notes.notes);
+	pfree(notes.notes.data);
 	for (c = 0; c < pr->ncases; c++)
 	{
 		case_result *cr = &pr->cases[c];
@@ -2016,7 +2016,7 @@ run_cleanup(signoff_state *s)
 	int			status;
 
 	memset(&notes, 0, sizeof(notes));
-	sb_init(&notes.notes);
+	initStringInfo(&notes.notes);
 	notes.id = "cleanup";
 	s->cr = &notes;
 	s->case_id = "cleanup";
@@ -2027,9 +2027,9 @@ run_cleanup(signoff_state *s)
 				 s->job->value[JF_CLEANUP]);
 	else
 		snprintf(s->ctx->cleanup_said, sizeof(s->ctx->cleanup_said), "%.590s",
-				 one_line(sb_str(&notes.notes)));	/* "FAILED: the cleanup command ..." */
+				 one_line(notes.notes.data));	/* "FAILED: the cleanup command ..." */
 	printf("\ncleanup: %s\n", s->ctx->cleanup_said);
-	sb_free(&notes.notes);
+	pfree(notes.notes.data);
 }
 
 /*
@@ -2189,7 +2189,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			 tmp && *tmp ? tmp : "/tmp");
 	if (mkdtemp(ctx->signoff_dir) == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot create a directory %s: %s\n",
+		pg_log_error("cannot create a directory %s: %s",
 				ctx->signoff_dir, strerror(errno));
 		ctx->signoff_dir[0] = '\0';
 		return 2;
@@ -2204,7 +2204,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	addr.sun_family = AF_UNIX;
 	if (strlen(s->sock) >= sizeof(addr.sun_path))
 	{
-		fprintf(stderr, "idempotency-matrix: the socket path %s is too long for a Unix socket: set TMPDIR to a shorter directory\n",
+		pg_log_error("the socket path %s is too long for a Unix socket: set TMPDIR to a shorter directory",
 				s->sock);
 		return 2;
 	}
@@ -2213,7 +2213,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *) &addr, sizeof(addr)) != 0 ||
 		listen(s->lfd, 64) != 0)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot listen on %s: %s\n", s->sock, strerror(errno));
+		pg_log_error("cannot listen on %s: %s", s->sock, strerror(errno));
 		return 2;
 	}
 
@@ -2223,7 +2223,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 
 		if (!effect_start(job->effect, s->effect_addr, sizeof(s->effect_addr), why, sizeof(why)))
 		{
-			fprintf(stderr, "idempotency-matrix: cannot start the run's %s endpoint: %s\n",
+			pg_log_error("cannot start the run's %s endpoint: %s",
 					effect_kind_names[job->effect], why);
 			return 2;
 		}
@@ -2233,7 +2233,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 	for (p = 0; p < N_POLICIES; p++)
 		if (want[p])
 			total += signoff_count_cases(ctx->cases, s->job);
-	prs = calloc(N_POLICIES, sizeof(policy_result));
+	prs = pg_malloc0_array(policy_result, N_POLICIES);
 	t0 = now_seconds();
 	for (p = 0; p < N_POLICIES && !matrix_interrupted; p++)
 	{
@@ -2340,7 +2340,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 						 tries, s->keys[0], s->missed);
 				for (ki = 0; ki < s->nkeys; ki++)
 					know_key(s, s->opkey[ki]);
-				sb_free(&cr->notes);
+				pfree(cr->notes.data);
 				case_expectations(c, pr->checked_as, words, job->stress, ctx->utf8, cr);
 				for (ki = 0; ki < tries; ki++)
 					case_note(cr, "%s", tried[ki]);
@@ -2350,7 +2350,7 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			if (matrix_interrupted)
 			{
 				/* stopped in the middle: the reports hold only finished cases */
-				sb_free(&cr->notes);
+				pfree(cr->notes.data);
 				pr->ncases--;
 				done--;
 				s->cr = NULL;

@@ -15,13 +15,13 @@
  * two slots a run fills: {effect} ("email" in the reference run, "effect"
  * in a sign-off run) and {item} ("order ORD-1002" / "key").
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/logging.h"
 #include "case_table.h"
 #include "util.h"
 
@@ -319,7 +319,7 @@ case_expectations(const case_spec *c, policy_t as, const case_words *words,
 	const case_expect *e = &c->expect[as];
 
 	memset(cr, 0, sizeof(*cr));
-	sb_init(&cr->notes);
+	initStringInfo(&cr->notes);
 	cr->id = c->id;
 	cr->obs_emails = -1;
 	cr->at_end = cr->after_drain = -1;
@@ -351,13 +351,33 @@ case_finish(case_result *cr)
 		cr->checks_ok;
 }
 
+/* fmt's text at the end of the case's notes (appendStringInfoVA's loop) */
+static void notes_vappend(case_result *cr, const char *fmt, va_list ap) MX_PRINTF(2, 0);
+
+static void
+notes_vappend(case_result *cr, const char *fmt, va_list ap)
+{
+	for (;;)
+	{
+		va_list		copy;
+		int			needed;
+
+		va_copy(copy, ap);
+		needed = appendStringInfoVA(&cr->notes, fmt, copy);
+		va_end(copy);
+		if (needed == 0)
+			return;
+		enlargeStringInfo(&cr->notes, needed);
+	}
+}
+
 /* a sentence for the report, about what was checked */
 void
 case_vnote(case_result *cr, const char *fmt, va_list ap)
 {
 	if (cr->notes.len)
-		sb_puts(&cr->notes, "\n");
-	sb_vprintf(&cr->notes, fmt, ap);
+		appendStringInfoString(&cr->notes, "\n");
+	notes_vappend(cr, fmt, ap);
 }
 
 void
@@ -375,9 +395,9 @@ void
 case_vfail(case_result *cr, const char *fmt, va_list ap)
 {
 	if (cr->notes.len)
-		sb_puts(&cr->notes, "\n");
-	sb_puts(&cr->notes, "FAILED: ");
-	sb_vprintf(&cr->notes, fmt, ap);
+		appendStringInfoString(&cr->notes, "\n");
+	appendStringInfoString(&cr->notes, "FAILED: ");
+	notes_vappend(cr, fmt, ap);
 	cr->checks_ok = false;
 }
 
@@ -443,7 +463,7 @@ job_list_next(char **cursor)
 bool
 parse_policies(const char *list, bool *want)
 {
-	char	   *copy = strdup(list);
+	char	   *copy = pg_strdup(list);
 	char	   *cursor = copy;
 	char	   *tok;
 	bool		ok = true;
@@ -464,7 +484,7 @@ parse_policies(const char *list, bool *want)
 		else
 			ok = false;
 	}
-	free(copy);
+	pg_free(copy);
 	for (i = 0; i < N_POLICIES; i++)
 		if (want[i])
 			return ok;
@@ -624,7 +644,7 @@ case_table_list(const char *what)
 	}
 	else
 	{
-		fprintf(stderr, "idempotency-matrix: --list-cases: \"%s\" is not proves, steps or policies\n", what);
+		pg_log_error("--list-cases: \"%s\" is not proves, steps or policies", what);
 		return 2;
 	}
 	return 0;

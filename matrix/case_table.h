@@ -94,7 +94,7 @@ typedef struct case_result
 	bool		checks_ok;		/* the checks behind the notes */
 	bool		ran;
 	bool		pass;
-	sbuf		notes;			/* what else was checked; why a cell failed */
+	StringInfoData notes;			/* what else was checked; why a cell failed */
 	char		defect[700];	/* a sign-off's: the job's defect as the case's steps named it
 								 * (case_defect()); diagnosis.c makes it the case's Diagnosis */
 	double		seconds;

@@ -7,9 +7,8 @@
  * Waiting for a lease to run out is done by polling stale_claims() until it
  * lists the key, never by sleeping a guessed time.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

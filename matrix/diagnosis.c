@@ -57,6 +57,8 @@
  *
  * The reference run is not diagnosed: its job is the runner's own.
  */
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -216,7 +218,7 @@ diagnose_case(const signoff_state *s, const policy_result *pr, int c, char *out,
 {
 	const case_result *cr = &pr->cases[c];
 	const char *eff = effect_of(s);
-	const char *notes = sb_str(&cr->notes);
+	const char *notes = cr->notes.data;
 	int			nk = s->case_nkeys[c];
 	int			i,
 				k;
@@ -486,7 +488,7 @@ diagnose_policy(const signoff_state *s, policy_result *pr)
 	{
 		case_result *cr = &pr->cases[c];
 		char		sentence[900];
-		sbuf		notes;
+		StringInfoData notes;
 		const char *failed;
 
 		if (cr->pass || !cr->ran)
@@ -495,7 +497,7 @@ diagnose_policy(const signoff_state *s, policy_result *pr)
 			copy_str(sentence, sizeof(sentence), cr->defect);
 		else if (diagnose_case(s, pr, c, sentence, sizeof(sentence)))
 			;
-		else if ((failed = strstr(sb_str(&cr->notes), "FAILED: ")) != NULL)
+		else if ((failed = strstr(cr->notes.data ? cr->notes.data : "", "FAILED: ")) != NULL)
 		{
 			size_t		n = strcspn(failed + 8, "\n");
 
@@ -503,15 +505,15 @@ diagnose_policy(const signoff_state *s, policy_result *pr)
 		}
 		else
 			cells_said(s, cr, sentence, sizeof(sentence));
-		sb_init(&notes);
-		sb_printf(&notes, "Diagnosis: %s%s", sentence,
+		initStringInfo(&notes);
+		appendStringInfo(&notes, "Diagnosis: %s%s", sentence,
 				  sentence[0] && sentence[strlen(sentence) - 1] == '.' ? "" : ".");
 		if (cr->notes.len)
 		{
-			sb_puts(&notes, "\n");
-			sb_puts(&notes, sb_str(&cr->notes));
+			appendStringInfoString(&notes, "\n");
+			appendStringInfoString(&notes, cr->notes.data);
 		}
-		sb_free(&cr->notes);
+		pfree(cr->notes.data);
 		cr->notes = notes;
 	}
 }

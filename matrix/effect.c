@@ -22,9 +22,8 @@
  * runner talks to it over a socket pair, a line each way (effect_* below);
  * nothing else reaches it but 127.0.0.1.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -77,9 +76,9 @@ typedef struct econn
 {
 	int			fd;
 	bool		smtp;
-	sbuf		in;
+	StringInfoData in;
 	bool		in_data;		/* SMTP: between DATA and the dot */
-	sbuf		envelope;		/* SMTP: MAIL and RCPT lines, for the key */
+	StringInfoData envelope;		/* SMTP: MAIL and RCPT lines, for the key */
 	int			key;			/* its request's key, or -1 */
 	bool		open;			/* accepted, not answered: hung or slow */
 	bool		hung;
@@ -112,9 +111,7 @@ key_index(const char *name, bool add)
 	if (nkeys == capkeys)
 	{
 		capkeys = capkeys ? capkeys * 2 : 64;
-		keys = realloc(keys, sizeof(ekey) * (size_t) capkeys);
-		if (keys == NULL)
-			_exit(3);
+		keys = pg_realloc_array(keys, ekey, capkeys);
 	}
 	memset(&keys[nkeys], 0, sizeof(ekey));
 	copy_str(keys[nkeys].name, NAME_SZ, name);
@@ -168,8 +165,8 @@ conn_close(int i)
 	if (c->open && c->key >= 0 && keys[c->key].closed_after < 0)
 		keys[c->key].closed_after = now_seconds() - c->since;
 	close(c->fd);
-	sb_free(&c->in);
-	sb_free(&c->envelope);
+	pfree(c->in.data);
+	pfree(c->envelope.data);
 	conns[i] = conns[--nconns];
 }
 
@@ -288,9 +285,9 @@ http_request(econn *c)
 	{
 		if (strstr(hdr_end + 4, "0\r\n\r\n") == NULL)
 			return false;
-		body = c->in.len - head;
+		body = (size_t) c->in.len - head;
 	}
-	if (c->in.len < head + body)
+	if ((size_t) c->in.len < head + body)
 		return false;
 	sscanf(text, "%15s", method);
 	k = match_key(text);
@@ -363,17 +360,17 @@ smtp_lines(econn *c)
 				dot[2] = '\0';
 			else
 				text[0] = '\0';
-			sb_puts(&c->envelope, "\n");
-			sb_puts(&c->envelope, text);
-			k = match_key(sb_str(&c->envelope));
+			appendStringInfoString(&c->envelope, "\n");
+			appendStringInfoString(&c->envelope, text);
+			k = match_key(c->envelope.data);
 			if (k < 0)
-				note_unmatched(sb_str(&c->envelope));
+				note_unmatched(c->envelope.data);
 			r = decide(c, k, "250 2.0.0 accepted\r\n", "451 4.3.0 try again later\r\n",
 					   "550 5.7.1 refused for good\r\n");
 			if (*r)
 				send_all(c->fd, r, strlen(r));
 			c->in_data = false;
-			sb_reset(&c->envelope);
+			resetStringInfo(&c->envelope);
 			n = dot ? (size_t) (dot - text) + 5 : 3;
 			memmove(c->in.data, c->in.data + n, c->in.len - n);
 			c->in.len -= n;
@@ -394,13 +391,13 @@ smtp_lines(econn *c)
 			send_all(c->fd, "250 ok\r\n", 8);
 		else if (strncasecmp(line, "MAIL", 4) == 0 || strncasecmp(line, "RCPT", 4) == 0)
 		{
-			sb_puts(&c->envelope, line);
-			sb_puts(&c->envelope, "\n");
+			appendStringInfoString(&c->envelope, line);
+			appendStringInfoString(&c->envelope, "\n");
 			send_all(c->fd, "250 ok\r\n", 8);
 		}
 		else if (strncasecmp(line, "RSET", 4) == 0)
 		{
-			sb_reset(&c->envelope);
+			resetStringInfo(&c->envelope);
 			send_all(c->fd, "250 ok\r\n", 8);
 		}
 		else if (strncasecmp(line, "DATA", 4) == 0)
@@ -515,9 +512,9 @@ control(const char *line, int fd)
 static void
 serve(int ctl)
 {
-	sbuf		cin;
+	StringInfoData cin;
 
-	sb_init(&cin);
+	initStringInfo(&cin);
 	for (;;)
 	{
 		struct pollfd pfd[MAX_CONNS + 2];
@@ -569,7 +566,7 @@ serve(int ctl)
 
 			if (r <= 0)
 				_exit(0);		/* the runner is gone */
-			sb_append(&cin, buf, (size_t) r);
+			appendBinaryStringInfo(&cin, buf, (size_t) r);
 			while ((nl = strchr(cin.data, '\n')) != NULL)
 			{
 				size_t		len = (size_t) (nl - cin.data) + 1;
@@ -595,10 +592,10 @@ serve(int ctl)
 				c->fd = fd;
 				c->smtp = smtp_kind;
 				c->key = -1;
-				sb_init(&c->in);
-				sb_init(&c->envelope);
-				sb_reset(&c->in);
-				sb_reset(&c->envelope);
+				initStringInfo(&c->in);
+				initStringInfo(&c->envelope);
+				resetStringInfo(&c->in);
+				resetStringInfo(&c->envelope);
 				if (c->smtp)
 					send_all(fd, "220 idempotency-matrix ESMTP\r\n", 30);
 			}
@@ -625,7 +622,7 @@ serve(int ctl)
 			}
 			if (c->open && !c->smtp)
 				continue;		/* an HTTP request waiting for its answer: more is noise */
-			sb_append(&c->in, buf, (size_t) r);
+			appendBinaryStringInfo(&c->in, buf, (size_t) r);
 			if (c->in.len > MAX_REQUEST)
 			{
 				conn_close(i);

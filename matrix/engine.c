@@ -35,9 +35,8 @@
  * the job file's timeout as the bound), stale_claims() polled for a lease
  * to run out, the record polled for a completion or a release.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -56,6 +55,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/logging.h"
 #include "diagnosis.h"
 #include "engine.h"
 
@@ -69,7 +69,7 @@ signoff_state *live_state;
 
 /* the command with every {key} replaced by the key, shell-quoted */
 static void
-expand(sbuf *b, const char *tmpl, const char *key)
+expand(StringInfo b, const char *tmpl, const char *key)
 {
 	const char *p = tmpl;
 
@@ -79,10 +79,10 @@ expand(sbuf *b, const char *tmpl, const char *key)
 
 		if (k == NULL)
 		{
-			sb_puts(b, p);
+			appendStringInfoString(b, p);
 			break;
 		}
-		sb_append(b, p, (size_t) (k - p));
+		appendBinaryStringInfo(b, p, (size_t) (k - p));
 		shell_quote(b, key);
 		p = k + 5;
 	}
@@ -180,11 +180,11 @@ spawn(signoff_state *s, const char *cmd, const char *out_path, const char *err_p
 			putenv(*env);
 		if (chdir(s->job->dir) != 0)
 		{
-			fprintf(stderr, "idempotency-matrix: cannot enter %s: %s\n", s->job->dir, strerror(errno));
+			pg_log_error("cannot enter %s: %s", s->job->dir, strerror(errno));
 			_exit(127);
 		}
 		execl("/bin/sh", "sh", "-c", cmd, (char *) NULL);
-		fprintf(stderr, "idempotency-matrix: cannot run /bin/sh: %s\n", strerror(errno));
+		pg_log_error("cannot run /bin/sh: %s", strerror(errno));
 		_exit(127);
 	}
 	close(sync[1]);
@@ -344,7 +344,7 @@ signoff_remove_dir(matrix_ctx *ctx, bool keep_logs)
 		closedir(d);
 	}
 	if (rmdir(ctx->signoff_dir) != 0 && keep_logs)
-		fprintf(stderr, "idempotency-matrix: the worker logs are kept in %s\n", ctx->signoff_dir);
+		pg_log_info("the worker logs are kept in %s", ctx->signoff_dir);
 }
 
 /*
@@ -420,11 +420,11 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 		}
 		if (strstr(line, "idempotency") || strstr(line, "Idempotent") || strstr(line, "signoff"))
 		{
-			free(helper);
-			helper = strdup(line);
+			pg_free(helper);
+			helper = pg_strdup(line);
 		}
-		free(ring[n % TAIL_KEEP]);
-		ring[n % TAIL_KEEP] = strdup(line);
+		pg_free(ring[n % TAIL_KEEP]);
+		ring[n % TAIL_KEEP] = pg_strdup(line);
 		n++;
 	}
 	free(line);
@@ -444,100 +444,28 @@ note_tail(case_result *cr, const char *path, const char *prefix)
 		case_note(cr, "%s(%d line%s of library warnings left out: deprecation notices; the whole log is kept)",
 				  prefix, noise, noise == 1 ? "" : "s");
 	for (i = 0; i < TAIL_KEEP; i++)
-		free(ring[i]);
-	free(helper);
+		pg_free(ring[i]);
+	pg_free(helper);
 }
 
 /* ---------------------------------------------------------------------
  * The socket: exchanges
  * --------------------------------------------------------------------- */
 
-/* a JSON string at *p (after the quote); false if malformed */
-static bool
-json_str(const char **pp, char *out, size_t sz)
-{
-	const char *p = *pp;
-	size_t		n = 0;
-
-	for (;;)
-	{
-		unsigned int c = (unsigned char) *p++;
-
-		if (c == '\0')
-			return false;
-		if (c == '"')
-			break;
-		if (c == '\\')
-		{
-			c = (unsigned char) *p++;
-			switch (c)
-			{
-				case 'n':
-					c = '\n';
-					break;
-				case 't':
-					c = '\t';
-					break;
-				case 'r':
-					c = '\r';
-					break;
-				case 'b':
-					c = '\b';
-					break;
-				case 'f':
-					c = '\f';
-					break;
-				case 'u':
-					{
-						unsigned int u = 0;
-						int			k;
-
-						for (k = 0; k < 4; k++)
-						{
-							char		h = *p++;
-
-							u <<= 4;
-							if (h >= '0' && h <= '9')
-								u |= (unsigned) (h - '0');
-							else if (h >= 'a' && h <= 'f')
-								u |= (unsigned) (h - 'a' + 10);
-							else if (h >= 'A' && h <= 'F')
-								u |= (unsigned) (h - 'A' + 10);
-							else
-								return false;
-						}
-						c = u < 0x80 ? u : '?';	/* the fields are ASCII */
-					}
-					break;
-				case '"':
-				case '\\':
-				case '/':
-					break;
-				default:
-					return false;
-			}
-		}
-		if (n + 1 < sz)
-			out[n++] = (char) c;
-	}
-	out[n] = '\0';
-	*pp = p;
-	return true;
-}
-
-static const char *
-skip_ws(const char *p)
-{
-	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-		p++;
-	return p;
-}
-
-/* one line of the protocol (a flat JSON object) into x; false: why */
-static bool
+/*
+ * One line of the protocol (a JSON object, read by json.c with
+ * libpgcommon's parser) into x; false: why. Any valid JSON object is read
+ * (whitespace, key order, nested values); a field the runner does not know
+ * is ignored, and so is a known one of another type. result may come as a
+ * JSON text in a string (the protocol) or as the JSON value itself: then
+ * its text, as the line has it.
+ */
+bool
 parse_line(const char *line, exch *x, char *why, size_t wsz)
 {
-	const char *p = skip_ws(line);
+	char		perr[200];
+	json_value *obj;
+	int			i;
 
 	x->v = 0;
 	x->point[0] = x->job_type[0] = x->key[0] = x->verdict[0] = x->sqlstate[0] = '\0';
@@ -550,59 +478,30 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 	x->message[0] = '\0';
 	x->ending[0] = x->ended_how[0] = '\0';
 	memset(&x->hello, 0, sizeof(x->hello));
-	if (*p++ != '{')
-		goto bad;
-	p = skip_ws(p);
-	if (*p == '}')
-		goto bad;
-	for (;;)
+	obj = json_parse(line, strlen(line), perr, sizeof(perr));
+	if (obj == NULL)
 	{
-		char		name[32];
-		char		sval[512];
-		bool		is_str = false;
-		bool		is_null = false;
-		double		num = 0;
+		snprintf(why, wsz, "not JSON: %s", perr);
+		return false;
+	}
+	if (obj->kind != JSON_KIND_OBJECT || obj->nitems == 0)
+	{
+		json_free(obj);
+		snprintf(why, wsz, "not a JSON object");
+		return false;
+	}
+	for (i = 0; i < obj->nitems; i++)
+	{
+		const json_value *m = obj->items[i];
+		const char *name = m->name;
+		bool		is_str = m->kind == JSON_KIND_STRING;
+		bool		is_null = m->kind == JSON_KIND_NULL;
+		bool		nested = m->kind == JSON_KIND_OBJECT || m->kind == JSON_KIND_ARRAY;
+		const char *sval = is_str ? m->text : "";
+		double		num = m->kind == JSON_KIND_NUMBER ? strtod(m->text, NULL) :
+			m->kind == JSON_KIND_TRUE ? 1 : 0;
 
-		p = skip_ws(p);
-		if (*p++ != '"' || !json_str(&p, name, sizeof(name)))
-			goto bad;
-		p = skip_ws(p);
-		if (*p++ != ':')
-			goto bad;
-		p = skip_ws(p);
-		sval[0] = '\0';
-		if (*p == '"')
-		{
-			p++;
-			if (!json_str(&p, sval, sizeof(sval)))
-				goto bad;
-			is_str = true;
-		}
-		else if (strncmp(p, "null", 4) == 0)
-		{
-			is_null = true;
-			p += 4;
-		}
-		else if (strncmp(p, "true", 4) == 0)
-		{
-			num = 1;
-			p += 4;
-		}
-		else if (strncmp(p, "false", 5) == 0)
-		{
-			num = 0;
-			p += 5;
-		}
-		else
-		{
-			char	   *end;
-
-			num = strtod(p, &end);
-			if (end == p)
-				goto bad;
-			p = end;
-		}
-		if (strcmp(name, "v") == 0 && !is_str && !is_null)
+		if (strcmp(name, "v") == 0 && !is_str && !is_null && !nested)
 			x->v = (int) num;
 		else if (strcmp(name, "point") == 0 && is_str)
 			copy_str(x->point, sizeof(x->point), sval);
@@ -614,18 +513,18 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 			copy_str(x->verdict, sizeof(x->verdict), sval);
 		else if (strcmp(name, "sqlstate") == 0 && is_str)
 			copy_str(x->sqlstate, sizeof(x->sqlstate), sval);
-		else if (strcmp(name, "attempt") == 0 && !is_str)
+		else if (strcmp(name, "attempt") == 0 && !is_str && !nested)
 			x->attempt = is_null ? 0 : (int) num;
-		else if (strcmp(name, "pid") == 0 && !is_str && !is_null)
+		else if (strcmp(name, "pid") == 0 && !is_str && !is_null && !nested)
 			x->pid = (long) num;
-		else if (strcmp(name, "heartbeat") == 0 && !is_str && !is_null)
+		else if (strcmp(name, "heartbeat") == 0 && !is_str && !is_null && !nested)
 			x->heartbeat = num != 0;
-		else if (strcmp(name, "backend_pid") == 0 && !is_str && !is_null)
+		else if (strcmp(name, "backend_pid") == 0 && !is_str && !is_null && !nested)
 			x->backend_pid = (long) num;
-		else if (strcmp(name, "result") == 0 && is_str)
+		else if (strcmp(name, "result") == 0 && (is_str || nested))
 		{
 			x->has_result = true;
-			copy_str(x->result, sizeof(x->result), sval);
+			copy_str(x->result, sizeof(x->result), m->text);
 		}
 		else if (strcmp(name, "message") == 0 && is_str)
 			copy_str(x->message, sizeof(x->message), sval);
@@ -635,16 +534,8 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 			copy_str(x->ended_how, sizeof(x->ended_how), sval);
 		else
 			hello_field(&x->hello, name, sval, is_str, is_null, num);
-		p = skip_ws(p);
-		if (*p == ',')
-		{
-			p++;
-			continue;
-		}
-		if (*p == '}')
-			break;
-		goto bad;
 	}
+	json_free(obj);
 	if (x->v != 1)
 	{
 		snprintf(why, wsz, "protocol version %d, not 1", x->v);
@@ -664,10 +555,6 @@ parse_line(const char *line, exch *x, char *why, size_t wsz)
 		return false;
 	}
 	return true;
-
-bad:
-	snprintf(why, wsz, "not a JSON object");
-	return false;
 }
 
 static void
@@ -683,7 +570,7 @@ exch_free(signoff_state *s, exch *x)
 			s->x[i] = s->x[--s->nx];
 			break;
 		}
-	free(x);
+	pg_free(x);
 }
 
 /* the answer line, and the exchange is over */
@@ -940,12 +827,7 @@ new_delivery(signoff_state *s, const exch *x)
 	if (s->nd == s->dcap)
 	{
 		s->dcap = s->dcap ? s->dcap * 2 : 64;
-		s->d = realloc(s->d, (size_t) s->dcap * sizeof(delivery));
-		if (s->d == NULL)
-		{
-			fprintf(stderr, "idempotency-matrix: out of memory\n");
-			abort();
-		}
+		s->d = pg_realloc_array(s->d, delivery, s->dcap);
 	}
 	d = &s->d[s->nd++];
 	memset(d, 0, sizeof(*d));
@@ -1006,7 +888,7 @@ ended_seen(signoff_state *s, exch *x)
 static void
 arrived(signoff_state *s, exch *x)
 {
-	char		why[128];
+	char		why[300];
 	char	   *nl = memchr(x->buf, '\n', x->len);
 	int			ki;
 	int			i;
@@ -1397,7 +1279,7 @@ pump(signoff_state *s, int ms)
 						case_fail(s->cr, "more than %d exchanges open at once", MAX_EXCH);
 					continue;
 				}
-				x = calloc(1, sizeof(exch));
+				x = pg_malloc0_object(exch);
 				x->fd = fd;
 				x->state = X_READING;
 				x->delivery = -1;
@@ -1481,7 +1363,7 @@ make_env(signoff_state *s, bool worker, run_env *e)
 
 /* a file's content (at most a few kB of its end), for messages */
 static void
-read_file(const char *path, sbuf *b, size_t max)
+read_file(const char *path, StringInfo b, size_t max)
 {
 	FILE	   *f = fopen(path, "r");
 	char		buf[4096];
@@ -1495,7 +1377,7 @@ read_file(const char *path, sbuf *b, size_t max)
 	else
 		fseek(f, 0, SEEK_SET);
 	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		sb_append(b, buf, n);
+		appendBinaryStringInfo(b, buf, n);
 	fclose(f);
 }
 
@@ -1509,9 +1391,9 @@ read_file(const char *path, sbuf *b, size_t max)
  */
 int
 run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwhile,
-			sbuf *out)
+			StringInfo out)
 {
-	sbuf		cmd;
+	StringInfoData cmd;
 	char		why[256];
 	run_env		env;
 	pid_t		pid;
@@ -1531,18 +1413,18 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 	 */
 	snprintf(out_path, sizeof(out_path), "%s.%d", s->cmd_out, s->command_depth);
 	snprintf(err_path, sizeof(err_path), "%s.%d", s->cmd_err, s->command_depth);
-	sb_init(&cmd);
+	initStringInfo(&cmd);
 	expand(&cmd, s->job->value[which], key);
 	make_env(s, false, &env);
-	pid = spawn(s, sb_str(&cmd), out_path, err_path, false, env.env, why, sizeof(why));
+	pid = spawn(s, cmd.data, out_path, err_path, false, env.env, why, sizeof(why));
 	idx = pid < 0 ? -1 : track_proc(pid, job_field_names[which], err_path);
 	if (idx < 0)
 	{
 		if (pid > 0)
 			kill(-pid, SIGKILL);
 		case_fail(s->cr, "the %s command `%s` could not start: %s", job_field_names[which],
-				  sb_str(&cmd), pid < 0 ? why : "too many processes");
-		sb_free(&cmd);
+				  cmd.data, pid < 0 ? why : "too many processes");
+		pfree(cmd.data);
 		return -1;
 	}
 	t0 = now_seconds();
@@ -1555,7 +1437,7 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 		{
 			kill_group(&procs[idx]);
 			forget_proc(idx);
-			sb_free(&cmd);
+			pfree(cmd.data);
 			case_fail(s->cr, "interrupted");
 			return -1;
 		}
@@ -1579,16 +1461,16 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 	forget_proc(idx);
 	if (status != 0)
 	{
-		sbuf		err;
+		StringInfoData err;
 		const char *p;
 
 		if (timed_out)
 			case_fail(s->cr, "the %s command `%s` did not end within %g s (timeout): killed",
-					  job_field_names[which], sb_str(&cmd), s->job->timeout_s);
+					  job_field_names[which], cmd.data, s->job->timeout_s);
 		else
 			case_fail(s->cr, "the %s command `%s` exited with status %d", job_field_names[which],
-					  sb_str(&cmd), status);
-		sb_init(&err);
+					  cmd.data, status);
+		initStringInfo(&err);
 		read_file(err_path, &err, 2000);
 		if (err.len == 0)
 			case_note(s->cr, "  (its standard error was empty)");
@@ -1598,11 +1480,11 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 			const char *start;
 
 			/* the last TAIL_LINES lines */
-			p = sb_str(&err) + err.len;
-			while (p > sb_str(&err) && (p[-1] == '\n'))
+			p = err.data + err.len;
+			while (p > err.data && (p[-1] == '\n'))
 				p--;
 			start = p;
-			while (start > sb_str(&err) && lines < TAIL_LINES)
+			while (start > err.data && lines < TAIL_LINES)
 			{
 				start--;
 				if (*start == '\n')
@@ -1621,11 +1503,11 @@ run_command(signoff_state *s, job_field which, const char *key, bool pump_meanwh
 					start++;
 			}
 		}
-		sb_free(&err);
+		pfree(err.data);
 	}
 	else if (out)
 		read_file(out_path, out, 4096);
-	sb_free(&cmd);
+	pfree(cmd.data);
 	return status;
 }
 
@@ -1651,15 +1533,15 @@ effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 	}
 	if (s->job->value[JF_EFFECTS])
 	{
-		sbuf		out;
+		StringInfoData out;
 		char	   *p;
 		char	   *end;
 		long		n;
 
-		sb_init(&out);
+		initStringInfo(&out);
 		if (run_command(s, JF_EFFECTS, key, pump_meanwhile, &out) != 0)
 		{
-			sb_free(&out);
+			pfree(out.data);
 			return -1;
 		}
 		p = trim(out.data ? out.data : (char *) "");
@@ -1667,10 +1549,10 @@ effects_count(signoff_state *s, const char *key, bool pump_meanwhile)
 		if (end == p || *end != '\0' || n < 0 || n > INT_MAX)
 		{
 			case_fail(s->cr, "the effects command for %s printed \"%.80s\", not a number of effects", key, p);
-			sb_free(&out);
+			pfree(out.data);
 			return -1;
 		}
-		sb_free(&out);
+		pfree(out.data);
 		return (int) n;
 	}
 	if (s->job->value[JF_EFFECTS_SQL])

@@ -13,6 +13,7 @@
 
 #include "matrix.h"
 #include "hello.h"
+#include "json.h"
 
 #define KEYSZ 160
 #define MAX_PROCS 256			/* process groups of a whole run */
@@ -216,11 +217,12 @@ extern signoff_state *live_state;
 extern int	case_first_delivery;
 
 void	forget_proc(int i);
+bool	parse_line(const char *line, exch *x, char *why, size_t wsz);
 void	answer(signoff_state *s, exch *x, const char *word);
 void	pump(signoff_state *s, int ms);
 void	know_key(signoff_state *s, const char *key);
 int		run_command(signoff_state *s, job_field which, const char *key,
-						bool pump_meanwhile, sbuf *out);
+						bool pump_meanwhile, StringInfo out);
 int		effects_count(signoff_state *s, const char *key, bool pump_meanwhile);
 bool	start_workers(signoff_state *s, int n);
 bool	start_workers_alike(signoff_state *s, int n);

@@ -18,9 +18,8 @@
  * the run's job types and records stay in the database (the runner's next
  * cleanup cannot know them; docs/signoff.md says how to remove them).
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -33,6 +33,8 @@
  * This file only decides and records; engine.c reads the lines and
  * answers them.
  */
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -263,93 +265,93 @@ hello_workers(void)
 
 /* what made the claims, in words */
 static void
-wrapper_text(sbuf *b, const hello_info *h)
+wrapper_text(StringInfo b, const hello_info *h)
 {
 	if (h->wrapper_bad)
-		sb_puts(b, "a wrapper that is not a name");
+		appendStringInfoString(b, "a wrapper that is not a name");
 	else if (h->wrapper[0] == '\0')
-		sb_puts(b, "wrapper not reported");
+		appendStringInfoString(b, "wrapper not reported");
 	else if (strcmp(h->wrapper, "plain") == 0)
-		sb_puts(b, "the plain functions");
+		appendStringInfoString(b, "the plain functions");
 	else if (strcmp(h->wrapper, "plain_batch") == 0)
-		sb_puts(b, "the plain functions' batch call");
+		appendStringInfoString(b, "the plain functions' batch call");
 	else
-		sb_printf(b, "wrapper %s", h->wrapper);
+		appendStringInfo(b, "wrapper %s", h->wrapper);
 }
 
 static void
-kind_text(sbuf *b, const hello_info *h)
+kind_text(StringInfo b, const hello_info *h)
 {
-	sb_printf(b, "%s %s (%s %s", h->helper[0] ? h->helper : "?", h->helper_version[0] ? h->helper_version : "?",
+	appendStringInfo(b, "%s %s (%s %s", h->helper[0] ? h->helper : "?", h->helper_version[0] ? h->helper_version : "?",
 			  h->runtime[0] ? h->runtime : "?", h->runtime_version);
 	if (h->queue[0])
-		sb_printf(b, ", %s %s", h->queue, h->queue_version[0] ? h->queue_version : "?");
+		appendStringInfo(b, ", %s %s", h->queue, h->queue_version[0] ? h->queue_version : "?");
 	else
-		sb_puts(b, ", no queue library");
-	sb_printf(b, ", database %s)", h->database[0] ? h->database : "unknown");
-	sb_puts(b, ", ");
+		appendStringInfoString(b, ", no queue library");
+	appendStringInfo(b, ", database %s)", h->database[0] ? h->database : "unknown");
+	appendStringInfoString(b, ", ");
 	wrapper_text(b, h);
 }
 
 /* the helpers that ran, for the report's settings: one line */
 void
-hello_text(sbuf *b)
+hello_text(StringInfo b)
 {
 	int			i;
 
 	if (nkinds == 0)
 	{
-		sb_puts(b, "no worker said which (a helper without the point hello, or a worker of your own that does not send it)");
+		appendStringInfoString(b, "no worker said which (a helper without the point hello, or a worker of your own that does not send it)");
 		return;
 	}
 	for (i = 0; i < nkinds; i++)
 	{
 		if (i)
-			sb_puts(b, "; ");
+			appendStringInfoString(b, "; ");
 		kind_text(b, &kinds[i].h);
-		sb_printf(b, ", in %d worker process%s", kinds[i].workers, kinds[i].workers == 1 ? "" : "es");
+		appendStringInfo(b, ", in %d worker process%s", kinds[i].workers, kinds[i].workers == 1 ? "" : "es");
 	}
 }
 
 static void
-json_or_null(sbuf *b, const char *s)
+json_or_null(StringInfo b, const char *s)
 {
 	if (s[0])
 		json_string(b, s);
 	else
-		sb_puts(b, "null");
+		appendStringInfoString(b, "null");
 }
 
 /* the signoff object's "helpers": an array, one object per kind */
 void
-hello_json(sbuf *b)
+hello_json(StringInfo b)
 {
 	int			i;
 
-	sb_puts(b, "[");
+	appendStringInfoString(b, "[");
 	for (i = 0; i < nkinds; i++)
 	{
 		const hello_info *h = &kinds[i].h;
 
-		sb_puts(b, i ? ",\n      {\"helper\": " : "\n      {\"helper\": ");
+		appendStringInfoString(b, i ? ",\n      {\"helper\": " : "\n      {\"helper\": ");
 		json_or_null(b, h->helper);
-		sb_puts(b, ", \"helper_version\": ");
+		appendStringInfoString(b, ", \"helper_version\": ");
 		json_or_null(b, h->helper_version);
-		sb_puts(b, ", \"runtime\": ");
+		appendStringInfoString(b, ", \"runtime\": ");
 		json_or_null(b, h->runtime);
-		sb_puts(b, ", \"runtime_version\": ");
+		appendStringInfoString(b, ", \"runtime_version\": ");
 		json_or_null(b, h->runtime_version);
-		sb_puts(b, ", \"queue_library\": ");
+		appendStringInfoString(b, ", \"queue_library\": ");
 		json_or_null(b, h->queue);
-		sb_puts(b, ", \"queue_library_version\": ");
+		appendStringInfoString(b, ", \"queue_library_version\": ");
 		json_or_null(b, h->queue_version);
-		sb_puts(b, ", \"database\": ");
+		appendStringInfoString(b, ", \"database\": ");
 		json_or_null(b, h->database);
-		sb_puts(b, ", \"wrapper\": ");
+		appendStringInfoString(b, ", \"wrapper\": ");
 		json_or_null(b, h->wrapper_bad ? "" : h->wrapper);
-		sb_printf(b, ", \"workers\": %d}", kinds[i].workers);
+		appendStringInfo(b, ", \"workers\": %d}", kinds[i].workers);
 	}
-	sb_puts(b, nkinds ? "\n    ]" : "]");
+	appendStringInfoString(b, nkinds ? "\n    ]" : "]");
 }
 
 /*
@@ -358,7 +360,7 @@ hello_json(sbuf *b)
  * where a worker's helper sent none, "" when no worker said hello
  */
 void
-hello_wrappers(sbuf *b)
+hello_wrappers(StringInfo b)
 {
 	int			i,
 				j;
@@ -377,8 +379,8 @@ hello_wrappers(sbuf *b)
 		}
 		if (j < i)
 			continue;			/* said already */
-		if (sb_str(b)[0])
-			sb_puts(b, ", ");
-		sb_puts(b, w);
+		if (b->data[0])
+			appendStringInfoString(b, ", ");
+		appendStringInfoString(b, w);
 	}
 }

@@ -37,8 +37,8 @@ void		hello_record(struct signoff_state *s, long pid, const hello_info *h);
 void		claim_error_seen(struct signoff_state *s, const struct exch *x);
 bool		run_stopped(const struct signoff_state *s);
 int			hello_workers(void);
-void		hello_text(sbuf *b);
-void		hello_json(sbuf *b);
-void		hello_wrappers(sbuf *b);
+void		hello_text(StringInfo b);
+void		hello_json(StringInfo b);
+void		hello_wrappers(StringInfo b);
 
 #endif							/* IDEMPOTENCY_MATRIX_HELLO_H */

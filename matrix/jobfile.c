@@ -3,9 +3,8 @@
  *		A sign-off run's job file (docs/signoff.md): name = value lines,
  *		read and checked before anything starts.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -15,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 
 const char *const job_field_names[N_JOB_FIELDS] = {
@@ -60,15 +60,15 @@ static void
 job_error(const signoff_job *job, int line, const char *fmt,...)
 {
 	va_list		ap;
+	char		sentence[4096];
 
-	if (line > 0)
-		fprintf(stderr, "idempotency-matrix: %s line %d: ", job->path, line);
-	else
-		fprintf(stderr, "idempotency-matrix: %s: ", job->path);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(sentence, sizeof(sentence), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (line > 0)
+		pg_log_error("%s line %d: %s", job->path, line, sentence);
+	else
+		pg_log_error("%s: %s", job->path, sentence);
 }
 
 /*
@@ -92,7 +92,7 @@ signoff_load_job(const char *path, signoff_job *job)
 	f = fopen(path, "r");
 	if (f == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot read the job file %s: %s\n", path, strerror(errno));
+		pg_log_error("cannot read the job file %s: %s", path, strerror(errno));
 		return 2;
 	}
 	while (getline(&line, &cap, f) >= 0)
@@ -142,7 +142,7 @@ signoff_load_job(const char *path, signoff_job *job)
 			job_error(job, lineno, "\"%s\" has no value (%s)", name, job_field_what[i]);
 			goto bad;
 		}
-		job->value[i] = strdup(value);
+		job->value[i] = pg_strdup(value);
 		job->line[i] = lineno;
 	}
 	free(line);

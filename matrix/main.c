@@ -12,9 +12,8 @@
  * Exit status: 0 every cell holds; 1 some do not; 2 it could not run
  * (bad option, no connection, no extension); 130 interrupted.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 
 static matrix_ctx ctx_storage;
@@ -185,11 +185,11 @@ prepare(matrix_ctx *ctx, bool create_extension)
 	ctx->conn = PQconnectdbParams(keys, vals, 1);
 	if (PQstatus(ctx->conn) != CONNECTION_OK)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot connect to the database: %s\n",
+		pg_log_error("cannot connect to the database: %s",
 				one_line(PQerrorMessage(ctx->conn)));
 		if (ctx->job == NULL)
-			fprintf(stderr, "Hint: pass --dsn, or set PGHOST, PGPORT, PGUSER and PGDATABASE; "
-					"scripts/matrix starts a throwaway cluster and runs the matrix on it.\n");
+			pg_log_error_hint("pass --dsn, or set PGHOST, PGPORT, PGUSER and PGDATABASE; "
+							  "scripts/matrix starts a throwaway cluster and runs the matrix on it.");
 		return 2;
 	}
 	PQsetNoticeProcessor(ctx->conn, ignore_notice, NULL);
@@ -200,7 +200,7 @@ prepare(matrix_ctx *ctx, bool create_extension)
 		res = PQexec(ctx->conn, "CREATE EXTENSION IF NOT EXISTS idempotency");
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		{
-			fprintf(stderr, "idempotency-matrix: CREATE EXTENSION idempotency failed: %s\n",
+			pg_log_error("CREATE EXTENSION idempotency failed: %s",
 					one_line(PQresultErrorMessage(res)));
 			PQclear(res);
 			return 2;
@@ -213,19 +213,19 @@ prepare(matrix_ctx *ctx, bool create_extension)
 		{
 			/* a sign-off run: one sentence */
 			if (strcmp(err, "no row") == 0)
-				fprintf(stderr, "idempotency-matrix: the idempotency extension is not installed in database \"%s\" "
-						"(a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)\n",
+				pg_log_error("the idempotency extension is not installed in database \"%s\" "
+						"(a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)",
 						PQdb(ctx->conn));
 			else
-				fprintf(stderr, "idempotency-matrix: cannot check for the idempotency extension: %s\n", err);
+				pg_log_error("cannot check for the idempotency extension: %s", err);
 			return 2;
 		}
 		if (strcmp(err, "no row") == 0)
-			fprintf(stderr, "idempotency-matrix: the idempotency extension is not installed in database \"%s\"\n",
+			pg_log_error("the idempotency extension is not installed in database \"%s\"",
 					PQdb(ctx->conn));
 		else
-			fprintf(stderr, "idempotency-matrix: cannot check for the idempotency extension: %s\n", err);
-		fprintf(stderr, "Hint: make install, then CREATE EXTENSION idempotency; or pass --create-extension.\n");
+			pg_log_error("cannot check for the idempotency extension: %s", err);
+		pg_log_error_hint("make install, then CREATE EXTENSION idempotency; or pass --create-extension.");
 		return 2;
 	}
 	if (ctx->job)
@@ -237,8 +237,8 @@ prepare(matrix_ctx *ctx, bool create_extension)
 		if (sscanf(ctx->ext_version, "%d.%d", &major, &minor) != 2 ||
 			major < 0 || (major == 0 && minor < 3))
 		{
-			fprintf(stderr, "idempotency-matrix: the idempotency extension in database \"%s\" is version %s (%s edition), "
-					"and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)\n",
+			pg_log_error("the idempotency extension in database \"%s\" is version %s (%s edition), "
+					"and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)",
 					PQdb(ctx->conn), ctx->ext_version, ctx->ext_edition);
 			return 2;
 		}
@@ -330,12 +330,12 @@ cleanup_run(matrix_ctx *ctx, bool failed)
 	signoff_remove_dir(ctx, ctx->keep || (failed && ctx->job));
 	if (ctx->keep && ctx->job)
 	{
-		fprintf(stderr, "idempotency-matrix: kept job types %s_* and their records (--keep)\n", ctx->prefix);
+		pg_log_info("kept job types %s_* and their records (--keep)", ctx->prefix);
 		return;
 	}
 	if (ctx->keep)
 	{
-		fprintf(stderr, "idempotency-matrix: kept job types %s_*, their records%s%s, and the mailboxes in %s\n",
+		pg_log_info("kept job types %s_*, their records%s%s, and the mailboxes in %s",
 				ctx->prefix, ctx->effects_table[0] ? ", table " : "", ctx->effects_table, ctx->maildir);
 		return;
 	}
@@ -364,13 +364,13 @@ cleanup_run(matrix_ctx *ctx, bool failed)
 					  "WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1))",
 					  1, params);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+			pg_log_warning("cleanup: %s", one_line(PQresultErrorMessage(res)));
 		PQclear(res);
 		res = db_exec(ctx, "DELETE FROM idempotency.job_types "
 					  "WHERE pg_catalog.\"left\"(job_type, pg_catalog.length($1)) OPERATOR(pg_catalog.=) $1",
 					  1, params);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+			pg_log_warning("cleanup: %s", one_line(PQresultErrorMessage(res)));
 		PQclear(res);
 		if (ctx->effects_table[0])
 		{
@@ -379,12 +379,12 @@ cleanup_run(matrix_ctx *ctx, bool failed)
 			snprintf(drop, sizeof(drop), "DROP TABLE IF EXISTS %s", ctx->effects_table);
 			res = PQexec(ctx->conn, drop);
 			if (PQresultStatus(res) != PGRES_COMMAND_OK)
-				fprintf(stderr, "idempotency-matrix: cleanup: %s\n", one_line(PQresultErrorMessage(res)));
+				pg_log_warning("cleanup: %s", one_line(PQresultErrorMessage(res)));
 			PQclear(res);
 		}
 	}
 	else if (ctx->prefix[0])
-		fprintf(stderr, "idempotency-matrix: cleanup: no connection; job types %s_* are left behind\n",
+		pg_log_warning("cleanup: no connection; job types %s_* are left behind",
 				ctx->prefix);
 	if (ctx->maildir[0])
 		remove_tree(ctx->maildir);
@@ -442,7 +442,7 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 
 	if (refused)
 	{
-		fprintf(stderr, "idempotency-matrix: %s\n", refused);
+		pg_log_error("%s", refused);
 		return 2;
 	}
 	if (signoff_load_job(path, job) != 0)
@@ -451,16 +451,16 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 		memcpy(want, job->want, sizeof(bool) * N_POLICIES);
 	if (want[POLICY_LOOKUP] && job->effect == EFFECT_SMTP)
 	{
-		fprintf(stderr, "idempotency-matrix: the policy lookup needs a provider to look the operation up at; "
+		pg_log_error("the policy lookup needs a provider to look the operation up at; "
 				"the run's SMTP endpoint has none (%s: effect = smtp): leave lookup out, or use effect = http, "
-				"whose endpoint answers a GET\n", path);
+				"whose endpoint answers a GET", path);
 		return 2;
 	}
 	if (want[POLICY_LOOKUP] && job->value[JF_EFFECTS] == NULL && job->value[JF_EFFECTS_SQL] == NULL &&
 		job->effect == EFFECT_NONE)
 	{
-		fprintf(stderr, "idempotency-matrix: the policy lookup needs effects or effects_sql in %s "
-				"(a handled report cannot tell whether the lookup found the effect)\n", path);
+		pg_log_error("the policy lookup needs effects or effects_sql in %s "
+				"(a handled report cannot tell whether the lookup found the effect)", path);
 		return 2;
 	}
 	if (signoff_count_cases(ctx->cases, job) == 0)
@@ -471,8 +471,8 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 		for (k = 0; k < n_case_table; k++)
 			if (signoff_case_wanted(NULL, job, &case_table[k]))
 				list_append(ids, sizeof(ids), case_table[k].id);
-		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case of this sign-off run "
-				"(its cases: %s)\n", ctx->cases ? ctx->cases : "", ids);
+		pg_log_error("--cases \"%s\" selects no case of this sign-off run "
+				"(its cases: %s)", ctx->cases ? ctx->cases : "", ids);
 		return 2;
 	}
 	ctx->job = job;
@@ -493,7 +493,7 @@ signoff_main(matrix_ctx *ctx, const char *path, signoff_job *job,
 	if (matrix_interrupted)
 	{
 		progress_clear(ctx);
-		fprintf(stderr, "idempotency-matrix: interrupted; cleaning up\n");
+		pg_log_info("interrupted; cleaning up");
 		rc = 130;
 	}
 	cleanup(ctx, rc == 1);
@@ -550,6 +550,7 @@ main(int argc, char **argv)
 	static signoff_job job;
 
 	setlocale(LC_ALL, "");
+	pg_logging_init(argv[0]);
 	memset(ctx, 0, sizeof(*ctx));
 	ctx->lease_s = 2.0;
 	ctx->stress = 16;
@@ -567,7 +568,7 @@ main(int argc, char **argv)
 				policy_arg = optarg;
 				if (!parse_policies(optarg, want))
 				{
-					fprintf(stderr, "idempotency-matrix: --policy: \"%s\" is not a list of hold, retry, skip, lookup, all\n", optarg);
+					pg_log_error("--policy: \"%s\" is not a list of hold, retry, skip, lookup, all", optarg);
 					return 2;
 				}
 				break;
@@ -575,7 +576,7 @@ main(int argc, char **argv)
 				not_for_job = "--lease does not apply to a sign-off run (--job): give lease in the job file";
 				if (!parse_lease(optarg, &ctx->lease_s))
 				{
-					fprintf(stderr, "idempotency-matrix: --lease: \"%s\" is not a number of seconds between 0.1 and 600 (e.g. 2, 1.5, 500ms)\n", optarg);
+					pg_log_error("--lease: \"%s\" is not a number of seconds between 0.1 and 600 (e.g. 2, 1.5, 500ms)", optarg);
 					return 2;
 				}
 				break;
@@ -591,7 +592,7 @@ main(int argc, char **argv)
 
 					if (*end != '\0' || n < 0 || n == 1 || n > 64)
 					{
-						fprintf(stderr, "idempotency-matrix: --stress: give 0 (skip case 3s) or 2 to 64 workers\n");
+						pg_log_error("--stress: give 0 (skip case 3s) or 2 to 64 workers");
 						return 2;
 					}
 					ctx->stress = (int) n;
@@ -607,7 +608,7 @@ main(int argc, char **argv)
 				if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "always") != 0 &&
 					strcmp(optarg, "never") != 0)
 				{
-					fprintf(stderr, "idempotency-matrix: --color: auto, always or never\n");
+					pg_log_error("--color: auto, always or never");
 					return 2;
 				}
 				color = optarg;
@@ -649,7 +650,7 @@ main(int argc, char **argv)
 				check_as = policy_by_name(optarg);
 				if (check_as < 0)
 				{
-					fprintf(stderr, "idempotency-matrix: --check-as: hold, retry, skip or lookup\n");
+					pg_log_error("--check-as: hold, retry, skip or lookup");
 					return 2;
 				}
 				break;
@@ -669,7 +670,7 @@ main(int argc, char **argv)
 								  optind < argc ? argv[optind] : NULL);
 	if (optind < argc)
 	{
-		fprintf(stderr, "idempotency-matrix: unexpected argument \"%s\"\n", argv[optind]);
+		pg_log_error("unexpected argument \"%s\"", argv[optind]);
 		usage(stderr);
 		return 2;
 	}
@@ -684,7 +685,7 @@ main(int argc, char **argv)
 		for (k = 0; k < n_case_table; k++)
 			if (case_table[k].runs_in & RUN_REFERENCE)
 				list_append(ids, sizeof(ids), case_table[k].id);
-		fprintf(stderr, "idempotency-matrix: --cases \"%s\" selects no case (cases: %s)\n",
+		pg_log_error("--cases \"%s\" selects no case (cases: %s)",
 				cases ? cases : "", ids);
 		return 2;
 	}
@@ -709,7 +710,7 @@ main(int argc, char **argv)
 			 tmp && *tmp ? tmp : "/tmp");
 	if (mkdtemp(ctx->maildir) == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot create a mail directory %s: %s\n",
+		pg_log_error("cannot create a mail directory %s: %s",
 				ctx->maildir, strerror(errno));
 		ctx->maildir[0] = '\0';
 		PQfinish(ctx->conn);
@@ -723,7 +724,7 @@ main(int argc, char **argv)
 	rc = reference_run(ctx, want, check_as, html, json);
 	if (matrix_interrupted)
 	{
-		fprintf(stderr, "idempotency-matrix: interrupted; cleaning up\n");
+		pg_log_info("interrupted; cleaning up");
 		rc = 130;
 	}
 	cleanup(ctx, false);

@@ -26,12 +26,13 @@
  *	guardian.c	a process that cleans up after a runner killed with SIGKILL
  *	jobfile.c	the sign-off run's job file
  *	provenance.c	the job file's and the code's digests; --verify
- *	sha256.c	SHA-256
+ *	json.c		JSON read with libpgcommon's parser (json.h): the protocol's
+ *				lines, --verify's report
  *	db.c		what both runs read in the database: records, stale_claims()
  *	report.c	progress lines, terminal tables, --html and --json
  *	case_table.c	the cases: each one's title, steps and expectations,
  *				written once (case_table.h)
- *	util.c		strings, escaping, clocks, interruption (util.h)
+ *	util.c		strings, escaping, clocks, interruption, SHA-256 (util.h)
  */
 #ifndef IDEMPOTENCY_MATRIX_H
 #define IDEMPOTENCY_MATRIX_H

@@ -15,9 +15,8 @@
  * exit 0 unchanged, 1 changed (each change named), 2 not a report it can
  * read. (Anchors: SLSA and in-toto provenance, whose subjects are digests.)
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -30,7 +29,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
+#include "json.h"
 
 static int
 path_cmp(const void *a, const void *b)
@@ -51,12 +52,7 @@ add_file(provenance *pv, const char *dir, const char *abs)
 	if (pv->nfiles == pv->cap)
 	{
 		pv->cap = pv->cap ? pv->cap * 2 : 64;
-		pv->files = realloc(pv->files, (size_t) pv->cap * sizeof(code_file));
-		if (pv->files == NULL)
-		{
-			fprintf(stderr, "idempotency-matrix: out of memory\n");
-			abort();
-		}
+		pv->files = pg_realloc_array(pv->files, code_file, pv->cap);
 	}
 	copy_str(pv->files[pv->nfiles].path, sizeof(pv->files[0].path), rel);
 	if (!sha256_file(abs, pv->files[pv->nfiles].sha256))
@@ -150,7 +146,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 	char	   *spec;
 	char	   *tok;
 	char	   *cursor;
-	sbuf		list;
+	StringInfoData list;
 	int			i;
 
 	memset(pv, 0, sizeof(*pv));
@@ -163,7 +159,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 	copy_str(pv->dir, sizeof(pv->dir), dir);
 	if (code)
 	{
-		spec = strdup(code);
+		spec = pg_strdup(code);
 		cursor = spec;
 		/* commas and blanks alike, as every list of a job file */
 		while ((tok = job_list_next(&cursor)) != NULL)
@@ -177,7 +173,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 			{
 				snprintf(err, esz, "code: \"%s\" matches no file in %s", tok, dir);
 				globfree(&g);
-				free(spec);
+				pg_free(spec);
 				return false;
 			}
 			for (k = 0; k < g.gl_pathc; k++)
@@ -195,19 +191,19 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 				{
 					snprintf(err, esz, "code: cannot read a file of \"%s\": %s", tok, strerror(errno));
 					globfree(&g);
-					free(spec);
+					pg_free(spec);
 					return false;
 				}
 			}
 			globfree(&g);
 		}
-		free(spec);
+		pg_free(spec);
 		qsort(pv->files, (size_t) pv->nfiles, sizeof(code_file), path_cmp);
-		sb_init(&list);
+		initStringInfo(&list);
 		for (i = 0; i < pv->nfiles; i++)
-			sb_printf(&list, "%s  %s\n", pv->files[i].sha256, pv->files[i].path);
+			appendStringInfo(&list, "%s  %s\n", pv->files[i].sha256, pv->files[i].path);
 		sha256_buffer(list.data ? list.data : "", list.len, pv->code_sha256);
-		sb_free(&list);
+		pfree(list.data);
 	}
 
 	/* git: the commit, and whether the job file or the code differ from it */
@@ -217,7 +213,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 
 		if (capture(dir, head, out, sizeof(out)))
 		{
-			char	  **argv = calloc((size_t) pv->nfiles + 8, sizeof(char *));
+			char	  **argv = pg_malloc0_array(char *, pv->nfiles + 8);
 			int			n = 0;
 
 			copy_str(pv->git_commit, sizeof(pv->git_commit), trim(out));
@@ -232,7 +228,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 			argv[n] = NULL;
 			if (capture(dir, argv, out, sizeof(out)))
 				pv->git_dirty = out[0] != '\0';
-			free(argv);
+			pg_free(argv);
 		}
 	}
 	return true;
@@ -241,7 +237,7 @@ provenance_collect(const char *job_file, const char *dir, const char *code,
 void
 provenance_free(provenance *pv)
 {
-	free(pv->files);
+	pg_free(pv->files);
 	pv->files = NULL;
 	pv->nfiles = pv->cap = 0;
 }
@@ -250,60 +246,25 @@ provenance_free(provenance *pv)
  * --verify REPORT
  * --------------------------------------------------------------------- */
 
-/* the JSON string after "name": on a line of the report; false: none */
-static bool
-field(const char *line, const char *name, char *out, size_t sz)
-{
-	char		pat[64];
-	const char *p;
-	size_t		n = 0;
-
-	snprintf(pat, sizeof(pat), "\"%s\": \"", name);
-	p = strstr(line, pat);
-	if (p == NULL)
-		return false;
-	p += strlen(pat);
-	while (*p && *p != '"' && n + 1 < sz)
-	{
-		if (*p == '\\' && p[1])
-		{
-			p++;
-			switch (*p)
-			{
-				case 'n':
-					out[n++] = '\n';
-					break;
-				case 't':
-					out[n++] = '\t';
-					break;
-				case 'u':
-					/* the report escapes only control characters so */
-					out[n++] = '?';
-					p += 4;
-					break;
-				default:
-					out[n++] = *p;
-			}
-			p++;
-			continue;
-		}
-		out[n++] = *p++;
-	}
-	out[n] = '\0';
-	return *p == '"';
-}
-
 /*
  * --verify REPORT: exit 0 when the job file and the code the report names
  * are unchanged, 1 when not (each change a line on stdout), 2 when the
- * report cannot be read or names no job file.
+ * report cannot be read or names no job file. The report is read with
+ * libpgcommon's JSON parser (json.c), so it may have passed through jq or
+ * any other JSON tool: the signoff object's job_file_path,
+ * job_file_sha256, directory, code and code_files (path, sha256).
  */
 int
 provenance_verify(const char *report)
 {
 	FILE	   *f = fopen(report, "r");
-	char	   *line = NULL;
-	size_t		cap = 0;
+	StringInfoData text;
+	char		buf[65536];
+	size_t		n;
+	json_value *doc;
+	const json_value *signoff;
+	const json_value *files;
+	char		perr[300];
 	char		job_file[PATH_MAX] = "";
 	char		job_sha[65] = "";
 	char		dir[PATH_MAX] = "";
@@ -318,38 +279,59 @@ provenance_verify(const char *report)
 
 	if (f == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: --verify: cannot read %s: %s\n", report, strerror(errno));
+		pg_log_error("--verify: cannot read %s: %s", report, strerror(errno));
+		return 2;
+	}
+	initStringInfo(&text);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		appendBinaryStringInfo(&text, buf, (int) n);
+	if (ferror(f))
+	{
+		pg_log_error("--verify: cannot read %s: %s", report, strerror(errno));
+		fclose(f);
+		pfree(text.data);
+		return 2;
+	}
+	fclose(f);
+	doc = json_parse(text.data, (size_t) text.len, perr, sizeof(perr));
+	pfree(text.data);
+	if (doc == NULL)
+	{
+		pg_log_error("--verify: %s is not JSON (%s)", report, perr);
 		return 2;
 	}
 	memset(&was, 0, sizeof(was));
-	while (getline(&line, &cap, f) > 0)
+	signoff = json_member(doc, "signoff");
+	copy_str(job_file, sizeof(job_file), json_string_member(signoff, "job_file_path"));
+	copy_str(job_sha, sizeof(job_sha), json_string_member(signoff, "job_file_sha256"));
+	copy_str(dir, sizeof(dir), json_string_member(signoff, "directory"));
+	if (json_string_member(signoff, "code"))
 	{
-		char		path[PATH_MAX];
-		char		sha[65];
-
-		field(line, "job_file_path", job_file, sizeof(job_file));
-		field(line, "job_file_sha256", job_sha, sizeof(job_sha));
-		field(line, "directory", dir, sizeof(dir));
-		if (field(line, "code", code, sizeof(code)))
-			has_code = true;
-		if (field(line, "path", path, sizeof(path)) && field(line, "sha256", sha, sizeof(sha)))
-		{
-			if (was.nfiles == was.cap)
-			{
-				was.cap = was.cap ? was.cap * 2 : 64;
-				was.files = realloc(was.files, (size_t) was.cap * sizeof(code_file));
-			}
-			copy_str(was.files[was.nfiles].path, sizeof(was.files[0].path), path);
-			copy_str(was.files[was.nfiles].sha256, sizeof(was.files[0].sha256), sha);
-			was.nfiles++;
-		}
+		copy_str(code, sizeof(code), json_string_member(signoff, "code"));
+		has_code = true;
 	}
-	free(line);
-	fclose(f);
+	files = json_member(signoff, "code_files");
+	for (i = 0; files && files->kind == JSON_KIND_ARRAY && i < files->nitems; i++)
+	{
+		const char *path = json_string_member(files->items[i], "path");
+		const char *sha = json_string_member(files->items[i], "sha256");
+
+		if (path == NULL || sha == NULL)
+			continue;
+		if (was.nfiles == was.cap)
+		{
+			was.cap = was.cap ? was.cap * 2 : 64;
+			was.files = pg_realloc_array(was.files, code_file, was.cap);
+		}
+		copy_str(was.files[was.nfiles].path, sizeof(was.files[0].path), path);
+		copy_str(was.files[was.nfiles].sha256, sizeof(was.files[0].sha256), sha);
+		was.nfiles++;
+	}
+	json_free(doc);
 	if (job_file[0] == '\0' || job_sha[0] == '\0' || dir[0] == '\0')
 	{
-		fprintf(stderr, "idempotency-matrix: --verify: %s is not a sign-off report of idempotency-matrix 0.4 or later "
-				"(no job_file_path, job_file_sha256 or directory)\n", report);
+		pg_log_error("--verify: %s is not a sign-off report of idempotency-matrix 0.4 or later "
+				"(no job_file_path, job_file_sha256 or directory)", report);
 		provenance_free(&was);
 		return 2;
 	}

@@ -16,9 +16,8 @@
  * cases themselves, their steps and their expectations are the engine's
  * and case_table.c's, as for any job.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -27,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 
 /* the reference run's job, as a job file would give it */
@@ -65,19 +65,19 @@ reference_banner(const matrix_ctx *ctx, const signoff_job *job)
 static char *
 command(const matrix_ctx *ctx, const char *self, const char *what, bool keyed)
 {
-	sbuf		b;
+	StringInfoData b;
 
-	sb_init(&b);
+	initStringInfo(&b);
 	shell_quote(&b, self);
-	sb_printf(&b, " --reference-job=%s --reference-dir=", what);
+	appendStringInfo(&b, " --reference-job=%s --reference-dir=", what);
 	shell_quote(&b, ctx->maildir);
 	if (ctx->effects_table[0])
 	{
-		sb_puts(&b, " --reference-table=");
+		appendStringInfoString(&b, " --reference-table=");
 		shell_quote(&b, ctx->effects_table);
 	}
 	if (keyed)
-		sb_puts(&b, " {key}");
+		appendStringInfoString(&b, " {key}");
 	return b.data;
 }
 
@@ -98,7 +98,7 @@ reference_run(matrix_ctx *ctx, const bool *want, int check_as, const char *html,
 
 	if (n <= 0)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot find its own program (/proc/self/exe): %s\n",
+		pg_log_error("cannot find its own program (/proc/self/exe): %s",
 				strerror(errno));
 		return 2;
 	}
@@ -110,7 +110,7 @@ reference_run(matrix_ctx *ctx, const bool *want, int check_as, const char *html,
 		snprintf(d, sizeof(d), "%s/%s", ctx->maildir, subdirs[i]);
 		if (mkdir(d, 0700) != 0)
 		{
-			fprintf(stderr, "idempotency-matrix: cannot create %s: %s\n", d, strerror(errno));
+			pg_log_error("cannot create %s: %s", d, strerror(errno));
 			return 2;
 		}
 	}
@@ -131,9 +131,9 @@ reference_run(matrix_ctx *ctx, const bool *want, int check_as, const char *html,
 	reference.stress = ctx->stress;
 	reference_banner(ctx, &reference);
 	rc = signoff_run(ctx, &reference, want, check_as, html, json);
-	free(reference.value[JF_WORKER]);
-	free(reference.value[JF_ENQUEUE]);
-	free(reference.value[JF_ENQUEUE_OTHER]);
-	free(reference.value[JF_EFFECTS]);
+	pg_free(reference.value[JF_WORKER]);
+	pg_free(reference.value[JF_ENQUEUE]);
+	pg_free(reference.value[JF_ENQUEUE_OTHER]);
+	pg_free(reference.value[JF_EFFECTS]);
 	return rc;
 }

@@ -33,9 +33,8 @@
  *	  sends its server process ("backend_pid"), which case 8 waits for;
  *	- it is quick to start (no interpreter), so case 3s can start 16.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 
 #define REFERENCE_JOB_TYPE "send_confirmation"
@@ -73,12 +73,12 @@ static int
 fail_with(const char *fmt,...)
 {
 	va_list		ap;
+	char		sentence[4096];
 
-	fprintf(stderr, "idempotency-matrix: reference job (pid %d): ", (int) getpid());
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(sentence, sizeof(sentence), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	pg_log_error("reference job (pid %d): %s", (int) getpid(), sentence);
 	return 2;
 }
 
@@ -299,7 +299,7 @@ at_point(const point_line *pl, const beat *b, char *answer, size_t asz)
 {
 	const char *sock = getenv("IDEMPOTENCY_SIGNOFF");
 	struct sockaddr_un addr;
-	sbuf		line;
+	StringInfoData line;
 	int			fd;
 	size_t		got = 0;
 	bool		ok = false;
@@ -307,32 +307,32 @@ at_point(const point_line *pl, const beat *b, char *answer, size_t asz)
 	copy_str(answer, asz, "continue");
 	if (sock == NULL || *sock == '\0')
 		return true;
-	sb_init(&line);
-	sb_puts(&line, "{\"v\":1,\"point\":");
+	initStringInfo(&line);
+	appendStringInfoString(&line, "{\"v\":1,\"point\":");
 	json_string(&line, pl->point);
-	sb_puts(&line, ",\"job_type\":");
+	appendStringInfoString(&line, ",\"job_type\":");
 	json_string(&line, pl->job_type);
-	sb_puts(&line, ",\"key\":");
+	appendStringInfoString(&line, ",\"key\":");
 	json_string(&line, pl->key);
 	if (pl->attempt > 0)
-		sb_printf(&line, ",\"attempt\":%d", pl->attempt);
+		appendStringInfo(&line, ",\"attempt\":%d", pl->attempt);
 	else
-		sb_puts(&line, ",\"attempt\":null");
-	sb_puts(&line, ",\"verdict\":");
+		appendStringInfoString(&line, ",\"attempt\":null");
+	appendStringInfoString(&line, ",\"verdict\":");
 	json_string(&line, pl->verdict);
 	if (pl->sqlstate)
 	{
-		sb_puts(&line, ",\"sqlstate\":");
+		appendStringInfoString(&line, ",\"sqlstate\":");
 		json_string(&line, pl->sqlstate);
 	}
 	if (pl->result)
 	{
-		sb_puts(&line, ",\"result\":");
+		appendStringInfoString(&line, ",\"result\":");
 		json_string(&line, pl->result);
 	}
 	if (pl->backend_pid > 0)
-		sb_printf(&line, ",\"backend_pid\":%ld", pl->backend_pid);
-	sb_printf(&line, ",\"pid\":%d,\"heartbeat\":%s}\n", (int) getpid(), pl->heartbeat ? "true" : "false");
+		appendStringInfo(&line, ",\"backend_pid\":%ld", pl->backend_pid);
+	appendStringInfo(&line, ",\"pid\":%d,\"heartbeat\":%s}\n", (int) getpid(), pl->heartbeat ? "true" : "false");
 
 	memset(&addr, 0, sizeof(addr));
 	addr.sun_family = AF_UNIX;
@@ -386,7 +386,7 @@ at_point(const point_line *pl, const beat *b, char *answer, size_t asz)
 out:
 	if (fd >= 0)
 		close(fd);
-	sb_free(&line);
+	pfree(line.data);
 	return ok;
 }
 
@@ -633,19 +633,19 @@ deliver(PGconn *conn, const char *dir, const char *table, const char *name,
 
 	/* complete, with the attempt as the fencing token */
 	{
-		sbuf		result;
+		StringInfoData result;
 		const char *p[4];
 
-		sb_init(&result);
-		sb_puts(&result, "{\"message_id\": ");
+		initStringInfo(&result);
+		appendStringInfoString(&result, "{\"message_id\": ");
 		json_string(&result, message_id);
-		sb_puts(&result, ", \"worker\": ");
+		appendStringInfoString(&result, ", \"worker\": ");
 		json_string(&result, name);
-		sb_puts(&result, "}");
+		appendStringInfoString(&result, "}");
 		p[0] = jt;
 		p[1] = key;
 		p[2] = attempt_s;
-		p[3] = sb_str(&result);
+		p[3] = result.data;
 		res = PQexecParams(conn, "SELECT idempotency.complete_operation($1, $2, $3, $4::jsonb)",
 						   4, NULL, p, NULL, NULL, 0);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -659,7 +659,7 @@ deliver(PGconn *conn, const char *dir, const char *table, const char *name,
 		else if (tx)
 			exec_ok(conn, "COMMIT");
 		PQclear(res);
-		sb_free(&result);
+		pfree(result.data);
 	}
 	return PQstatus(conn) == CONNECTION_OK;
 }

@@ -13,9 +13,8 @@
  *	- the lookup provider stores ref=<operation key> with each message, and
  *	  provider_lookup() finds it (used by the lookup policy's verify).
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

@@ -11,14 +11,14 @@
  * A sign-off run (ctx->job) has the same tables, with "effects" in place of
  * "emails", headed by its job file's settings, and a line to sign.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/logging.h"
 #include "matrix.h"
 #include "hello.h"
 
@@ -37,12 +37,12 @@ enum
 
 /* a count, or null where none was taken (-1) */
 static void
-json_count(sbuf *b, int n)
+json_count(StringInfo b, int n)
 {
 	if (n >= 0)
-		sb_printf(b, "%d", n);
+		appendStringInfo(b, "%d", n);
 	else
-		sb_puts(b, "null");
+		appendStringInfoString(b, "null");
 }
 
 /* what the observed column counts: the seed's emails, or the job's effects */
@@ -68,37 +68,37 @@ mark(const matrix_ctx *ctx, bool pass)
 
 /* the text of each cell of one row; cells[i] must be freed by the caller */
 static void
-row_cells(const matrix_ctx *ctx, const case_result *cr, sbuf *cells)
+row_cells(const matrix_ctx *ctx, const case_result *cr, StringInfo cells)
 {
 	int			i;
 
 	for (i = 0; i < N_COLS; i++)
-		sb_init(&cells[i]);
-	sb_puts(&cells[COL_MARK], mark(ctx, cr->pass));
-	sb_puts(&cells[COL_CASE], cr->id);
-	sb_puts(&cells[COL_TITLE], cr->title);
+		initStringInfo(&cells[i]);
+	appendStringInfoString(&cells[COL_MARK], mark(ctx, cr->pass));
+	appendStringInfoString(&cells[COL_CASE], cr->id);
+	appendStringInfoString(&cells[COL_TITLE], cr->title);
 	if (!cr->ran)
 	{
-		sb_puts(&cells[COL_EMAILS], "-");
-		sb_puts(&cells[COL_RECORD], "not run");
-		sb_puts(&cells[COL_VERDICTS], "-");
+		appendStringInfoString(&cells[COL_EMAILS], "-");
+		appendStringInfoString(&cells[COL_RECORD], "not run");
+		appendStringInfoString(&cells[COL_VERDICTS], "-");
 	}
 	else
 	{
 		if (cr->obs_emails < 0)
-			sb_puts(&cells[COL_EMAILS], "?");
+			appendStringInfoString(&cells[COL_EMAILS], "?");
 		else
-			sb_printf(&cells[COL_EMAILS], "%d", cr->obs_emails);
+			appendStringInfo(&cells[COL_EMAILS], "%d", cr->obs_emails);
 		if (!cr->emails_ok)
-			sb_printf(&cells[COL_EMAILS], "%s%d", ne(ctx), cr->exp_emails);
-		sb_puts(&cells[COL_RECORD], cr->obs_record[0] ? cr->obs_record : "?");
+			appendStringInfo(&cells[COL_EMAILS], "%s%d", ne(ctx), cr->exp_emails);
+		appendStringInfoString(&cells[COL_RECORD], cr->obs_record[0] ? cr->obs_record : "?");
 		if (!cr->record_ok)
-			sb_printf(&cells[COL_RECORD], "%s%s", ne(ctx), cr->exp_record);
-		sb_puts(&cells[COL_VERDICTS], cr->obs_verdicts[0] ? cr->obs_verdicts : "?");
+			appendStringInfo(&cells[COL_RECORD], "%s%s", ne(ctx), cr->exp_record);
+		appendStringInfoString(&cells[COL_VERDICTS], cr->obs_verdicts[0] ? cr->obs_verdicts : "?");
 		if (!cr->verdicts_ok)
-			sb_printf(&cells[COL_VERDICTS], "%s%s", ne(ctx), cr->exp_verdicts);
+			appendStringInfo(&cells[COL_VERDICTS], "%s%s", ne(ctx), cr->exp_verdicts);
 	}
-	sb_puts(&cells[COL_EXPECTED], cr->expected_text);
+	appendStringInfoString(&cells[COL_EXPECTED], cr->expected_text);
 }
 
 static bool
@@ -130,21 +130,21 @@ pad(FILE *f, const char *s, size_t width)
 }
 
 static void
-pad_sb(sbuf *b, const char *s, size_t width)
+pad_sb(StringInfo b, const char *s, size_t width)
 {
 	size_t		w = display_width(s);
 
-	sb_puts(b, s);
+	appendStringInfoString(b, s);
 	for (; w < width; w++)
-		sb_puts(b, " ");
+		appendStringInfoString(b, " ");
 }
 
 static const char *
-rtrim(sbuf *b)
+rtrim(StringInfo b)
 {
 	while (b->len > 0 && b->data[b->len - 1] == ' ')
 		b->data[--b->len] = '\0';
-	return sb_str(b);
+	return b->data;
 }
 
 /* print one policy's matrix to stdout, as soon as the policy is done */
@@ -166,16 +166,16 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 	width[COL_TITLE] = display_width(head1[COL_TITLE]);
 	for (i = 0; i < pr->ncases; i++)
 	{
-		sbuf		cells[N_COLS];
+		StringInfoData cells[N_COLS];
 
 		row_cells(ctx, &pr->cases[i], cells);
 		for (c = 0; c < N_COLS; c++)
 		{
-			size_t		w = display_width(sb_str(&cells[c]));
+			size_t		w = display_width(cells[c].data);
 
 			if (w > width[c])
 				width[c] = w;
-			sb_free(&cells[c]);
+			pfree(cells[c].data);
 		}
 		if (pr->cases[i].pass)
 			passed++;
@@ -193,11 +193,11 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 
 	/* two header lines: "observed" spans emails, record and verdicts */
 	{
-		sbuf		l1,
+		StringInfoData l1,
 					l2;
 
-		sb_init(&l1);
-		sb_init(&l2);
+		initStringInfo(&l1);
+		initStringInfo(&l2);
 		for (c = 0; c < N_COLS; c++)
 		{
 			if (c == COL_EMAILS)
@@ -208,24 +208,24 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 			else
 				pad_sb(&l1, head1[c], width[c]);
 			if (c < N_COLS - 1)
-				sb_puts(&l1, "  ");
+				appendStringInfoString(&l1, "  ");
 		}
 		for (c = 0; c < N_COLS; c++)
 		{
 			pad_sb(&l2, head2[c], width[c]);
 			if (c < N_COLS - 1)
-				sb_puts(&l2, "  ");
+				appendStringInfoString(&l2, "  ");
 		}
 		printf("%s%s\n%s%s\n", ctx->color ? C_BOLD : "", rtrim(&l1), rtrim(&l2),
 			   ctx->color ? C_RESET : "");
-		sb_free(&l1);
-		sb_free(&l2);
+		pfree(l1.data);
+		pfree(l2.data);
 	}
 
 	for (i = 0; i < pr->ncases; i++)
 	{
 		const case_result *cr = &pr->cases[i];
-		sbuf		cells[N_COLS];
+		StringInfoData cells[N_COLS];
 
 		row_cells(ctx, cr, cells);
 		for (c = 0; c < N_COLS; c++)
@@ -234,12 +234,12 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 
 			if (colour)
 				fputs(cell_bad(cr, c) ? C_RED : C_GREEN, stdout);
-			pad(stdout, sb_str(&cells[c]), c < N_COLS - 1 ? width[c] : 0);
+			pad(stdout, cells[c].data, c < N_COLS - 1 ? width[c] : 0);
 			if (colour)
 				fputs(C_RESET, stdout);
 			if (c < N_COLS - 1)
 				fputs("  ", stdout);
-			sb_free(&cells[c]);
+			pfree(cells[c].data);
 		}
 		fputs("\n", stdout);
 	}
@@ -262,7 +262,7 @@ report_policy(matrix_ctx *ctx, const policy_result *pr)
 			   effect_word(ctx), cr->exp_emails, cr->exp_record, cr->exp_verdicts);
 		if (cr->notes.len)
 		{
-			const char *p = sb_str(&cr->notes);
+			const char *p = cr->notes.data;
 
 			while (*p)
 			{
@@ -372,12 +372,12 @@ report_summary(matrix_ctx *ctx, const policy_result *prs, int npr,
 	if (ctx->job)
 	{
 		/* which helpers ran, as the workers said at the point hello (hello.c) */
-		sbuf		hb;
+		StringInfoData hb;
 
-		sb_init(&hb);
+		initStringInfo(&hb);
 		hello_text(&hb);
-		printf("helpers: %s\n", sb_str(&hb));
-		sb_free(&hb);
+		printf("helpers: %s\n", hb.data);
+		pfree(hb.data);
 	}
 	if (ctx->job)
 		printf("\nThis report shows what the runner observed of job type %s on %s with the settings above; "
@@ -463,25 +463,25 @@ static const char html_script[] =
 	"});\n";
 
 static void
-html_cell(sbuf *h, const matrix_ctx *ctx, const case_result *cr, int col,
+html_cell(StringInfo h, const matrix_ctx *ctx, const case_result *cr, int col,
 		  const char *obs, const char *exp, bool num)
 {
 	bool		bad = cell_bad(cr, col);
 
-	sb_printf(h, "<td%s%s>", bad ? " class=\"bad\"" : (num ? " class=\"num\"" : ""), "");
+	appendStringInfo(h, "<td%s%s>", bad ? " class=\"bad\"" : (num ? " class=\"num\"" : ""), "");
 	html_escape(h, obs);
 	if (bad && cr->ran)
 	{
-		sb_puts(h, "<span class=\"exp\">expected: ");
+		appendStringInfoString(h, "<span class=\"exp\">expected: ");
 		html_escape(h, exp);
-		sb_puts(h, "</span>");
+		appendStringInfoString(h, "</span>");
 	}
-	sb_puts(h, "</td>");
+	appendStringInfoString(h, "</td>");
 	(void) ctx;
 }
 
 static void
-html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
+html_policy(StringInfo h, const matrix_ctx *ctx, const policy_result *pr)
 {
 	int			i;
 	int			passed = 0;
@@ -489,30 +489,30 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 	for (i = 0; i < pr->ncases; i++)
 		if (pr->cases[i].pass)
 			passed++;
-	sb_printf(h, "<section class=\"policy\" id=\"policy-%s\">\n<h2>Policy %s: ",
+	appendStringInfo(h, "<section class=\"policy\" id=\"policy-%s\">\n<h2>Policy %s: ",
 			  policy_names[pr->policy], policy_names[pr->policy]);
 	html_escape(h, (ctx->job ? policy_blurbs_job : policy_blurbs)[pr->policy]);
-	sb_printf(h, "</h2>\n<p class=\"muted\">%d of %d cases hold; job type%s <code>",
+	appendStringInfo(h, "</h2>\n<p class=\"muted\">%d of %d cases hold; job type%s <code>",
 			  passed, pr->ncases, ctx->job ? "" : "s");
 	html_escape(h, ctx->prefix);
-	sb_printf(h, "_%s%s</code>, lease %s, %.1f s.",
+	appendStringInfo(h, "_%s%s</code>, lease %s, %.1f s.",
 			  policy_names[pr->policy], ctx->job ? "" : "_&lt;case&gt;", ctx->lease_sql, pr->seconds);
 	if (pr->checked_as != pr->policy)
-		sb_printf(h, " <strong>Checked against the expectations of %s.</strong>",
+		appendStringInfo(h, " <strong>Checked against the expectations of %s.</strong>",
 				  policy_names[pr->checked_as]);
-	sb_puts(h, "</p>\n");
-	sb_printf(h, "<div class=\"matrix\" role=\"region\" tabindex=\"0\" "
+	appendStringInfoString(h, "</p>\n");
+	appendStringInfo(h, "<div class=\"matrix\" role=\"region\" tabindex=\"0\" "
 			  "aria-label=\"Replay matrix, policy %s (scrolls horizontally with Left and Right)\">\n",
 			  policy_names[pr->policy]);
-	sb_printf(h, "<table>\n<caption>Policy %s: what each delivery left behind</caption>\n",
+	appendStringInfo(h, "<table>\n<caption>Policy %s: what each delivery left behind</caption>\n",
 			  policy_names[pr->policy]);
-	sb_puts(h, "<thead>\n<tr><th scope=\"col\" rowspan=\"2\"><span class=\"sr\">result</span></th>"
+	appendStringInfoString(h, "<thead>\n<tr><th scope=\"col\" rowspan=\"2\"><span class=\"sr\">result</span></th>"
 			"<th scope=\"col\" rowspan=\"2\">case</th><th scope=\"col\" rowspan=\"2\">attempt</th>"
 			"<th scope=\"colgroup\" colspan=\"3\">observed</th>"
 			"<th scope=\"col\" rowspan=\"2\">expected</th></tr>\n"
 			"<tr><th scope=\"col\">");
-	sb_puts(h, effect_word(ctx));
-	sb_puts(h, "</th><th scope=\"col\">record afterwards</th>"
+	appendStringInfoString(h, effect_word(ctx));
+	appendStringInfoString(h, "</th><th scope=\"col\">record afterwards</th>"
 			"<th scope=\"col\">verdicts</th></tr>\n</thead>\n<tbody>\n");
 	for (i = 0; i < pr->ncases; i++)
 	{
@@ -525,65 +525,65 @@ html_policy(sbuf *h, const matrix_ctx *ctx, const policy_result *pr)
 		else
 			snprintf(obs_e, sizeof(obs_e), "%d", cr->obs_emails);
 		snprintf(exp_e, sizeof(exp_e), "%d", cr->exp_emails);
-		sb_printf(h, "<tr class=\"%s\" id=\"%s-%s\"><td class=\"mark\" title=\"%s\">%s %s</td>"
+		appendStringInfo(h, "<tr class=\"%s\" id=\"%s-%s\"><td class=\"mark\" title=\"%s\">%s %s</td>"
 				  "<th scope=\"row\">%s</th><td>",
 				  cr->pass ? "ok" : "bad", policy_names[pr->policy], cr->id,
 				  cr->pass ? "holds" : "fails",
 				  cr->pass ? "&#10003;" : "&#10007;", cr->pass ? "pass" : "FAIL", cr->id);
 		html_escape(h, cr->title);
-		sb_puts(h, "</td>");
+		appendStringInfoString(h, "</td>");
 		html_cell(h, ctx, cr, COL_EMAILS, obs_e, exp_e, true);
 		html_cell(h, ctx, cr, COL_RECORD, cr->ran ? cr->obs_record : "not run", cr->exp_record, false);
 		html_cell(h, ctx, cr, COL_VERDICTS, cr->ran ? cr->obs_verdicts : "-", cr->exp_verdicts, false);
-		sb_puts(h, "<td>");
+		appendStringInfoString(h, "<td>");
 		html_escape(h, cr->expected_text);
-		sb_puts(h, "</td></tr>\n");
+		appendStringInfoString(h, "</td></tr>\n");
 	}
-	sb_puts(h, "</tbody>\n</table>\n</div>\n");
+	appendStringInfoString(h, "</tbody>\n</table>\n</div>\n");
 
 	/* the evidence behind each row */
-	sb_printf(h, "<h3>What each case checked (%s)</h3>\n<dl class=\"notes\">\n",
+	appendStringInfo(h, "<h3>What each case checked (%s)</h3>\n<dl class=\"notes\">\n",
 			  policy_names[pr->policy]);
 	for (i = 0; i < pr->ncases; i++)
 	{
 		const case_result *cr = &pr->cases[i];
-		const char *p = sb_str(&cr->notes);
+		const char *p = cr->notes.data;
 
-		sb_printf(h, "<dt>%s %s</dt>\n", cr->id, cr->pass ? "" : "<span class=\"failed\">(fails)</span>");
-		sb_printf(h, "<dd>expected: %s %d; record %s; verdicts ",
+		appendStringInfo(h, "<dt>%s %s</dt>\n", cr->id, cr->pass ? "" : "<span class=\"failed\">(fails)</span>");
+		appendStringInfo(h, "<dd>expected: %s %d; record %s; verdicts ",
 				  effect_word(ctx), cr->exp_emails, cr->exp_record);
 		html_escape(h, cr->exp_verdicts);
-		sb_puts(h, "</dd>\n");
+		appendStringInfoString(h, "</dd>\n");
 		while (*p)
 		{
 			size_t		len = strcspn(p, "\n");
-			char	   *line = strndup(p, len);
+			char	   *line = pnstrdup(p, len);
 
-			sb_printf(h, "<dd%s>", strncmp(line, "FAILED", 6) == 0 ? " class=\"failed\"" : "");
+			appendStringInfo(h, "<dd%s>", strncmp(line, "FAILED", 6) == 0 ? " class=\"failed\"" : "");
 			html_escape(h, line);
-			sb_puts(h, "</dd>\n");
-			free(line);
+			appendStringInfoString(h, "</dd>\n");
+			pg_free(line);
 			p += len;
 			if (*p)
 				p++;
 		}
 	}
-	sb_puts(h, "</dl>\n</section>\n");
+	appendStringInfoString(h, "</dl>\n</section>\n");
 }
 
 static int
-write_file(const char *path, const sbuf *b)
+write_file(const char *path, const StringInfoData *b)
 {
 	FILE	   *f = fopen(path, "w");
 
 	if (f == NULL)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot write %s: %s\n", path, strerror(errno));
+		pg_log_error("cannot write %s: %s", path, strerror(errno));
 		return -1;
 	}
-	if (fwrite(sb_str(b), 1, b->len, f) != b->len || fclose(f) != 0)
+	if (fwrite(b->data, 1, b->len, f) != (size_t) b->len || fclose(f) != 0)
 	{
-		fprintf(stderr, "idempotency-matrix: cannot write %s: %s\n", path, strerror(errno));
+		pg_log_error("cannot write %s: %s", path, strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -676,12 +676,12 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 		SET("runner", "runner", "idempotency-matrix %s", MATRIX_VERSION);
 		{
 			/* what the workers' helpers said at the point hello (hello.c) */
-			sbuf		hb;
+			StringInfoData hb;
 
-			sb_init(&hb);
+			initStringInfo(&hb);
 			hello_text(&hb);
-			SET("helpers", "helpers", "%s", sb_str(&hb));
-			sb_free(&hb);
+			SET("helpers", "helpers", "%s", hb.data);
+			pfree(hb.data);
 		}
 		SET("run_time", "run time", "%.1f s", ctx->seconds);
 		return n;
@@ -710,7 +710,7 @@ settings_list(const matrix_ctx *ctx, const policy_result *prs, int npr,
 int
 report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr)
 {
-	sbuf		h;
+	StringInfoData h;
 	int			i;
 	int			passed,
 				failed;
@@ -719,79 +719,79 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	int			rc;
 
 	counts(prs, npr, &passed, &failed);
-	sb_init(&h);
-	sb_puts(&h, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+	initStringInfo(&h);
+	appendStringInfoString(&h, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
 			"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
-	sb_puts(&h, "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+	appendStringInfoString(&h, "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
 			"style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n");
 	if (ctx->job)
 	{
-		sb_puts(&h, "<title>Sign-off: ");
+		appendStringInfoString(&h, "<title>Sign-off: ");
 		html_escape(&h, ctx->job->value[JF_JOB_TYPE]);
-		sb_puts(&h, " on ");
+		appendStringInfoString(&h, " on ");
 		html_escape(&h, ctx->job->value[JF_QUEUE]);
-		sb_printf(&h, ", idempotency %s (%s edition), %d passed, %d failed</title>\n",
+		appendStringInfo(&h, ", idempotency %s (%s edition), %d passed, %d failed</title>\n",
 				  ctx->ext_version, ctx->ext_edition, passed, failed);
 	}
 	else
-		sb_printf(&h, "<title>Replay matrix: idempotency %s (%s edition), %d passed, %d failed</title>\n",
+		appendStringInfo(&h, "<title>Replay matrix: idempotency %s (%s edition), %d passed, %d failed</title>\n",
 				  ctx->ext_version, ctx->ext_edition, passed, failed);
-	sb_printf(&h, "<style>\n%s.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\n</style>\n</head>\n<body>\n",
+	appendStringInfo(&h, "<style>\n%s.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}\n</style>\n</head>\n<body>\n",
 			  html_style);
 	if (ctx->job)
 	{
-		sb_puts(&h, "<header>\n<h1>Sign-off: job type ");
+		appendStringInfoString(&h, "<header>\n<h1>Sign-off: job type ");
 		html_escape(&h, ctx->job->value[JF_JOB_TYPE]);
-		sb_puts(&h, " on ");
+		appendStringInfoString(&h, " on ");
 		html_escape(&h, ctx->job->value[JF_QUEUE]);
-		sb_puts(&h, "</h1>\n");
+		appendStringInfoString(&h, "</h1>\n");
 	}
 	else
-		sb_puts(&h, "<header>\n<h1>Replay matrix: send_confirmation for ORD-1001</h1>\n");
-	sb_printf(&h, "<p><span class=\"status %s\">%s</span></p>\n",
+		appendStringInfoString(&h, "<header>\n<h1>Replay matrix: send_confirmation for ORD-1001</h1>\n");
+	appendStringInfo(&h, "<p><span class=\"status %s\">%s</span></p>\n",
 			  failed || ctx->interrupted[0] ? "bad" : "ok",
 			  failed ? "Some cases do not hold: see the rows marked FAIL." :
 			  ctx->interrupted[0] ? "Every case that finished holds; the run was interrupted." : "Every case holds.");
 	if (ctx->interrupted[0])
 	{
-		sb_puts(&h, "<p><strong>INTERRUPTED</strong> ");
+		appendStringInfoString(&h, "<p><strong>INTERRUPTED</strong> ");
 		html_escape(&h, ctx->interrupted);
-		sb_puts(&h, ".</p>\n");
+		appendStringInfoString(&h, ".</p>\n");
 	}
 	if (ctx->job)
-		sb_puts(&h, "<p>Each row is one replay test of this job, through its queue and its worker processes: "
+		appendStringInfoString(&h, "<p>Each row is one replay test of this job, through its queue and its worker processes: "
 				"how the message arrives, then what was observed afterwards (the job's effects, counted as the "
 				"settings say once the case's workers had stopped; the record in <code>idempotency.operations</code> "
 				"as status and attempt; and the verdicts the helper reported, in the order they came), then what must be true. "
 				"Deaths are SIGKILLs to the worker's process group at the named point of the helper. "
 				"A cell that differs from its expectation shows the expected value under it.</p>\n");
 	else
-		sb_puts(&h, "<p>Each row is one replay test: how the message arrives, then what was observed "
+		appendStringInfoString(&h, "<p>Each row is one replay test: how the message arrives, then what was observed "
 				"afterwards (emails the fake provider holds, the record in <code>idempotency.operations</code> "
 				"as status and attempt, and the verdict each worker got), then what must be true. "
 				"Every delivery is a separate process with its own connection; deaths are SIGKILLs at the named point. "
 				"A cell that differs from its expectation shows the expected value under it.</p>\n");
-	sb_puts(&h, "</header>\n<section>\n<h2>Settings</h2>\n<dl class=\"settings\">\n");
+	appendStringInfoString(&h, "</header>\n<section>\n<h2>Settings</h2>\n<dl class=\"settings\">\n");
 	for (i = 0; i < nset; i++)
 	{
-		sb_puts(&h, "<dt>");
+		appendStringInfoString(&h, "<dt>");
 		html_escape(&h, set[i].label);
-		sb_printf(&h, "</dt><dd id=\"setting-%s\">", set[i].key);
+		appendStringInfo(&h, "</dt><dd id=\"setting-%s\">", set[i].key);
 		html_escape(&h, set[i].value);
-		sb_puts(&h, "</dd>\n");
+		appendStringInfoString(&h, "</dd>\n");
 	}
-	sb_puts(&h, "</dl>\n</section>\n");
-	sb_puts(&h, "<p class=\"hint muted\">If a matrix is wider than the window, scroll it horizontally. "
+	appendStringInfoString(&h, "</dl>\n</section>\n");
+	appendStringInfoString(&h, "<p class=\"hint muted\">If a matrix is wider than the window, scroll it horizontally. "
 			"Keyboard: focus the matrix (Tab) and use Left/Right; Home/End jump to its edges.</p>\n");
 	for (i = 0; i < npr; i++)
 		html_policy(&h, ctx, &prs[i]);
 
-	sb_puts(&h, ctx->job
+	appendStringInfoString(&h, ctx->job
 			? "<section>\n<h2>Policy summary</h2>\n<p>Effects in the uncertain cases: "
 			"5 (the worker was killed after the claim, before the handler) and 6 (after the handler, before completion).</p>\n"
 			: "<section>\n<h2>Policy summary</h2>\n<p>Emails in the uncertain cases: "
 			"5 (the worker died after the claim, before the email) and 6 (after the email, before completion).</p>\n");
-	sb_puts(&h, "<table class=\"summary\">\n<thead><tr><th scope=\"col\">policy</th><th scope=\"col\">case 5</th>"
+	appendStringInfoString(&h, "<table class=\"summary\">\n<thead><tr><th scope=\"col\">policy</th><th scope=\"col\">case 5</th>"
 			"<th scope=\"col\">case 6</th><th scope=\"col\">expected</th><th scope=\"col\">result</th></tr></thead>\n<tbody>\n");
 	for (i = 0; i < npr; i++)
 	{
@@ -810,31 +810,31 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		emails_cell(c6, o6, sizeof(o6));
 		ok = (c5 == NULL || (c5->ran && c5->obs_emails == e5)) &&
 			(c6 == NULL || (c6->ran && c6->obs_emails == e6));
-		sb_printf(&h, "<tr class=\"%s\"><th scope=\"row\">%s</th><td class=\"num\">%s</td><td class=\"num\">%s</td>"
+		appendStringInfo(&h, "<tr class=\"%s\"><th scope=\"row\">%s</th><td class=\"num\">%s</td><td class=\"num\">%s</td>"
 				  "<td>%d and %d</td><td class=\"mark\">%s</td></tr>\n",
 				  ok ? "ok" : "bad", policy_names[prs[i].policy], o5, o6, e5, e6,
 				  ok ? "&#10003; pass" : "&#10007; FAIL");
 	}
-	sb_puts(&h, "</tbody>\n</table>\n</section>\n");
-	sb_printf(&h, "<p class=\"total\" id=\"total\">%d passed, %d failed</p>\n", passed, failed);
+	appendStringInfoString(&h, "</tbody>\n</table>\n</section>\n");
+	appendStringInfo(&h, "<p class=\"total\" id=\"total\">%d passed, %d failed</p>\n", passed, failed);
 	if (ctx->job)
 	{
-		sb_puts(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n<p>This report shows what the runner observed of job type <code>");
+		appendStringInfoString(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n<p>This report shows what the runner observed of job type <code>");
 		html_escape(&h, ctx->job->value[JF_JOB_TYPE]);
-		sb_puts(&h, "</code> on ");
+		appendStringInfoString(&h, "</code> on ");
 		html_escape(&h, ctx->job->value[JF_QUEUE]);
-		sb_puts(&h, ", with its worker and enqueue commands and the settings above, on the server above. "
+		appendStringInfoString(&h, ", with its worker and enqueue commands and the settings above, on the server above. "
 				"It is evidence that the chosen policy is followed for this job, not that the queue became exactly-once.</p>\n");
 	}
 	else
-		sb_puts(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n"
+		appendStringInfoString(&h, "<section class=\"signoff\">\n<h2>Sign-off</h2>\n"
 				"<p>This report shows what the runner observed on the server above, with the settings above. "
 				"It is evidence that the chosen policy is followed for this job, not that a queue became exactly-once.</p>\n");
-	sb_puts(&h, "<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
+	appendStringInfoString(&h, "<p>Policy chosen: ______________________ &nbsp; Signed off by: ______________________ &nbsp; Date: ____________</p>\n"
 			"</section>\n");
-	sb_printf(&h, "<script>\n%s</script>\n</body>\n</html>\n", html_script);
+	appendStringInfo(&h, "<script>\n%s</script>\n</body>\n</html>\n", html_script);
 	rc = write_file(path, &h);
-	sb_free(&h);
+	pfree(h.data);
 	return rc;
 }
 
@@ -845,7 +845,7 @@ report_html(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 int
 report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr)
 {
-	sbuf		j;
+	StringInfoData j;
 	int			i,
 				k;
 	int			passed,
@@ -855,15 +855,15 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 	int			rc;
 
 	counts(prs, npr, &passed, &failed);
-	sb_init(&j);
-	sb_printf(&j, "{\n  \"format\": \"%s\",\n  \"interrupted\": %s,\n  \"settings\": {",
+	initStringInfo(&j);
+	appendStringInfo(&j, "{\n  \"format\": \"%s\",\n  \"interrupted\": %s,\n  \"settings\": {",
 			  ctx->job ? "idempotency-signoff/2" : "idempotency-matrix/1",
 			  ctx->interrupted[0] ? "true" : "false");
 	for (i = 0; i < nset; i++)
 	{
-		sb_printf(&j, "%s\n    ", i ? "," : "");
+		appendStringInfo(&j, "%s\n    ", i ? "," : "");
 		json_string(&j, set[i].key);
-		sb_puts(&j, ": ");
+		appendStringInfoString(&j, ": ");
 		json_string(&j, set[i].value);
 	}
 	if (ctx->job)
@@ -872,102 +872,102 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		const signoff_job *job = ctx->job;
 		int			f;
 
-		sb_puts(&j, "\n  },\n  \"signoff\": {\n    \"job_file\": ");
+		appendStringInfoString(&j, "\n  },\n  \"signoff\": {\n    \"job_file\": ");
 		json_string(&j, job->path);
 		for (f = 0; f < N_JOB_FIELDS; f++)
 		{
-			sb_printf(&j, ",\n    \"%s\": ", job_field_names[f]);
+			appendStringInfo(&j, ",\n    \"%s\": ", job_field_names[f]);
 			if (job->value[f])
 				json_string(&j, job->value[f]);
 			else
-				sb_puts(&j, "null");
+				appendStringInfoString(&j, "null");
 		}
-		sb_puts(&j, ",\n    \"directory\": ");
+		appendStringInfoString(&j, ",\n    \"directory\": ");
 		json_string(&j, job->dir);
-		sb_puts(&j, ",\n    \"job_file_path\": ");
+		appendStringInfoString(&j, ",\n    \"job_file_path\": ");
 		json_string(&j, job->prov.job_file);
-		sb_printf(&j, ",\n    \"job_file_sha256\": \"%s\"", job->prov.job_sha256);
+		appendStringInfo(&j, ",\n    \"job_file_sha256\": \"%s\"", job->prov.job_sha256);
 		if (job->value[JF_CODE])
-			sb_printf(&j, ",\n    \"code_sha256\": \"%s\"", job->prov.code_sha256);
+			appendStringInfo(&j, ",\n    \"code_sha256\": \"%s\"", job->prov.code_sha256);
 		else
-			sb_puts(&j, ",\n    \"code_sha256\": null");
-		sb_puts(&j, ",\n    \"code_files\": [");
+			appendStringInfoString(&j, ",\n    \"code_sha256\": null");
+		appendStringInfoString(&j, ",\n    \"code_files\": [");
 		for (f = 0; f < job->prov.nfiles; f++)
 		{
-			sb_puts(&j, f ? ",\n      {\"path\": " : "\n      {\"path\": ");
+			appendStringInfoString(&j, f ? ",\n      {\"path\": " : "\n      {\"path\": ");
 			json_string(&j, job->prov.files[f].path);
-			sb_printf(&j, ", \"sha256\": \"%s\"}", job->prov.files[f].sha256);
+			appendStringInfo(&j, ", \"sha256\": \"%s\"}", job->prov.files[f].sha256);
 		}
-		sb_puts(&j, job->prov.nfiles ? "\n    ]" : "]");
+		appendStringInfoString(&j, job->prov.nfiles ? "\n    ]" : "]");
 		if (job->prov.git_commit[0])
 		{
-			sb_puts(&j, ",\n    \"git_commit\": ");
+			appendStringInfoString(&j, ",\n    \"git_commit\": ");
 			json_string(&j, job->prov.git_commit);
-			sb_printf(&j, ",\n    \"git_dirty\": %s", job->prov.git_dirty == 1 ? "true" :
+			appendStringInfo(&j, ",\n    \"git_dirty\": %s", job->prov.git_dirty == 1 ? "true" :
 					  job->prov.git_dirty == 0 ? "false" : "null");
 		}
 		else
-			sb_puts(&j, ",\n    \"git_commit\": null,\n    \"git_dirty\": null");
-		sb_printf(&j, ",\n    \"effects_source\": \"%s\",\n    \"lease_seconds\": %g,\n    \"timeout_seconds\": %g,\n    \"run\": ",
+			appendStringInfoString(&j, ",\n    \"git_commit\": null,\n    \"git_dirty\": null");
+		appendStringInfo(&j, ",\n    \"effects_source\": \"%s\",\n    \"lease_seconds\": %g,\n    \"timeout_seconds\": %g,\n    \"run\": ",
 				  job->effects_source, job->lease_s, job->timeout_s);
 		json_string(&j, ctx->run_id);
-		sb_puts(&j, ",\n    \"helpers\": ");
+		appendStringInfoString(&j, ",\n    \"helpers\": ");
 		hello_json(&j);
-		sb_printf(&j, ",\n    \"helper_workers\": %d,\n    \"worker_processes\": %d", hello_workers(),
+		appendStringInfo(&j, ",\n    \"helper_workers\": %d,\n    \"worker_processes\": %d", hello_workers(),
 				  ctx->worker_processes);
-		sb_puts(&j, ",\n    \"signed_off_by\": null,\n    \"date\": null");
+		appendStringInfoString(&j, ",\n    \"signed_off_by\": null,\n    \"date\": null");
 	}
-	sb_printf(&j, "\n  },\n  \"lease_seconds\": %g,\n  \"policies\": [", ctx->lease_s);
+	appendStringInfo(&j, "\n  },\n  \"lease_seconds\": %g,\n  \"policies\": [", ctx->lease_s);
 	for (i = 0; i < npr; i++)
 	{
 		const policy_result *pr = &prs[i];
 
-		sb_printf(&j, "%s\n    {\"policy\": \"%s\", \"checked_as\": \"%s\", \"seconds\": %.2f, \"cases\": [",
+		appendStringInfo(&j, "%s\n    {\"policy\": \"%s\", \"checked_as\": \"%s\", \"seconds\": %.2f, \"cases\": [",
 				  i ? "," : "", policy_names[pr->policy], policy_names[pr->checked_as], pr->seconds);
 		for (k = 0; k < pr->ncases; k++)
 		{
 			const case_result *cr = &pr->cases[k];
-			const char *p = sb_str(&cr->notes);
+			const char *p = cr->notes.data;
 			bool		first = true;
 
-			sb_printf(&j, "%s\n      {\"case\": ", k ? "," : "");
+			appendStringInfo(&j, "%s\n      {\"case\": ", k ? "," : "");
 			json_string(&j, cr->id);
-			sb_puts(&j, ", \"attempt\": ");
+			appendStringInfoString(&j, ", \"attempt\": ");
 			json_string(&j, cr->title);
-			sb_puts(&j, ", \"expected_text\": ");
+			appendStringInfoString(&j, ", \"expected_text\": ");
 			json_string(&j, cr->expected_text);
-			sb_printf(&j, ",\n       \"expected\": {\"%s\": %d, \"record\": ", effect_word(ctx), cr->exp_emails);
+			appendStringInfo(&j, ",\n       \"expected\": {\"%s\": %d, \"record\": ", effect_word(ctx), cr->exp_emails);
 			json_string(&j, cr->exp_record);
-			sb_puts(&j, ", \"verdicts\": ");
+			appendStringInfoString(&j, ", \"verdicts\": ");
 			json_string(&j, cr->exp_verdicts);
-			sb_printf(&j, "},\n       \"observed\": {\"%s\": ", effect_word(ctx));
+			appendStringInfo(&j, "},\n       \"observed\": {\"%s\": ", effect_word(ctx));
 			if (cr->ran && cr->obs_emails >= 0)
-				sb_printf(&j, "%d", cr->obs_emails);
+				appendStringInfo(&j, "%d", cr->obs_emails);
 			else
-				sb_puts(&j, "null");
-			sb_puts(&j, ", \"record\": ");
+				appendStringInfoString(&j, "null");
+			appendStringInfoString(&j, ", \"record\": ");
 			json_string(&j, cr->obs_record);
-			sb_puts(&j, ", \"verdicts\": ");
+			appendStringInfoString(&j, ", \"verdicts\": ");
 			json_string(&j, cr->obs_verdicts);
 			if (ctx->job && !ctx->job->reference)
 			{
 				/* a sign-off's judged points: the case's end, the drain */
-				sb_puts(&j, ", \"effects_at_end\": ");
+				appendStringInfoString(&j, ", \"effects_at_end\": ");
 				json_count(&j, cr->at_end);
-				sb_puts(&j, ", \"effects_after_drain\": ");
+				appendStringInfoString(&j, ", \"effects_after_drain\": ");
 				json_count(&j, cr->after_drain);
-				sb_printf(&j, ", \"late_deliveries\": %d", cr->late);
+				appendStringInfo(&j, ", \"late_deliveries\": %d", cr->late);
 			}
 			if (ctx->job)
 			{
 				/* how the job ended the operation, where the case names it (16) */
-				sb_puts(&j, ", \"ending\": ");
+				appendStringInfoString(&j, ", \"ending\": ");
 				if (cr->ending[0])
 					json_string(&j, cr->ending);
 				else
-					sb_puts(&j, "null");
+					appendStringInfoString(&j, "null");
 			}
-			sb_printf(&j, "},\n       \"ran\": %s, \"%s_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
+			appendStringInfo(&j, "},\n       \"ran\": %s, \"%s_ok\": %s, \"record_ok\": %s, \"verdicts_ok\": %s, "
 					  "\"checks_ok\": %s, \"pass\": %s, \"seconds\": %.3f,\n       \"notes\": [",
 					  cr->ran ? "true" : "false", effect_word(ctx), cr->emails_ok ? "true" : "false",
 					  cr->record_ok ? "true" : "false", cr->verdicts_ok ? "true" : "false",
@@ -975,21 +975,21 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 			while (*p)
 			{
 				size_t		len = strcspn(p, "\n");
-				char	   *line = strndup(p, len);
+				char	   *line = pnstrdup(p, len);
 
-				sb_puts(&j, first ? "" : ", ");
+				appendStringInfoString(&j, first ? "" : ", ");
 				json_string(&j, line);
-				free(line);
+				pg_free(line);
 				first = false;
 				p += len;
 				if (*p)
 					p++;
 			}
-			sb_puts(&j, "]}");
+			appendStringInfoString(&j, "]}");
 		}
-		sb_puts(&j, "\n    ]}");
+		appendStringInfoString(&j, "\n    ]}");
 	}
-	sb_puts(&j, "\n  ],\n  \"summary\": [");
+	appendStringInfoString(&j, "\n  ],\n  \"summary\": [");
 	for (i = 0; i < npr; i++)
 	{
 		const case_result *c5 = NULL;
@@ -1000,23 +1000,23 @@ report_json(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr
 		find_case(&prs[i], "5", &c5);
 		find_case(&prs[i], "6", &c6);
 		expected_56(prs[i].checked_as, &e5, &e6);
-		sb_printf(&j, "%s\n    {\"policy\": \"%s\", \"case5_%s\": ", i ? "," : "",
+		appendStringInfo(&j, "%s\n    {\"policy\": \"%s\", \"case5_%s\": ", i ? "," : "",
 				  policy_names[prs[i].policy], effect_word(ctx));
 		if (c5 && c5->ran && c5->obs_emails >= 0)
-			sb_printf(&j, "%d", c5->obs_emails);
+			appendStringInfo(&j, "%d", c5->obs_emails);
 		else
-			sb_puts(&j, "null");
-		sb_printf(&j, ", \"case6_%s\": ", effect_word(ctx));
+			appendStringInfoString(&j, "null");
+		appendStringInfo(&j, ", \"case6_%s\": ", effect_word(ctx));
 		if (c6 && c6->ran && c6->obs_emails >= 0)
-			sb_printf(&j, "%d", c6->obs_emails);
+			appendStringInfo(&j, "%d", c6->obs_emails);
 		else
-			sb_puts(&j, "null");
-		sb_printf(&j, ", \"expected_case5\": %d, \"expected_case6\": %d}", e5, e6);
+			appendStringInfoString(&j, "null");
+		appendStringInfo(&j, ", \"expected_case5\": %d, \"expected_case6\": %d}", e5, e6);
 	}
-	sb_printf(&j, "\n  ],\n  \"passed\": %d,\n  \"failed\": %d,\n  \"ok\": %s\n}\n",
+	appendStringInfo(&j, "\n  ],\n  \"passed\": %d,\n  \"failed\": %d,\n  \"ok\": %s\n}\n",
 			  passed, failed, failed == 0 && passed > 0 ? "true" : "false");
 	rc = write_file(path, &j);
-	sb_free(&j);
+	pfree(j.data);
 	return rc;
 }
 
@@ -1085,18 +1085,18 @@ progress_clear(matrix_ctx *ctx)
 int
 report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int npr)
 {
-	sbuf		x;
+	StringInfoData x;
 	int			i,
 				k;
 	int			passed,
 				failed;
 	int			rc;
 	const char *what = ctx->job ? "sign-off" : "replay matrix";
-	sbuf		helpers,
+	StringInfoData helpers,
 				wrappers;
 
-	sb_init(&helpers);
-	sb_init(&wrappers);
+	initStringInfo(&helpers);
+	initStringInfo(&wrappers);
 	if (ctx->job)
 	{
 		/* who ran the cases, as the workers said at the point hello */
@@ -1104,17 +1104,17 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 		hello_wrappers(&wrappers);
 	}
 	counts(prs, npr, &passed, &failed);
-	sb_init(&x);
-	sb_puts(&x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"");
+	initStringInfo(&x);
+	appendStringInfoString(&x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"");
 	html_escape(&x, what);
 	if (ctx->job)
 	{
-		sb_puts(&x, ": ");
+		appendStringInfoString(&x, ": ");
 		html_escape(&x, ctx->job->value[JF_JOB_TYPE]);
-		sb_puts(&x, " on ");
+		appendStringInfoString(&x, " on ");
 		html_escape(&x, ctx->job->value[JF_QUEUE]);
 	}
-	sb_printf(&x, "\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n", passed + failed, failed, ctx->seconds);
+	appendStringInfo(&x, "\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n", passed + failed, failed, ctx->seconds);
 	for (i = 0; i < npr; i++)
 	{
 		const policy_result *pr = &prs[i];
@@ -1122,77 +1122,77 @@ report_junit(matrix_ctx *ctx, const char *path, const policy_result *prs, int np
 
 		for (k = 0; k < pr->ncases; k++)
 			f += !pr->cases[k].pass;
-		sb_printf(&x, "  <testsuite name=\"policy %s\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n",
+		appendStringInfo(&x, "  <testsuite name=\"policy %s\" tests=\"%d\" failures=\"%d\" time=\"%.3f\">\n",
 				  policy_names[pr->policy], pr->ncases, f, pr->seconds);
 		if (ctx->job || ctx->interrupted[0])
 		{
-			sb_puts(&x, "    <properties>\n");
+			appendStringInfoString(&x, "    <properties>\n");
 			if (ctx->job)
 			{
-				sb_puts(&x, "      <property name=\"helpers\" value=\"");
-				html_escape(&x, sb_str(&helpers));
-				sb_puts(&x, "\"/>\n      <property name=\"wrapper\" value=\"");
-				html_escape(&x, sb_str(&wrappers)[0] ? sb_str(&wrappers) : "not reported");
-				sb_puts(&x, "\"/>\n");
+				appendStringInfoString(&x, "      <property name=\"helpers\" value=\"");
+				html_escape(&x, helpers.data);
+				appendStringInfoString(&x, "\"/>\n      <property name=\"wrapper\" value=\"");
+				html_escape(&x, wrappers.data[0] ? wrappers.data : "not reported");
+				appendStringInfoString(&x, "\"/>\n");
 			}
 			if (ctx->interrupted[0])
 			{
 				/* the run was stopped: these are the cases that finished */
-				sb_puts(&x, "      <property name=\"interrupted\" value=\"");
+				appendStringInfoString(&x, "      <property name=\"interrupted\" value=\"");
 				html_escape(&x, ctx->interrupted);
-				sb_puts(&x, "\"/>\n");
+				appendStringInfoString(&x, "\"/>\n");
 			}
-			sb_puts(&x, "    </properties>\n");
+			appendStringInfoString(&x, "    </properties>\n");
 		}
 		for (k = 0; k < pr->ncases; k++)
 		{
 			const case_result *cr = &pr->cases[k];
 
-			sb_printf(&x, "    <testcase classname=\"%s.%s\" name=\"case %s: ", ctx->job ? "signoff" : "matrix",
+			appendStringInfo(&x, "    <testcase classname=\"%s.%s\" name=\"case %s: ", ctx->job ? "signoff" : "matrix",
 					  policy_names[pr->policy], cr->id);
 			html_escape(&x, cr->title);
-			sb_printf(&x, "\" time=\"%.3f\"", cr->seconds);
+			appendStringInfo(&x, "\" time=\"%.3f\"", cr->seconds);
 			if (cr->pass)
 			{
-				sb_puts(&x, "/>\n");
+				appendStringInfoString(&x, "/>\n");
 				continue;
 			}
-			sb_puts(&x, ">\n      <failure message=\"");
+			appendStringInfoString(&x, ">\n      <failure message=\"");
 			if (!cr->ran)
-				sb_puts(&x, "not run");
+				appendStringInfoString(&x, "not run");
 			else
 			{
-				sb_printf(&x, "%s %d", effect_word(ctx), cr->obs_emails);
+				appendStringInfo(&x, "%s %d", effect_word(ctx), cr->obs_emails);
 				if (!cr->emails_ok)
-					sb_printf(&x, " (expected %d)", cr->exp_emails);
-				sb_puts(&x, "; record ");
+					appendStringInfo(&x, " (expected %d)", cr->exp_emails);
+				appendStringInfoString(&x, "; record ");
 				html_escape(&x, cr->obs_record);
 				if (!cr->record_ok)
 				{
-					sb_puts(&x, " (expected ");
+					appendStringInfoString(&x, " (expected ");
 					html_escape(&x, cr->exp_record);
-					sb_puts(&x, ")");
+					appendStringInfoString(&x, ")");
 				}
-				sb_puts(&x, "; verdicts ");
+				appendStringInfoString(&x, "; verdicts ");
 				html_escape(&x, cr->obs_verdicts);
 				if (!cr->verdicts_ok)
 				{
-					sb_puts(&x, " (expected ");
+					appendStringInfoString(&x, " (expected ");
 					html_escape(&x, cr->exp_verdicts);
-					sb_puts(&x, ")");
+					appendStringInfoString(&x, ")");
 				}
 			}
-			sb_puts(&x, "\">");
-			html_escape(&x, sb_str(&cr->notes));
-			sb_puts(&x, "</failure>\n    </testcase>\n");
+			appendStringInfoString(&x, "\">");
+			html_escape(&x, cr->notes.data);
+			appendStringInfoString(&x, "</failure>\n    </testcase>\n");
 		}
-		sb_puts(&x, "  </testsuite>\n");
+		appendStringInfoString(&x, "  </testsuite>\n");
 	}
-	sb_puts(&x, "</testsuites>\n");
+	appendStringInfoString(&x, "</testsuites>\n");
 	rc = write_file(path, &x);
-	sb_free(&x);
-	sb_free(&helpers);
-	sb_free(&wrappers);
+	pfree(x.data);
+	pfree(helpers.data);
+	pfree(wrappers.data);
 	return rc;
 }
 
@@ -1220,7 +1220,7 @@ report_all(matrix_ctx *ctx, policy_result *prs, int npr, const char *html,
 		rc = 2;
 	for (p = 0; p < npr; p++)
 		for (k = 0; k < prs[p].ncases; k++)
-			sb_free(&prs[p].cases[k].notes);
-	free(prs);
+			pfree(prs[p].cases[k].notes.data);
+	pg_free(prs);
 	return rc;
 }

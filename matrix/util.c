@@ -2,9 +2,8 @@
  * util.c
  *		Strings, escaping and clocks for the replay matrix runner.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "postgres_fe.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <ftw.h>
@@ -14,155 +13,70 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/cryptohash.h"
+#include "common/logging.h"
+#include "common/sha2.h"
+
 #include "util.h"
 
 void
-sb_init(sbuf *b)
-{
-	b->data = NULL;
-	b->len = 0;
-	b->cap = 0;
-}
-
-void
-sb_free(sbuf *b)
-{
-	free(b->data);
-	sb_init(b);
-}
-
-void
-sb_reset(sbuf *b)
-{
-	b->len = 0;
-	if (b->data)
-		b->data[0] = '\0';
-}
-
-static void
-sb_reserve(sbuf *b, size_t extra)
-{
-	size_t		need = b->len + extra + 1;
-	size_t		cap = b->cap ? b->cap : 256;
-
-	if (need <= b->cap)
-		return;
-	while (cap < need)
-		cap *= 2;
-	b->data = realloc(b->data, cap);
-	if (b->data == NULL)
-	{
-		fprintf(stderr, "idempotency-matrix: out of memory\n");
-		abort();
-	}
-	b->cap = cap;
-}
-
-void
-sb_append(sbuf *b, const char *s, size_t n)
-{
-	sb_reserve(b, n);
-	memcpy(b->data + b->len, s, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-}
-
-void
-sb_puts(sbuf *b, const char *s)
-{
-	sb_append(b, s, strlen(s));
-}
-
-void
-sb_vprintf(sbuf *b, const char *fmt, va_list ap)
-{
-	va_list		ap2;
-	int			n;
-
-	va_copy(ap2, ap);
-	n = vsnprintf(NULL, 0, fmt, ap2);
-	va_end(ap2);
-	if (n < 0)
-		return;
-	sb_reserve(b, (size_t) n);
-	vsnprintf(b->data + b->len, (size_t) n + 1, fmt, ap);
-	b->len += (size_t) n;
-}
-
-void
-sb_printf(sbuf *b, const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	sb_vprintf(b, fmt, ap);
-	va_end(ap);
-}
-
-const char *
-sb_str(const sbuf *b)
-{
-	return b->data ? b->data : "";
-}
-
-void
-html_escape(sbuf *b, const char *s)
+html_escape(StringInfo b, const char *s)
 {
 	for (; *s; s++)
 	{
 		switch (*s)
 		{
 			case '&':
-				sb_puts(b, "&amp;");
+				appendStringInfoString(b, "&amp;");
 				break;
 			case '<':
-				sb_puts(b, "&lt;");
+				appendStringInfoString(b, "&lt;");
 				break;
 			case '>':
-				sb_puts(b, "&gt;");
+				appendStringInfoString(b, "&gt;");
 				break;
 			case '"':
-				sb_puts(b, "&quot;");
+				appendStringInfoString(b, "&quot;");
 				break;
 			case '\'':
-				sb_puts(b, "&#39;");
+				appendStringInfoString(b, "&#39;");
 				break;
 			default:
 				/* XML 1.0 has no other control character (--junit) */
 				if ((unsigned char) *s < 0x20 && *s != '\n' && *s != '\t' && *s != '\r')
-					sb_puts(b, " ");
+					appendStringInfoString(b, " ");
 				else
-					sb_append(b, s, 1);
+					appendStringInfoChar(b, *s);
 		}
 	}
 }
 
 /* a JSON string literal, quotes included */
 void
-json_string(sbuf *b, const char *s)
+json_string(StringInfo b, const char *s)
 {
-	sb_puts(b, "\"");
+	appendStringInfoString(b, "\"");
 	for (; *s; s++)
 	{
 		unsigned char c = (unsigned char) *s;
 
 		if (c == '"' || c == '\\')
 		{
-			sb_append(b, "\\", 1);
-			sb_append(b, s, 1);
+			appendStringInfoChar(b, '\\');
+			appendStringInfoChar(b, *s);
 		}
 		else if (c == '\n')
-			sb_puts(b, "\\n");
+			appendStringInfoString(b, "\\n");
 		else if (c == '\t')
-			sb_puts(b, "\\t");
+			appendStringInfoString(b, "\\t");
 		else if (c == '\r')
-			sb_puts(b, "\\r");
+			appendStringInfoString(b, "\\r");
 		else if (c < 0x20)
-			sb_printf(b, "\\u%04x", c);
+			appendStringInfo(b, "\\u%04x", c);
 		else
-			sb_append(b, s, 1);
+			appendStringInfoChar(b, *s);
 	}
-	sb_puts(b, "\"");
+	appendStringInfoString(b, "\"");
 }
 
 /*
@@ -319,17 +233,17 @@ trim(char *s)
 
 /* s, quoted for /bin/sh: 'it'\''s' */
 void
-shell_quote(sbuf *b, const char *s)
+shell_quote(StringInfo b, const char *s)
 {
-	sb_puts(b, "'");
+	appendStringInfoString(b, "'");
 	for (; *s; s++)
 	{
 		if (*s == '\'')
-			sb_puts(b, "'\\''");
+			appendStringInfoString(b, "'\\''");
 		else
-			sb_append(b, s, 1);
+			appendStringInfoChar(b, *s);
 	}
-	sb_puts(b, "'");
+	appendStringInfoString(b, "'");
 }
 
 static int
@@ -345,4 +259,87 @@ void
 remove_tree(const char *path)
 {
 	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* the digest of a hash context, as hex; false: why in err (not for OOM: NULL ctx) */
+static bool
+sha256_end(pg_cryptohash_ctx *c, char out[65])
+{
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	int			i;
+
+	if (pg_cryptohash_final(c, digest, sizeof(digest)) < 0)
+		return false;
+	for (i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+		snprintf(out + 2 * i, 3, "%02x", digest[i]);
+	return true;
+}
+
+/* libcrypto refused: the run cannot say what it signs (exit 2, as a run that cannot start) */
+static void
+sha256_failed(const char *why)
+{
+	pg_log_error("cannot compute SHA-256: %s", why);
+	exit(2);
+}
+
+/*
+ * A SHA-256 context from libpgcommon (OpenSSL's on Debian), ready; a
+ * failure ends the run (exit 2): the frontend's pg_cryptohash_create() returns NULL
+ * only when it is out of memory (libcrypto's context included), and
+ * pg_cryptohash_init() fails only when libcrypto refuses, which
+ * pg_cryptohash_error() names (it exists from PostgreSQL 15 on).
+ */
+static pg_cryptohash_ctx *
+sha256_begin(void)
+{
+	pg_cryptohash_ctx *c = pg_cryptohash_create(PG_SHA256);
+
+	if (c == NULL)
+		sha256_failed("out of memory");
+	if (pg_cryptohash_init(c) < 0)
+		sha256_failed(pg_cryptohash_error(c));
+	return c;
+}
+
+/* the sha256 of n bytes, as 64 hex digits */
+void
+sha256_buffer(const void *data, size_t n, char out[65])
+{
+	pg_cryptohash_ctx *c = sha256_begin();
+
+	if (pg_cryptohash_update(c, (const uint8 *) data, n) < 0 || !sha256_end(c, out))
+		sha256_failed(pg_cryptohash_error(c));
+	pg_cryptohash_free(c);
+}
+
+/* the sha256 of a file's content; false: it cannot be read (errno) */
+bool
+sha256_file(const char *path, char out[65])
+{
+	FILE	   *f = fopen(path, "rb");
+	uint8		buf[65536];
+	size_t		n;
+	pg_cryptohash_ctx *c;
+
+	if (f == NULL)
+		return false;
+	c = sha256_begin();
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		if (pg_cryptohash_update(c, buf, n) < 0)
+			sha256_failed(pg_cryptohash_error(c));
+	if (ferror(f))
+	{
+		int			save = errno;
+
+		fclose(f);
+		pg_cryptohash_free(c);
+		errno = save;
+		return false;
+	}
+	fclose(f);
+	if (!sha256_end(c, out))
+		sha256_failed(pg_cryptohash_error(c));
+	pg_cryptohash_free(c);
+	return true;
 }

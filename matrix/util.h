@@ -1,7 +1,7 @@
 /*
  * util.h
- *		The runner's strings, escaping, clocks and interruption (util.c),
- *		and SHA-256 (sha256.c).
+ *		The runner's strings, escaping, clocks and interruption, and
+ *		SHA-256 (util.c).
  *
  * Depends on nothing else of the runner: every other file may use it.
  */
@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <signal.h>
 
+#include "lib/stringinfo.h"
+
 #if defined(__GNUC__)
 #define MX_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
@@ -23,25 +25,8 @@
 extern volatile sig_atomic_t matrix_interrupted;
 void		catch_interrupts(void);
 
-/* growable string */
-typedef struct sbuf
-{
-	char	   *data;
-	size_t		len;
-	size_t		cap;
-} sbuf;
-
-void		sb_init(sbuf *b);
-void		sb_free(sbuf *b);
-void		sb_reset(sbuf *b);
-void		sb_append(sbuf *b, const char *s, size_t n);
-void		sb_puts(sbuf *b, const char *s);
-void		sb_printf(sbuf *b, const char *fmt,...) MX_PRINTF(2, 3);
-void		sb_vprintf(sbuf *b, const char *fmt, va_list ap) MX_PRINTF(2, 0);
-const char *sb_str(const sbuf *b);
-
-void		html_escape(sbuf *b, const char *s);	/* and XML: controls as blanks */
-void		json_string(sbuf *b, const char *s);
+void		html_escape(StringInfo b, const char *s);	/* and XML: controls as blanks */
+void		json_string(StringInfo b, const char *s);
 size_t		display_width(const char *s);
 double		now_seconds(void);
 void		sleep_ms(int ms);
@@ -51,10 +36,10 @@ void		list_append(char *buf, size_t sz, const char *s);
 const char *one_line(const char *msg);
 char	   *trim(char *s);
 bool		parse_lease(const char *s, double *out);
-void		shell_quote(sbuf *b, const char *s);
+void		shell_quote(StringInfo b, const char *s);
 void		remove_tree(const char *path);
 
-/* sha256.c */
+/* util.c: SHA-256 through libpgcommon's pg_cryptohash (sha256sum's digests) */
 void		sha256_buffer(const void *data, size_t n, char out[65]);
 bool		sha256_file(const char *path, char out[65]);
 

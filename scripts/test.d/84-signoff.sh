@@ -12,7 +12,7 @@
 # by the handled reports and by effects_sql; the runner's own effect
 # endpoints (effect = http, smtp) and their faults (cases 14-18) with the
 # broken workers each catches; a batch handler (case 20). See
-# test/signoff/run.sh. Installs python3-psycopg (root) when missing.
+# test/signoff/run.sh. Installs python3-psycopg and jq (root) when missing.
 #
 # It runs in the background (lane 3), beside the host's other hooks, on a
 # throwaway cluster of its own (scripts/cluster.sh): hook 83 restarts the
@@ -22,7 +22,7 @@
 # on the 2 cores), the good job's four policies 130 s of it.
 set -euo pipefail
 source examples/e2e/deps.sh
-e2e_debs python3-psycopg
+e2e_debs python3-psycopg jq
 # the host's cluster is scripts/test's: forget it here, and make one's own
 unset CLUSTER_DIR PGDATA PGHOST PGPORT
 source scripts/cluster.sh

@@ -42,8 +42,16 @@ set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 version=$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$root/idempotency.control")
-semver=$(echo "$version" | sed 's/^[0-9]*\.[0-9]*$/&.0/')
+# The helpers' version: the extension's MAJOR.MINOR and a patch level of
+# their own (0.5.0 with the extension 0.5; 0.5.1 for a release of the
+# helpers alone), the same in the three packages: pyproject.toml's is the
+# one the three installed packages must report.
+semver=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/helpers/python/pyproject.toml")
 name=idempotency-$version
+if [[ ! $semver =~ ^${version//./\\.}\.[0-9]+$ ]]; then
+    echo "not ok - the helpers' version ${semver:-(none in helpers/python/pyproject.toml)} is not the extension's $version with a patch level"
+    exit 1
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dist-test.XXXXXX") || exit 2
 passed=0

@@ -11,8 +11,8 @@
 # install), reached as a superuser (the test creates the extension if it is
 # missing, two databases of its own that it drops, and reads the test job's
 # effects file with pg_read_file for effects_sql), Debian's python3 with
-# python3-psycopg (/usr/bin/python3), and matrix/idempotency-matrix (built
-# if missing). Steps, each an "ok - ..." or "not ok - ..." line:
+# python3-psycopg (/usr/bin/python3), jq, and matrix/idempotency-matrix
+# (built if missing). Steps, each an "ok - ..." or "not ok - ..." line:
 #   1. the good job under hold, retry, skip and lookup: exit 0, every case
 #      (1-13 and the storm, 19) holds, also in the JSON report (format, signoff object, each
 #      policy's cases); no worker left, nothing of the run's left in the
@@ -58,7 +58,13 @@
 #      git's commit; --junit writes JUnit XML; --verify REPORT exits 0 while
 #      nothing changed and 1 naming a changed, added or removed code file or
 #      a changed job file; a missing report: exit 2; code that matches no
-#      file: exit 2, one sentence;
+#      file: exit 2, one sentence; a report whose job file name, queue and
+#      code file names hold quotes, backslashes, control characters and
+#      non-ASCII reads back with python3 -m json.tool, jq and Python, and
+#      --verify reads it as written, after jq ., jq -c and Python's
+#      json.dump(indent=2), exit 0, then exit 1 naming each changed and
+#      removed file; a report that is not JSON: exit 2, one sentence naming
+#      the line and column;
 #  11. faults at the effect (effect = http, smtp: the runner's endpoint;
 #      http.job, smtp.job): the good job's cases 14-19 hold under every
 #      policy (the endpoint's counts per policy checked in the JSON), SMTP's
@@ -122,6 +128,7 @@ die() { echo "test/signoff/run.sh: error: $*" >&2; exit 2; }
 
 "$python" -c 'import psycopg' 2>/dev/null ||
     die "$python cannot import psycopg: install python3-psycopg (Debian)"
+command -v jq >/dev/null || die "jq not found: install jq (Debian)"
 [[ $("${psql[@]}" -c 'SELECT rolsuper FROM pg_roles WHERE rolname = current_user' 2>&1) == t ]] ||
     die "connect as a superuser (PGUSER)"
 "${psql[@]}" -c 'CREATE EXTENSION IF NOT EXISTS idempotency' >/dev/null ||
@@ -426,25 +433,25 @@ bad_input() {   # bad_input WHAT SENTENCE RUNNER-ARGS...
 job=$out/no-worker.job
 make_job "$job" "worker=-"
 bad_input "a job file without worker" \
-    "idempotency-matrix: $job: no \"worker\" line (the command that starts one worker process of your app)" --job "$job"
+    "idempotency-matrix: error: $job: no \"worker\" line (the command that starts one worker process of your app)" --job "$job"
 job=$out/unknown.job
 make_job "$job" "wokrer=python3 worker.py"
 line=$(grep -n '^wokrer' "$job" | cut -d: -f1)
 bad_input "a job file with an unknown name" \
-    "idempotency-matrix: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain, effect and batch)" --job "$job"
+    "idempotency-matrix: error: $job line $line: unknown name \"wokrer\" (the names are queue, job_type, worker, enqueue, enqueue_other, effects, effects_sql, policies, lease, timeout, dir, transactional, key, key_command, code, effect_name, cleanup, drain, effect and batch)" --job "$job"
 job=$out/twice.job
 make_job "$job"
 echo "enqueue = /usr/bin/python3 enqueue.py {key} --again" >>"$job"
 first=$(grep -n '^enqueue =' "$job" | head -n 1 | cut -d: -f1)
 line=$(grep -n '^enqueue =' "$job" | tail -n 1 | cut -d: -f1)
 bad_input "a job file with a repeated name" \
-    "idempotency-matrix: $job line $line: \"enqueue\" is given twice (also on line $first)" --job "$job"
+    "idempotency-matrix: error: $job line $line: \"enqueue\" is given twice (also on line $first)" --job "$job"
 job=$out/noeq.job
 make_job "$job"
 echo "worker /usr/bin/python3 worker.py" >>"$job"
 line=$(wc -l <"$job")
 bad_input "a job file with a line without =" \
-    "idempotency-matrix: $job line $line: \"worker /usr/bin/python3 worker.py\" has no \"=\" (each line is name = value)" --job "$job"
+    "idempotency-matrix: error: $job line $line: \"worker /usr/bin/python3 worker.py\" has no \"=\" (each line is name = value)" --job "$job"
 noext=signoff_test_noext_$$
 old=signoff_test_old_$$
 dbs+=("$noext" "$old")
@@ -452,10 +459,10 @@ dbs+=("$noext" "$old")
     "${psql[@]}" -d "$old" -c "CREATE EXTENSION idempotency VERSION '0.2'" >/dev/null ||
     not_ok "" "cannot create the databases $noext and $old"
 bad_input "a database without the extension" \
-    "idempotency-matrix: the idempotency extension is not installed in database \"$noext\" (a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)" \
+    "idempotency-matrix: error: the idempotency extension is not installed in database \"$noext\" (a sign-off run needs 0.3 or later: CREATE EXTENSION idempotency)" \
     --job "$here/good.job" --dsn "dbname=$noext"
 bad_input "a database with the extension 0.2" \
-    "idempotency-matrix: the idempotency extension in database \"$old\" is version 0.2 (c edition), and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)" \
+    "idempotency-matrix: error: the idempotency extension in database \"$old\" is version 0.2 (c edition), and a sign-off run needs 0.3 or later (ALTER EXTENSION idempotency UPDATE)" \
     --job "$here/good.job" --dsn "dbname=$old"
 if [[ $(ls "$SIGNOFF_TEST_DIR" | wc -l) == "$spools_before" ]] &&
     [[ $("${psql[@]}" -c "SELECT count(*) FROM idempotency.job_types WHERE job_type LIKE 'signoff\\_%'$(not_bg)") == "$types_before" ]]; then
@@ -691,7 +698,7 @@ job=$out/tx-nosql.job
 make_job "$job" "transactional=yes"
 line=$(grep -n '^transactional' "$job" | cut -d: -f1)
 bad_input "transactional = yes without effects_sql" \
-    "idempotency-matrix: $job line $line: transactional = yes needs effects_sql (the query that counts the rows your job writes in the completion's transaction)" --job "$job"
+    "idempotency-matrix: error: $job line $line: transactional = yes needs effects_sql (the query that counts the rows your job writes in the completion's transaction)" --job "$job"
 "${psql[@]}" -c 'DROP TABLE IF EXISTS public.signoff_tx_effects' >/dev/null
 
 # ---------------------------------------------------------------------
@@ -772,12 +779,12 @@ job=$out/key-both.job
 make_job "$job" "key=refund:{key}" "key_command=echo {key}"
 line=$(grep -n '^key_command' "$job" | cut -d: -f1)
 bad_input "key and key_command both" \
-    "idempotency-matrix: $job line $line: give key or key_command, not both (key is on line $((line - 1)))" --job "$job"
+    "idempotency-matrix: error: $job line $line: give key or key_command, not both (key is on line $((line - 1)))" --job "$job"
 job=$out/key-nokey.job
 make_job "$job" "key=refund"
 line=$(grep -n '^key =' "$job" | cut -d: -f1)
 bad_input "key without {key}" \
-    "idempotency-matrix: $job line $line: \"key\" has no {key} (the operation key your code claims, as a template with {key})" --job "$job"
+    "idempotency-matrix: error: $job line $line: \"key\" has no {key} (the operation key your code claims, as a template with {key})" --job "$job"
 
 # ---------------------------------------------------------------------
 # 10. what was signed: the job file and the code by sha256, --verify, --junit
@@ -856,21 +863,93 @@ if ((rc == 0)) && grep -q '^unchanged: the job file .*good.job .* and 0 code fil
 else
     not_ok "$out/verify.log" "--verify of good.json: expected exit 0 and 'unchanged'; got $rc"
 fi
+# what the runner writes reads back with python3 -m json.tool, jq and the
+# runner itself, on a report whose job file name, queue and code file names
+# hold quotes, backslashes, control characters and non-ASCII text; --verify
+# reads the report after jq ., jq -c and Python's json.dump(indent=2) (which
+# writes \u escapes, surrogate pairs for the emoji) and names each change
+wdir=$out/$'sig-w\xc3\xabird "code" \\ dir\tx'
+mkdir -p "$wdir"
+wfiles=($'a "quoted" \\ file.py' $'ctrl\x01char.py' $'tab\there.py' $'\xe6\x97\xa5\xe6\x9c\xac-\xf0\x9f\x98\x80.py')
+for f in "${wfiles[@]}"; do echo "# $f" >"$wdir/$f"; done
+wjob=$out/$'sig "w\xc3\xabird" \\ job\t\x02.job'
+make_job "$wjob" "code=$out/sig-w*" "policies=hold" "lease=1.5" $'queue=dir"queue\\ \xc3\xbc\x01'
+log=$out/weird.log
+"$runner" --job "$wjob" --cases 1 --json "$out/weird.json" >"$log" 2>&1
+rc=$?
+if ((rc == 0)) && "$python" -m json.tool "$out/weird.json" >/dev/null 2>>"$log" &&
+    jq -e . "$out/weird.json" >/dev/null 2>>"$log" &&
+    "$python" - "$out/weird.json" "$wjob" "$wdir" "${wfiles[@]}" >>"$log" 2>&1 <<'PY'
+import json, os, sys
+r = json.load(open(sys.argv[1], encoding="utf-8"))
+s = r["signoff"]
+assert s["job_file"] == sys.argv[2], (s["job_file"], sys.argv[2])
+assert s["job_file_path"] == os.path.realpath(sys.argv[2]), (s["job_file_path"], sys.argv[2])
+assert s["queue"] == 'dir"queue\\ \u00fc\x01', repr(s["queue"])
+want = sorted(os.path.join(sys.argv[3], f) for f in sys.argv[4:])
+assert [f["path"] for f in s["code_files"]] == want, ([f["path"] for f in s["code_files"]], want)
+PY
+then
+    ok "a report with quotes, backslashes, control characters and non-ASCII in the job file's name, its queue and the code's names reads back with python3 -m json.tool, jq and Python, each name as given"
+else
+    not_ok "$log" "the report of the job with odd names: expected exit 0 and JSON that reads back as given; got exit $rc"
+fi
+jq . "$out/weird.json" >"$out/weird-jq.json"
+jq -c . "$out/weird.json" >"$out/weird-jqc.json"
+"$python" -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=2)' \
+    "$out/weird.json" "$out/weird-py.json"
+reformatted=(weird.json weird-jq.json weird-jqc.json weird-py.json)
+verified=0
+for r in "${reformatted[@]}"; do
+    "$runner" --verify "$out/$r" >"$out/verify-$r.log" 2>&1 &&
+        grep -q '^unchanged: the job file .* and 4 code files' "$out/verify-$r.log" && verified=$((verified + 1))
+done
+if ((verified == 4)); then
+    ok "--verify of that report as written, after jq ., after jq -c and after json.dump(indent=2): exit 0, unchanged"
+else
+    not_ok "$out/verify-weird-py.json.log" "--verify of the reformatted reports: $verified of 4 exit 0 'unchanged'"
+fi
+echo "# changed" >>"$wdir/${wfiles[0]}"
+echo "# changed" >>"$wdir/${wfiles[3]}"
+rm "$wdir/${wfiles[1]}"
+verified=0
+for r in "${reformatted[@]}"; do
+    "$runner" --verify "$out/$r" >"$out/verify-$r.log" 2>&1
+    rc=$?
+    ((rc == 1)) && [[ $(wc -l <"$out/verify-$r.log") -eq 3 ]] &&
+        grep -qF "changed: $wdir/${wfiles[0]} (sha256 " "$out/verify-$r.log" &&
+        grep -qF "changed: $wdir/${wfiles[3]} (sha256 " "$out/verify-$r.log" &&
+        grep -qxF "removed: $wdir/${wfiles[1]}" "$out/verify-$r.log" && verified=$((verified + 1))
+done
+if ((verified == 4)); then
+    ok "--verify of each of the four after two code files changed and one was removed: exit 1, each file named as it is"
+else
+    not_ok "$out/verify-weird-py.json.log" "--verify of the reformatted reports after changes: $verified of 4 exit 1 naming the three files"
+fi
+printf '{"format": "idempotency-signoff/2",\n "signoff": {"job_file_path": "/a.job" "directory": "/"}}\n' >"$out/broken.json"
+"$runner" --verify "$out/broken.json" >"$out/verify.log" 2>&1
+rc=$?
+if ((rc == 2)) && [[ $(wc -l <"$out/verify.log") -eq 1 ]] &&
+    grep -qF 'is not JSON (line 2, column 40: Expected "," or "}", but found ""directory"")' "$out/verify.log"; then
+    ok "--verify of a report that is not JSON: exit 2, one sentence with the line, the column and the parser's words"
+else
+    not_ok "$out/verify.log" "--verify of broken JSON: expected exit 2 and one sentence naming where; got $rc"
+fi
 job=$out/drain.job
 make_job "$job" "drain=soon"
 line=$(grep -n '^drain' "$job" | cut -d: -f1)
 bad_input "a drain that is no number" \
-    "idempotency-matrix: $job line $line: drain \"soon\" is not a number of seconds between 0 and 3600" --job "$job"
+    "idempotency-matrix: error: $job line $line: drain \"soon\" is not a number of seconds between 0 and 3600" --job "$job"
 job=$out/effect-name.job
 make_job "$job" "effect_name=refund; rm -rf"
 line=$(grep -n '^effect_name' "$job" | cut -d: -f1)
 bad_input "an effect_name that is not a word or two" \
-    "idempotency-matrix: $job line $line: effect_name \"refund; rm -rf\" is not a word or two (letters, digits, blanks, - and _; at most 40)" --job "$job"
+    "idempotency-matrix: error: $job line $line: effect_name \"refund; rm -rf\" is not a word or two (letters, digits, blanks, - and _; at most 40)" --job "$job"
 job=$out/nocode.job
 make_job "$job" "code=no-such-*.py"
 line=$(grep -n '^code' "$job" | cut -d: -f1)
 bad_input "code that matches no file" \
-    "idempotency-matrix: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
+    "idempotency-matrix: error: $job line $line: code: \"no-such-*.py\" matches no file in $here" --job "$job"
 
 # ---------------------------------------------------------------------
 # 11. faults at the effect: the run's own endpoints (effect = http, smtp)
@@ -944,15 +1023,15 @@ job=$out/effect.job
 make_job "$job" "effect=ftp"
 line=$(grep -n '^effect =' "$job" | cut -d: -f1)
 bad_input "an effect that is neither http nor smtp" \
-    "idempotency-matrix: $job line $line: effect \"ftp\" is not http or smtp (the run's own endpoint your job sends its effect to)" --job "$job"
+    "idempotency-matrix: error: $job line $line: effect \"ftp\" is not http or smtp (the run's own endpoint your job sends its effect to)" --job "$job"
 make_job "$job" "effect=http"
 line=$(grep -n '^effects =' "$job" | cut -d: -f1)
 eline=$(grep -n '^effect =' "$job" | cut -d: -f1)
 bad_input "effect beside an effects command" \
-    "idempotency-matrix: $job line $line: give effect or effects, not both: with effect = http the run's endpoint counts the effects (effect is on line $eline)" --job "$job"
+    "idempotency-matrix: error: $job line $line: give effect or effects, not both: with effect = http the run's endpoint counts the effects (effect is on line $eline)" --job "$job"
 make_job "$job" "effects=-" "effect=smtp" "policies=lookup"
 bad_input "the lookup policy with effect = smtp" \
-    "idempotency-matrix: the policy lookup needs a provider to look the operation up at; the run's SMTP endpoint has none ($job: effect = smtp): leave lookup out, or use effect = http, whose endpoint answers a GET" --job "$job"
+    "idempotency-matrix: error: the policy lookup needs a provider to look the operation up at; the run's SMTP endpoint has none ($job: effect = smtp): leave lookup out, or use effect = http, whose endpoint answers a GET" --job "$job"
 
 # ---------------------------------------------------------------------
 # 12. a batch handler (worker.py --batch 10, batch = yes): case 20
@@ -975,7 +1054,7 @@ job=$out/batch.job
 make_job "$job" "batch=sometimes"
 line=$(grep -n '^batch' "$job" | cut -d: -f1)
 bad_input "a batch that is neither yes nor no" \
-    "idempotency-matrix: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
+    "idempotency-matrix: error: $job line $line: batch \"sometimes\" is not yes or no" --job "$job"
 
 # ---------------------------------------------------------------------
 # 14. a redelivery that comes after the lease in 7a/7b (worker.py
