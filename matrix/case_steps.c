@@ -1585,6 +1585,23 @@ pred_lease_over(signoff_state *s, const void *arg)
 	return stale_listed(s->ctx, s->cr, s->job_type, s->opkey[ki]) == 1;
 }
 
+/* a key's record as the policy gives it */
+typedef struct record_want
+{
+	int			ki;
+	const char *record;
+} record_want;
+
+static bool
+pred_record_as(signoff_state *s, const void *arg)
+{
+	const record_want *w = arg;
+	char		rec[CELL];
+
+	record_text_of(s->ctx, s->cr, s->job_type, s->opkey[w->ki], rec, sizeof(rec), NULL, 0);
+	return strcmp(rec, w->record) == 0;
+}
+
 #define STORM_KEYS 6
 #define STORM_DELIVERIES 3
 #define STORM_WORKERS 3
@@ -1673,6 +1690,26 @@ sc_19(signoff_state *s)
 		}
 		if (!enqueue(s, kills[i], JF_ENQUEUE))
 			goto out;
+	}
+	if (!settle(s))
+		goto out;
+
+	/*
+	 * Every copy counted above may have come (a helper's own in_progress
+	 * retry is a delivery too) before a killed key's takeover did: wait,
+	 * within the timeout, for the record the policy gives each killed key,
+	 * then for the runs still in flight, so that the case is judged on what
+	 * the database came to hold, not on when the runner looked. A job that
+	 * never gets there is judged below, as it stands after the timeout.
+	 */
+	for (i = 0; i < STORM_KILLS; i++)
+	{
+		record_want w;
+
+		w.ki = kills[i];
+		w.record = (strcmp(point[kills[i]], "claimed") == 0 ? c5 : c6)->expect[s->policy].record;
+		if (wait_for(s, pred_record_as, &w, true, s->job->timeout_s) != WAIT_OK)
+			break;
 	}
 	settle(s);
 out:
