@@ -1599,7 +1599,8 @@ pred_record_as(signoff_state *s, const void *arg)
 	char		rec[CELL];
 
 	record_text_of(s->ctx, s->cr, s->job_type, s->opkey[w->ki], rec, sizeof(rec), NULL, 0);
-	return strcmp(rec, w->record) == 0;
+	/* "?": the record could not be read (noted once): no use waiting */
+	return strcmp(rec, w->record) == 0 || strcmp(rec, "?") == 0;
 }
 
 #define STORM_KEYS 6

@@ -282,18 +282,10 @@ class IdempotentTask(Task):
             # refused for good: the operation ends (completed, the refusal its
             # result), the task fails without a retry (state FAILURE)
             beat.stop()
-            try:
-                pg_idempotency.fail_permanently(job_type, key, attempt, str(failure), dsn=self.dsn,
-                                                reconnect_for=self._reconnect_for(lease),
-                                                delivery=PERMANENT_DELIVERY)
-            except psycopg.Error as err:
-                if err.sqlstate != "ID003":
-                    # still claimed: left to its lease, as an unknown outcome
-                    self.on_verdict({**event, "action": "failed", "sqlstate": err.sqlstate or "connection"})
-                    raise
-                self.on_verdict({**event, "action": "superseded"})
+            if not self._end_operation(event, "failed permanently", lambda: pg_idempotency.fail_permanently(
+                    job_type, key, attempt, str(failure), dsn=self.dsn,
+                    reconnect_for=self._reconnect_for(lease), delivery=PERMANENT_DELIVERY)):
                 return None
-            self.on_verdict({**event, "action": "failed permanently"})
             raise failure
         except Exception:
             # uncertain (or the sign-off runner could not be asked: a
@@ -304,16 +296,24 @@ class IdempotentTask(Task):
             raise
         finally:
             beat.stop()
+        if not self._end_operation(event, "completed", lambda: pg_idempotency.complete(
+                job_type, key, attempt, value, dsn=self.dsn, reconnect_for=self._reconnect_for(lease))):
+            return None
+        return value
+
+    def _end_operation(self, event, action, end):
+        """end() completes the claim (with its value, or as a permanent
+        failure); reports action. False: the claim was taken over after its
+        lease ran out (ID003), and the new owner records the operation. Any
+        other error (the database stayed unreachable) leaves the claim to its
+        lease, reported as failed, and is raised."""
         try:
-            pg_idempotency.complete(job_type, key, attempt, value, dsn=self.dsn,
-                                    reconnect_for=self._reconnect_for(lease))
+            end()
         except psycopg.Error as err:
             if err.sqlstate != "ID003":
-                # the database stayed unreachable: the claim is left to its lease
                 self.on_verdict({**event, "action": "failed", "sqlstate": err.sqlstate or "connection"})
                 raise
-            # taken over after the lease ran out: the new owner records it
             self.on_verdict({**event, "action": "superseded"})
-            return None
-        self.on_verdict({**event, "action": "completed"})
-        return value
+            return False
+        self.on_verdict({**event, "action": action})
+        return True
