@@ -190,8 +190,14 @@ for r in $releases; do
         passed=$((passed + 1))
     else
         echo "not ok - $r: exit $rc after $secs s (matrix: ${matrix:-none}; ${summary:-no summary}${failed_hooks:+; $failed_hooks})"
-        # its first errors right under it: the lines scripts/test's summary
-        # repeats (a compiler's error, a failed test)
+        # right under it, what failed: each failed hook's failing lines (a
+        # case marked ✗, a Diagnosis, a "not ok" or FAILED line), which a
+        # reader of a shortened CI log must see first; then the first lines
+        # scripts/test's summary repeats (a compiler's error, a failed test)
+        for name in ${failed_hooks#failed hooks: }; do
+            hook_output "$name" <"$log" |
+                grep -E -m 12 '✗|Diagnosis:|FAILED|^ *not ok|WRONG' | cut -c1-300 | sed "s/^ */    $name: /"
+        done
         grep -E -m 4 '(^|[ :])error:|^ *not ok' "$log" | cut -c1-300 | sed 's/^ */    /'
         # each failed hook's own output (the log's tail is mostly the
         # background hooks' output), then the tail
