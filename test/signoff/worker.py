@@ -104,7 +104,21 @@ only after the lease ran out: 7a and 7b must hold all the same. With
 --slow-redelivery always: the runner stops for two leases and 1 s, and the
 claim waits the lease and 0.5 s, so that the runner cannot keep the claim
 young and the database judges the redelivery after the lease: the try
-tests nothing, and the case fails after its tries saying so."""
+tests nothing, and the case fails after its tries saying so.
+
+--in-progress-again LEASES: a message judged in_progress is put back due
+after LEASES leases (default 1, after the lease). A correct job all the
+same: under 1, each copy of a killed key is judged in_progress again and
+again inside the lease, so that every copy the runner enqueued has been
+delivered before the lease ran out and the takeover came (the storm, 19,
+must wait for the record the policy gives, not count deliveries).
+
+--slow-takeover SECONDS: a claim that took over (attempt 2 or later)
+waits SECONDS, its heartbeat running, before its claimed point: a worker
+descheduled between its claim and its report, while other copies of the
+message are judged in_progress against the claim it took. With
+--in-progress-again under 1 this is the storm's race (19 under retry: the
+killed key's copies all reported before its takeover was)."""
 import argparse
 import hashlib
 import json
@@ -133,6 +147,8 @@ log = logging.getLogger("worker")
 stopping = False
 slow_redelivery = None   # --slow-redelivery: once, always
 slow_runner = False      # --slow-runner
+in_progress_again = 1.0  # --in-progress-again: an in_progress message's next delivery, in leases
+slow_takeover = 0.0      # --slow-takeover: seconds between a takeover's claim and its claimed point
 
 
 def on_term(signum, frame):
@@ -324,11 +340,17 @@ def handle(spool, path, message, lease, broken, key_mode=None, c=None):
         if broken == "ignore-verdict":
             effect(spool, run_key, c.attempt)
         if c.verdict == "in_progress":
-            return again(lease)
+            return again(lease * in_progress_again)
         return done()
 
     beat = idem.Heartbeat(JOB, key, c.attempt, every=lease / 4).start()
     try:
+        if slow_takeover and c.attempt > 1:
+            log.info("%s: took over attempt %s; its claimed point in %.1f s (--slow-takeover)", key, c.attempt,
+                     slow_takeover)
+            os.makedirs(os.path.join(spool, "slow-takeover"), exist_ok=True)   # for the test: the race was run
+            open(os.path.join(spool, "slow-takeover", run_key), "w").close()
+            time.sleep(slow_takeover)
         if idem.signoff_point("claimed", JOB, key, c, heartbeat=True) == "fail":
             beat.stop()
             idem.release(JOB, key, c.attempt)
@@ -494,11 +516,17 @@ def main():
                              "the first such delivery of the run (a machine slow once), or every one")
     parser.add_argument("--slow-runner", action="store_true",
                         help="a message that came before stops the runner for the lease and 0.5 s before its claim")
+    parser.add_argument("--in-progress-again", type=float, default=1.0, metavar="LEASES",
+                        help="a message judged in_progress comes again after LEASES leases (default 1)")
+    parser.add_argument("--slow-takeover", type=float, default=0.0, metavar="SECONDS",
+                        help="a claim that took over (attempt 2 or later) waits SECONDS before its claimed point")
     args = parser.parse_args()
     broken = args.broken
-    global slow_redelivery, slow_runner
+    global slow_redelivery, slow_runner, in_progress_again, slow_takeover
     slow_redelivery = args.slow_redelivery
     slow_runner = args.slow_runner
+    in_progress_again = args.in_progress_again
+    slow_takeover = args.slow_takeover
     conn = psycopg.connect("", autocommit=True) if args.transactional else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s worker {os.getpid()}: %(message)s")
