@@ -713,10 +713,51 @@ out:
 }
 
 /*
+ * 12: after a listing that the heartbeat ended, its next beat (within a
+ * lease), so that the gap after the stall tells the heartbeat's rhythm.
+ */
+static void
+heartbeat_next(signoff_state *s, exch *x, const char *const *params, double *hb_last, double *min_gap)
+{
+	double		t0 = now_seconds();
+
+	while (!matrix_interrupted && x->state != X_GONE && now_seconds() - t0 < s->job->lease_s)
+	{
+		PGresult   *res = db_exec(s->ctx,
+								  "SELECT pg_catalog.date_part('epoch', heartbeat_at) FROM idempotency.operations "
+								  "WHERE job_type OPERATOR(pg_catalog.=) $1 AND operation_key OPERATOR(pg_catalog.=) $2",
+								  2, params);
+		double		hb = NAN;
+
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+			hb = strtod(PQgetvalue(res, 0, 0), NULL);
+		PQclear(res);
+		if (isnan(hb))
+			return;
+		if (hb > *hb_last)
+		{
+			*min_gap = Min(*min_gap, hb - *hb_last);
+			*hb_last = hb;
+			return;
+		}
+		pump(s, POLL_MS);
+	}
+}
+
+/*
  * 12: a long job: held at claimed (inside the heartbeat) for two leases,
  * watched on the database; stale_claims() must never list it, and the same
  * message again is in_progress. A helper without a heartbeat fails it: a
  * job longer than its lease would be taken for a dead one.
+ *
+ * Each poll also reads the record's heartbeat_at (the database's time of
+ * the last extend_lease()), so the case knows the heartbeat's own rhythm.
+ * A listing that ended because the heartbeat came again, from a heartbeat
+ * that beats every half lease or sooner (its shortest gap between two
+ * extensions), is a worker the machine stalled for longer than the lease,
+ * not the job's fault: that try did not test the case, which runs again
+ * (s->missed). A heartbeat slower than half the lease, or one that never
+ * came again, fails the case.
  */
 static void
 sc_12(signoff_state *s)
@@ -726,7 +767,12 @@ sc_12(signoff_state *s)
 	int			listed = 0;
 	int			polls = 0;
 	bool		reached = false;
+	bool		resumed = false;	/* a heartbeat came after a listing */
 	double		t0;
+	double		hb_last = NAN;
+	double		min_gap = INFINITY;	/* between two extensions */
+	double		max_gap = 0;
+	char		slow[300] = "";	/* a heartbeat slower than half the lease, said */
 	const char *params[2];
 
 	arm_point(s, 0, "claimed");
@@ -756,10 +802,12 @@ sc_12(signoff_state *s)
 		PGresult   *res;
 		bool		done;
 		int			stale;
+		double		hb;
 
 		res = db_exec(s->ctx,
 					  "SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) "
-					  "       (o.claimed_at OPERATOR(pg_catalog.+) (jt.lease OPERATOR(pg_catalog.*) 2)) "
+					  "       (o.claimed_at OPERATOR(pg_catalog.+) (jt.lease OPERATOR(pg_catalog.*) 2)), "
+					  "       pg_catalog.date_part('epoch', o.heartbeat_at) "
 					  "FROM idempotency.operations o "
 					  "JOIN idempotency.job_types jt ON jt.job_type OPERATOR(pg_catalog.=) o.job_type "
 					  "WHERE o.job_type OPERATOR(pg_catalog.=) $1 "
@@ -773,7 +821,18 @@ sc_12(signoff_state *s)
 		}
 		polls++;
 		done = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		hb = strtod(PQgetvalue(res, 0, 1), NULL);
 		PQclear(res);
+		if (isnan(hb_last))
+			hb_last = hb;
+		else if (hb > hb_last)
+		{
+			min_gap = Min(min_gap, hb - hb_last);
+			max_gap = Max(max_gap, hb - hb_last);
+			hb_last = hb;
+			if (listed > 0)
+				resumed = true;
+		}
 		stale = stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]);
 		if (stale < 0)
 			break;
@@ -795,6 +854,23 @@ sc_12(signoff_state *s)
 		}
 		pump(s, POLL_MS);
 	}
+	if (listed && resumed && min_gap > s->job->lease_s / 2)
+		heartbeat_next(s, x, params, &hb_last, &min_gap);	/* its beat after the one that ended the listing */
+	if (listed && resumed && min_gap <= s->job->lease_s / 2)
+	{
+		snprintf(s->missed, sizeof(s->missed),
+				 "the worker's heartbeat extends the lease every %.1f s or sooner, yet once it did not run for "
+				 "%.1f s, longer than the lease, and stale_claims() listed the claim meanwhile: the machine "
+				 "stalled the worker", min_gap, max_gap);
+		s->missed_heartbeat = true;
+		answer(s, x, "continue");
+		settle(s);
+		goto out;
+	}
+	if (listed && resumed)
+		snprintf(slow, sizeof(slow), ": the heartbeat extended the lease at best every %.1f s, more than half the "
+				 "lease (%s), so one late beat (%.1f s at the longest) let the claim run out; extend the lease every "
+				 "quarter of it", min_gap, s->ctx->lease_sql, max_gap);
 	if (reached && enqueue(s, 0, JF_ENQUEUE) && wait_nth(s, 0, 2) >= 0)
 	{
 		if (stale_listed(s->ctx, s->cr, s->job_type, s->opkey[0]) == 1)
@@ -803,7 +879,7 @@ sc_12(signoff_state *s)
 				  x->pid, now_seconds() - t0);
 	}
 	if (listed)
-		case_fail(s->cr, "stale_claims() listed the heartbeating claim %d times", listed);
+		case_fail(s->cr, "stale_claims() listed the heartbeating claim %d times%s", listed, slow);
 	else if (reached)
 		case_note(s->cr, "stale_claims() never listed it (%d polls).", polls + 1);
 	answer(s, x, "continue");
@@ -2119,6 +2195,7 @@ case_try(signoff_state *s, const case_spec *c, case_result *cr, int tries, char 
 	s->nworkers = 0;
 	s->took_kept = false;
 	s->missed[0] = '\0';
+	s->missed_heartbeat = false;
 	memset(s->arms, 0, sizeof(s->arms));
 	for (ki = 0; ki < s->nkeys; ki++)
 	{
@@ -2362,9 +2439,13 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 			{
 				if (tries == CASE_TRIES)
 				{
-					case_fail(cr, "%s, in each of %d tries: the machine stopped the runner for longer than the "
-							  "lease (%s), so it could not keep the dead claim young until the message came again; "
-							  "give a longer lease in the job file", s->missed, tries, ctx->lease_sql);
+					if (s->missed_heartbeat)
+						case_fail(cr, "%s, in each of %d tries: this machine stalls a worker for longer than the "
+								  "lease (%s); give a longer lease in the job file", s->missed, tries, ctx->lease_sql);
+					else
+						case_fail(cr, "%s, in each of %d tries: the machine stopped the runner for longer than the "
+								  "lease (%s), so it could not keep the dead claim young until the message came again; "
+								  "give a longer lease in the job file", s->missed, tries, ctx->lease_sql);
 					break;
 				}
 				/*
@@ -2382,8 +2463,9 @@ signoff_run(matrix_ctx *ctx, const signoff_job *job, const bool *want, int check
 				case_expectations(c, pr->checked_as, words, job->stress, ctx->utf8, cr);
 				for (ki = 0; ki < tries; ki++)
 					case_note(cr, "%s", tried[ki]);
-				progress(ctx, "[%d/%d] policy %s, case %s: %s (try %d: the lease ran out before the redelivery)",
-						 done, total, policy_names[p], cr->id, cr->title, tries + 1);
+				progress(ctx, "[%d/%d] policy %s, case %s: %s (try %d: %s)", done, total, policy_names[p],
+						 cr->id, cr->title, tries + 1, s->missed_heartbeat ?
+						 "the worker's heartbeat stalled past the lease" : "the lease ran out before the redelivery");
 			}
 			if (matrix_interrupted)
 			{

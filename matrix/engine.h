@@ -187,6 +187,7 @@ struct signoff_state
 	 * case again under new keys, CASE_TRIES times in all.
 	 */
 	char		missed[400];
+	bool		missed_heartbeat;	/* 12: the worker's heartbeat stalled past the lease */
 	char		stopped[700];	/* why the run stops (hello.c: another database); "" */
 	bool		stop_said;		/* a case failed with it */
 	const case_result *claim_failed;	/* the case a claim error failed at once */

@@ -112,6 +112,12 @@
 #      its takeover's claimed point: 19 under retry holds (the runner
 #      waits for the record the policy gives; the runner of 3c40d26
 #      counted first and failed it: "lost 1 effect", "claimed #2 (young)").
+#      Case 12 with the worker stalled (SIGSTOP) past the lease at its
+#      claimed point (worker.py --stall-in-12): in the first try only, the
+#      try tests nothing and the second holds; in every try, it fails
+#      after 3 saying the machine stalls the worker; with a heartbeat
+#      slower than half the lease (--heartbeat-every 0.7), it fails at
+#      once, naming the heartbeat's period.
 # Steps 11, 12 and 14 start first and run beside the others (a spool directory
 # of their own); they are judged at the end.
 # The broken, bad-input and interrupt runs use a 1.5 s lease (the job
@@ -297,6 +303,20 @@ storm_run() {
     echo $? >"$out/storm.rc"
 }
 storm_run & bg_pids+=($!)
+# a machine that stalls the worker in case 12 (worker.py --stall-in-12:
+# SIGSTOP for the lease and 1 s, its heartbeat with it), 2 s lease: the
+# first try only (holds on the second), every try (fails after 3, saying
+# the machine stalls the worker), and with a heartbeat slower than half the
+# lease (the job's fault: fails at once, saying so)
+stall_run() {   # stall_run NAME WORKER-FLAGS
+    local name=$1 job=$out/stall-$1.job
+    make_job "$job" "worker=/usr/bin/python3 worker.py $2" "lease=2" "policies=-"
+    SIGNOFF_TEST_DIR=$out/spools-bg "$runner" --job "$job" --policy hold --cases 12 --json "$out/stall-$name.json" >"$out/stall-$name.log" 2>&1
+    echo $? >"$out/stall-$name.rc"
+}
+stall_run once "--stall-in-12 once" & bg_pids+=($!)
+stall_run always "--stall-in-12 always" & bg_pids+=($!)
+stall_run slow-heartbeat "--stall-in-12 once --heartbeat-every 0.7" & bg_pids+=($!)
 
 # ---------------------------------------------------------------------
 # 1. the good job, every policy, the default lease
@@ -1148,6 +1168,38 @@ if ((rc == 0)) && [[ -z $got && -z $bad ]]; then
     ok "the worker's own in_progress retry judged after the lease before the runner looked (skip, retry): 7a and 7b settle as 5 and 6 give"
 else
     not_ok "$out/settle.log" "enqueue.py --stop-runner-after-in-progress: expected exit 0, 7a and 7b settling as 5 and 6; got exit $rc, failing '$got', without the note:$bad"
+fi
+# a worker stalled past the lease in case 12: not the job's fault when its
+# heartbeat beats every half lease or sooner
+stalled="the worker's heartbeat extends the lease every [0-9.]+ s or sooner, yet once it did not run for [0-9.]+ s, longer than the lease, and stale_claims\(\) listed the claim meanwhile: the machine stalled the worker"
+rc=$(cat "$out/stall-once.rc")
+got=$(failing_cases "$out/stall-once.json" 2>&1)
+notes=$(case_notes "$out/stall-once.json" hold 12 2>&1)
+if ((rc == 0)) && [[ -z $got ]] &&
+    grep -qE "^Try 1 under signoff-[0-9a-f]+-hold-12-1 did not test the case: $stalled\. The case ran again under new keys\.$" <<<"$notes" &&
+    ! grep -q "^Try 2 " <<<"$notes" && grep -qE "^stale_claims\(\) never listed it \([0-9]+ polls\)\.$" <<<"$notes"; then
+    ok "case 12, the worker stalled past the lease in the first try (its heartbeat every quarter lease): that try tests nothing, the second holds"
+else
+    not_ok "$out/stall-once.log" "--stall-in-12 once: expected exit 0, 12 holding on its second try with the note on the first; got exit $rc, failing '$got', notes: $notes"
+fi
+rc=$(cat "$out/stall-always.rc")
+got=$(failing_cases "$out/stall-always.json" 2>&1)
+notes=$(case_notes "$out/stall-always.json" hold 12 2>&1)
+if ((rc == 1)) && [[ $got == "hold:12" ]] &&
+    grep -qE "^Try 2 under signoff-[0-9a-f]+-hold-12-try2-1 did not test the case: $stalled\." <<<"$notes" &&
+    grep -qE "^FAILED: $stalled, in each of 3 tries: this machine stalls a worker for longer than the lease \(2 seconds\); give a longer lease in the job file$" <<<"$notes"; then
+    ok "case 12, the worker stalled past the lease in every try: fails after 3 tries, saying the machine stalls the worker and to give a longer lease"
+else
+    not_ok "$out/stall-always.log" "--stall-in-12 always: expected exit 1, failing 'hold:12' after 3 tries with the sentence; got exit $rc, failing '$got', notes: $notes"
+fi
+rc=$(cat "$out/stall-slow-heartbeat.rc")
+got=$(failing_cases "$out/stall-slow-heartbeat.json" 2>&1)
+notes=$(case_notes "$out/stall-slow-heartbeat.json" hold 12 2>&1)
+if ((rc == 1)) && [[ $got == "hold:12" ]] && ! grep -q "^Try 1 " <<<"$notes" &&
+    grep -qE "^Diagnosis: stale_claims\(\) listed the heartbeating claim [0-9]+ times: the heartbeat extended the lease at best every 1\.[0-9] s, more than half the lease \(2 seconds\), so one late beat \([0-9.]+ s at the longest\) let the claim run out; extend the lease every quarter of it\.$" <<<"$notes"; then
+    ok "case 12, a heartbeat slower than half the lease and a stall: the job's fault, fails on its first try naming the heartbeat's period"
+else
+    not_ok "$out/stall-slow-heartbeat.log" "--stall-in-12 once --heartbeat-every 0.7: expected exit 1, failing 'hold:12' at once with the heartbeat's period; got exit $rc, failing '$got', notes: $notes"
 fi
 # the storm's race: the takeovers were slowed (the worker's marker per
 # key), and 19 holds all the same

@@ -118,12 +118,23 @@ waits SECONDS, its heartbeat running, before its claimed point: a worker
 descheduled between its claim and its report, while other copies of the
 message are judged in_progress against the claim it took. With
 --in-progress-again under 1 this is the storm's race (19 under retry: the
-killed key's copies all reported before its takeover was)."""
+killed key's copies all reported before its takeover was).
+
+--stall-in-12 once|always: a machine that stalls the worker, not a
+broken job: at the claimed point of case 12's key (the first try's only,
+or every try's) a process of its own session stops the worker (SIGSTOP,
+its heartbeat thread with it) 0.3 s later for the lease and 1 s. The
+claim runs out and stale_claims() lists it until the heartbeat comes
+again: once, the case holds on its second try; always, it fails after 3
+tries saying the machine stalls the worker.
+--heartbeat-every LEASES: the heartbeat's period (default 0.25 leases).
+Above half the lease a stall is the job's fault: the case fails at once."""
 import argparse
 import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import smtplib
 import subprocess
@@ -149,6 +160,8 @@ slow_redelivery = None   # --slow-redelivery: once, always
 slow_runner = False      # --slow-runner
 in_progress_again = 1.0  # --in-progress-again: an in_progress message's next delivery, in leases
 slow_takeover = 0.0      # --slow-takeover: seconds between a takeover's claim and its claimed point
+heartbeat_every = 0.25   # --heartbeat-every: the heartbeat's period, in leases
+stall_in_12 = None       # --stall-in-12: once, always
 
 
 def on_term(signum, frame):
@@ -276,6 +289,16 @@ def stop_runner(seconds):
     os.kill(pid, signal.SIGSTOP)
 
 
+def stall_me(after, seconds):
+    """a machine that stalls this worker: a process of its own session
+    SIGSTOPs it AFTER seconds from now, for SECONDS (its heartbeat thread
+    with it), then SIGCONTs it"""
+    pid = os.getpid()
+    subprocess.Popen(["sh", "-c", f"sleep {after}; kill -STOP {pid}; sleep {seconds}; kill -CONT {pid}"],
+                     start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def first_time(path):
     """creates the marker file path: True if no worker of the spool had"""
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -343,8 +366,11 @@ def handle(spool, path, message, lease, broken, key_mode=None, c=None):
             return again(lease * in_progress_again)
         return done()
 
-    beat = idem.Heartbeat(JOB, key, c.attempt, every=lease / 4).start()
+    beat = idem.Heartbeat(JOB, key, c.attempt, every=lease * heartbeat_every).start()
     try:
+        if stall_in_12 and re.search(r"-12-1$" if stall_in_12 == "once" else r"-12(-try[0-9]+)?-1$", run_key):
+            log.info("%s: the worker stalls for %.1f s in 0.3 s (--stall-in-12 %s)", key, lease + 1.0, stall_in_12)
+            stall_me(0.3, lease + 1.0)
         if slow_takeover and c.attempt > 1:
             log.info("%s: took over attempt %s; its claimed point in %.1f s (--slow-takeover)", key, c.attempt,
                      slow_takeover)
@@ -520,13 +546,20 @@ def main():
                         help="a message judged in_progress comes again after LEASES leases (default 1)")
     parser.add_argument("--slow-takeover", type=float, default=0.0, metavar="SECONDS",
                         help="a claim that took over (attempt 2 or later) waits SECONDS before its claimed point")
+    parser.add_argument("--heartbeat-every", type=float, default=0.25, metavar="LEASES",
+                        help="the heartbeat extends the lease every LEASES leases (default 0.25)")
+    parser.add_argument("--stall-in-12", choices=("once", "always"), default=None,
+                        help="at case 12's claimed point the worker is stalled (SIGSTOP) for the lease and 1 s: "
+                             "in the case's first try, or in every try")
     args = parser.parse_args()
     broken = args.broken
-    global slow_redelivery, slow_runner, in_progress_again, slow_takeover
+    global slow_redelivery, slow_runner, in_progress_again, slow_takeover, heartbeat_every, stall_in_12
     slow_redelivery = args.slow_redelivery
     slow_runner = args.slow_runner
     in_progress_again = args.in_progress_again
     slow_takeover = args.slow_takeover
+    heartbeat_every = args.heartbeat_every
+    stall_in_12 = args.stall_in_12
     conn = psycopg.connect("", autocommit=True) if args.transactional else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s worker {os.getpid()}: %(message)s")
