@@ -1696,12 +1696,19 @@ pred_record_as(signoff_state *s, const void *arg)
  * what catches a job that reads its own state before the claim, or shares
  * it between keys.
  */
+/* what the policy gives a storm key killed at point (NULL: not killed) */
+static const case_expect *
+storm_expect(signoff_state *s, const char *point)
+{
+	if (point == NULL)
+		return NULL;
+	return &case_by_id(strcmp(point, "claimed") == 0 ? "5" : "6")->expect[s->policy];
+}
+
 static void
 sc_19(signoff_state *s)
 {
 	case_result *cr = s->cr;
-	const case_spec *c5 = case_by_id("5");
-	const case_spec *c6 = case_by_id("6");
 	const char *point[STORM_KEYS];
 	unsigned	seed = 2166136261u;
 	const char *p;
@@ -1784,7 +1791,7 @@ sc_19(signoff_state *s)
 		record_want w;
 
 		w.ki = kills[i];
-		w.record = (strcmp(point[kills[i]], "claimed") == 0 ? c5 : c6)->expect[s->policy].record;
+		w.record = storm_expect(s, point[kills[i]])->record;
 		if (wait_for(s, pred_record_as, &w, true, s->job->timeout_s) != WAIT_OK)
 			break;
 	}
@@ -1793,8 +1800,7 @@ out:
 	stop_workers(s);
 	for (k = 0; k < s->nkeys; k++)
 	{
-		const case_expect *e = point[k] == NULL ? NULL :
-			strcmp(point[k], "claimed") == 0 ? &c5->expect[s->policy] : &c6->expect[s->policy];
+		const case_expect *e = storm_expect(s, point[k]);
 		int			want = e ? e->effects : 1;
 		const char *want_rec = e ? e->record : "completed #1";
 		int			n = effects_count(s, s->keys[k], true);
