@@ -1114,6 +1114,13 @@ for p in r["policies"]:
             print("\n".join(c["notes"]))
 EOF
 }
+# the exit status, failing cases and notes of case CASE under POLICY of
+# the background run NAME ($out/NAME.rc, $out/NAME.json): rc, got, notes
+run_outcome() {   # run_outcome NAME POLICY CASE
+    rc=$(cat "$out/$1.rc")
+    got=$(failing_cases "$out/$1.json" 2>&1)
+    notes=$(case_notes "$out/$1.json" "$2" "$3" 2>&1)
+}
 young="^From the death until the case had read the record the runner kept the dead claim's lease running \(extend_lease\(\) with attempt 1, [0-9]+ times?, as the worker's heartbeat would have\), so that the message's return was inside the lease however slow the machine"
 for name in once always; do
     rc=$(cat "$out/slow-$name.rc")
@@ -1128,9 +1135,7 @@ for name in once always; do
         not_ok "$out/slow-$name.log" "--slow-redelivery $name: expected exit 0, no failing case, no second try, the note on the claim kept young; got exit $rc, failing '$got', notes: $notes"
     fi
 done
-rc=$(cat "$out/slow-late.rc")
-got=$(failing_cases "$out/slow-late.json" 2>&1)
-notes=$(case_notes "$out/slow-late.json" hold 7a 2>&1)
+run_outcome slow-late hold 7a
 if ((rc == 1)) && [[ $got == "hold:7a" ]] && grep -qE "^Try 1 under signoff-[0-9a-f]+-hold-7a-1 did not test" <<<"$notes" &&
     grep -qE "^Try 2 under signoff-[0-9a-f]+-hold-7a-try2-1 did not test" <<<"$notes" &&
     grep -qE "^FAILED: the message came again [0-9.]+ s after the death and was judged held \(attempt 1\), as after the lease: the runner got to it only [0-9.]+ s after the lease had run out by the database's clock, in each of 3 tries: the machine stopped the runner for longer than the lease \($slow_lease seconds\), so it could not keep the dead claim young until the message came again; give a longer lease in the job file$" <<<"$notes"; then
@@ -1172,9 +1177,7 @@ fi
 # a worker stalled past the lease in case 12: not the job's fault when its
 # heartbeat beats every half lease or sooner
 stalled="the worker's heartbeat extends the lease every [0-9.]+ s or sooner, yet once it did not run for [0-9.]+ s, longer than the lease, and stale_claims\(\) listed the claim meanwhile: the machine stalled the worker"
-rc=$(cat "$out/stall-once.rc")
-got=$(failing_cases "$out/stall-once.json" 2>&1)
-notes=$(case_notes "$out/stall-once.json" hold 12 2>&1)
+run_outcome stall-once hold 12
 if ((rc == 0)) && [[ -z $got ]] &&
     grep -qE "^Try 1 under signoff-[0-9a-f]+-hold-12-1 did not test the case: $stalled\. The case ran again under new keys\.$" <<<"$notes" &&
     ! grep -q "^Try 2 " <<<"$notes" && grep -qE "^stale_claims\(\) never listed it \([0-9]+ polls\)\.$" <<<"$notes"; then
@@ -1182,9 +1185,7 @@ if ((rc == 0)) && [[ -z $got ]] &&
 else
     not_ok "$out/stall-once.log" "--stall-in-12 once: expected exit 0, 12 holding on its second try with the note on the first; got exit $rc, failing '$got', notes: $notes"
 fi
-rc=$(cat "$out/stall-always.rc")
-got=$(failing_cases "$out/stall-always.json" 2>&1)
-notes=$(case_notes "$out/stall-always.json" hold 12 2>&1)
+run_outcome stall-always hold 12
 if ((rc == 1)) && [[ $got == "hold:12" ]] &&
     grep -qE "^Try 2 under signoff-[0-9a-f]+-hold-12-try2-1 did not test the case: $stalled\." <<<"$notes" &&
     grep -qE "^FAILED: $stalled, in each of 3 tries: this machine stalls a worker for longer than the lease \(2 seconds\); give a longer lease in the job file$" <<<"$notes"; then
@@ -1192,9 +1193,7 @@ if ((rc == 1)) && [[ $got == "hold:12" ]] &&
 else
     not_ok "$out/stall-always.log" "--stall-in-12 always: expected exit 1, failing 'hold:12' after 3 tries with the sentence; got exit $rc, failing '$got', notes: $notes"
 fi
-rc=$(cat "$out/stall-slow-heartbeat.rc")
-got=$(failing_cases "$out/stall-slow-heartbeat.json" 2>&1)
-notes=$(case_notes "$out/stall-slow-heartbeat.json" hold 12 2>&1)
+run_outcome stall-slow-heartbeat hold 12
 if ((rc == 1)) && [[ $got == "hold:12" ]] && ! grep -q "^Try 1 " <<<"$notes" &&
     grep -qE "^Diagnosis: stale_claims\(\) listed the heartbeating claim [0-9]+ times: the heartbeat extended the lease at best every 1\.[0-9] s, more than half the lease \(2 seconds\), so one late beat \([0-9.]+ s at the longest\) let the claim run out; extend the lease every quarter of it\.$" <<<"$notes"; then
     ok "case 12, a heartbeat slower than half the lease and a stall: the job's fault, fails on its first try naming the heartbeat's period"
