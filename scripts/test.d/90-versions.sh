@@ -196,7 +196,7 @@ for r in $releases; do
         # scripts/test's summary repeats (a compiler's error, a failed test)
         for name in ${failed_hooks#failed hooks: }; do
             hook_output "$name" <"$log" |
-                grep -E -m 12 '✗|Diagnosis:|FAILED|^ *not ok|WRONG' | cut -c1-300 | sed "s/^ */    $name: /"
+                grep -E -m 12 '✗|✖|Diagnosis:|FAILED|^ *not ok|WRONG' | cut -c1-300 | sed "s/^ */    $name: /"
         done
         grep -E -m 4 '(^|[ :])error:|^ *not ok' "$log" | cut -c1-300 | sed 's/^ */    /'
         # each failed hook's own output (the log's tail is mostly the
